@@ -1,0 +1,41 @@
+# relay_ros developer entry points. Everything installs into .venv; nothing is
+# expected on the machine beyond python3 (3.10-3.12) with venv and pip.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.relay_ros-setup
+DURATION ?= 20
+MODEL ?= pi05
+PYTEST_ARGS ?=
+
+.PHONY: setup test lint format demo bench clean
+
+setup: $(STAMP)
+
+$(STAMP): setup.py requirements/ros.txt requirements/runtime.txt requirements/test.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements/ros.txt -r requirements/runtime.txt -r requirements/test.txt
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: setup
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+test: setup lint
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+demo: setup
+	$(PY) -m relay_ros.demo --model $(MODEL) --duration $(DURATION)
+
+bench: setup
+	$(PY) bench/client_roundtrip.py
+	$(PY) bench/pipeline.py
+
+clean:
+	rm -rf $(VENV) .bench-venv build install log *.egg-info .pytest_cache .ruff_cache demo_output

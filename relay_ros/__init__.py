@@ -1,0 +1,23 @@
+"""relay_ros: connect a ROS 2 robot to a remote VLA policy server.
+
+The public entry point is :class:`PolicyClient`. It is imported lazily so that
+``import relay_ros.sim`` or the launch helpers never pull in the network stack.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__all__ = ["PolicyClient"]
+__version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from relay_ros.client import PolicyClient
+
+
+def __getattr__(name: str) -> Any:
+    if name == "PolicyClient":
+        from relay_ros.client import PolicyClient
+
+        return PolicyClient
+    raise AttributeError(f"module 'relay_ros' has no attribute {name!r}")
