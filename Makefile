@@ -16,7 +16,7 @@ $(STAMP): setup.py requirements/ros.txt requirements/runtime.txt requirements/te
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements/ros.txt -r requirements/runtime.txt -r requirements/test.txt
-	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	$(PY) -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
 lint: setup
