@@ -1,0 +1,195 @@
+"""Camera map loading and validation: shipped configs, defaults, every error message."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from relay_ros.camera_map import (
+    DEFAULT_CAMERA_KEYS,
+    CameraEntry,
+    CameraMapError,
+    camera_constraints,
+    load_camera_map,
+)
+
+CONFIG = Path(__file__).resolve().parent.parent / "config"
+PI_KEYS = DEFAULT_CAMERA_KEYS["pi05"]
+ALLOWED = "(allowed camera keys: ['base_0_rgb', 'left_wrist_0_rgb', 'right_wrist_0_rgb'])"
+GROOT_METADATA = {
+    "model": "groot",
+    "video_keys": ["video.front", "video.wrist"],
+    "state_keys": {"state.single_arm": 5, "state.gripper": 1},
+}
+
+
+def load(mapping, max_cameras=3):
+    return load_camera_map(mapping, allowed_keys=PI_KEYS, max_cameras=max_cameras)
+
+
+@pytest.mark.parametrize("name", ["pi05_cameras.yaml", "pi0_cameras.yaml"])
+def test_shipped_pi_maps(name):
+    keys, max_cameras = camera_constraints(name.split("_")[0])
+    entries = load_camera_map(CONFIG / name, allowed_keys=keys, max_cameras=max_cameras)
+    assert entries == [
+        CameraEntry("base_0_rgb", "/camera/base/image_raw", "raw", "sensor_data"),
+        CameraEntry(
+            "left_wrist_0_rgb", "/camera/wrist/image_raw/compressed", "compressed", "sensor_data"
+        ),
+    ]
+
+
+def test_shipped_groot_map_before_and_after_metadata():
+    path = CONFIG / "groot_cameras.yaml"
+    assert camera_constraints("groot") == (None, None)
+    before = load_camera_map(path, allowed_keys=None, max_cameras=None)
+    keys, max_cameras = camera_constraints("groot", GROOT_METADATA)
+    assert (keys, max_cameras) == (("video.front", "video.wrist"), 2)
+    after = load_camera_map(path, allowed_keys=keys, max_cameras=max_cameras)
+    assert before == after
+    assert [(e.key, e.transport) for e in after] == [
+        ("video.front", "raw"),
+        ("video.wrist", "compressed"),
+    ]
+
+
+def test_defaults_and_shorthand():
+    entries = load(
+        {
+            "base_0_rgb": "/cam/a/image_raw",
+            "left_wrist_0_rgb": {"topic": "/cam/b/compressed", "qos": "reliable"},
+            "right_wrist_0_rgb": {"topic": "/cam/c/compressed", "transport": "raw"},
+        }
+    )
+    assert entries == [
+        CameraEntry("base_0_rgb", "/cam/a/image_raw", "raw", "sensor_data"),
+        CameraEntry("left_wrist_0_rgb", "/cam/b/compressed", "compressed", "reliable"),
+        CameraEntry("right_wrist_0_rgb", "/cam/c/compressed", "raw", "sensor_data"),
+    ]
+    # A frozen record: the node can keep it in sets and dicts.
+    with pytest.raises(AttributeError):
+        entries[0].topic = "/x"  # type: ignore[misc]
+
+
+def test_constraints_from_metadata():
+    assert camera_constraints("pi05", {"max_cameras": 2}) == (PI_KEYS, 2)
+    assert camera_constraints("pi0", None) == (PI_KEYS, 3)
+    with pytest.raises(CameraMapError, match=r"^model 'pi1' is not one of"):
+        camera_constraints("pi1")
+    with pytest.raises(CameraMapError, match="GR00T server metadata has no usable 'video_keys'"):
+        camera_constraints("groot", {"model": "groot"})
+
+
+@pytest.mark.parametrize(
+    ("mapping", "message"),
+    [
+        (
+            {"base": {"topic": "/a"}},
+            "camera map: entry 'base': camera key 'base' is not one of "
+            f"['base_0_rgb', 'left_wrist_0_rgb', 'right_wrist_0_rgb'] {ALLOWED}",
+        ),
+        ({"base_0_rgb": {}}, f"camera map: entry 'base_0_rgb': missing topic {ALLOWED}"),
+        ({"base_0_rgb": None}, f"camera map: entry 'base_0_rgb': missing topic {ALLOWED}"),
+        (
+            {"base_0_rgb": {"topic": ""}},
+            f"camera map: entry 'base_0_rgb': topic must be a non-empty string, got '' {ALLOWED}",
+        ),
+        (
+            {"base_0_rgb": {"topic": "/cam x"}},
+            f"camera map: entry 'base_0_rgb': topic '/cam x' contains whitespace {ALLOWED}",
+        ),
+        (
+            {"base_0_rgb": "/cam", "left_wrist_0_rgb": {"topic": "/cam"}},
+            "camera map: entry 'left_wrist_0_rgb': duplicate topic '/cam' "
+            f"(also used by 'base_0_rgb') {ALLOWED}",
+        ),
+        (
+            {"base_0_rgb": {"topic": "/a", "encoding": "rgb8"}},
+            "camera map: entry 'base_0_rgb': unknown field 'encoding'; "
+            f"expected fields: ['topic', 'transport', 'qos'] {ALLOWED}",
+        ),
+        (
+            {"base_0_rgb": {"topic": "/a", "transport": "theora"}},
+            "camera map: entry 'base_0_rgb': transport 'theora' is not one of "
+            f"['raw', 'compressed'] {ALLOWED}",
+        ),
+        (
+            {"base_0_rgb": {"topic": "/a", "qos": "best_effort"}},
+            "camera map: entry 'base_0_rgb': qos 'best_effort' is not one of "
+            f"['sensor_data', 'reliable'] {ALLOWED}",
+        ),
+        (
+            {"base_0_rgb": 3},
+            "camera map: entry 'base_0_rgb': expected a topic string or a mapping with "
+            f"'topic', got 3 {ALLOWED}",
+        ),
+        (
+            {},
+            f"camera map is empty; expected at least one camera key -> {{topic: ...}} {ALLOWED}",
+        ),
+    ],
+)
+def test_bad_entries(mapping, message):
+    with pytest.raises(CameraMapError) as info:
+        load(mapping)
+    assert str(info.value) == message
+
+
+def test_more_cameras_than_max():
+    mapping = {"base_0_rgb": "/a", "left_wrist_0_rgb": "/b", "right_wrist_0_rgb": "/c"}
+    assert len(load(mapping, max_cameras=3)) == 3
+    with pytest.raises(CameraMapError) as info:
+        load(mapping, max_cameras=2)
+    assert str(info.value) == (
+        "camera map: entry 'right_wrist_0_rgb': 3 cameras configured "
+        "(['base_0_rgb', 'left_wrist_0_rgb', 'right_wrist_0_rgb']), more than max_cameras=2 "
+        f"{ALLOWED}"
+    )
+
+
+def test_groot_keys_checked_against_metadata(tmp_path):
+    path = tmp_path / "cams.yaml"
+    path.write_text("base_0_rgb: /camera/base/image_raw\n")
+    keys, max_cameras = camera_constraints("groot", GROOT_METADATA)
+    with pytest.raises(CameraMapError) as info:
+        load_camera_map(path, allowed_keys=keys, max_cameras=max_cameras)
+    assert str(info.value) == (
+        f"camera map {str(path)!r}: entry 'base_0_rgb': camera key 'base_0_rgb' is not one "
+        "of ['video.front', 'video.wrist'] (allowed camera keys: ['video.front', 'video.wrist'])"
+    )
+
+
+def test_file_errors_name_the_file(tmp_path):
+    missing = tmp_path / "nope.yaml"
+    with pytest.raises(CameraMapError, match=rf"^camera map {str(missing)!r} cannot be read: "):
+        load(missing)
+
+    invalid = tmp_path / "invalid.yaml"
+    invalid.write_text("base_0_rgb: {topic: /a\n")
+    with pytest.raises(CameraMapError, match=rf"^camera map {str(invalid)!r} is not valid YAML"):
+        load(invalid)
+
+    duplicate = tmp_path / "duplicate.yaml"
+    duplicate.write_text("base_0_rgb: /a\nbase_0_rgb: /b\n")
+    with pytest.raises(CameraMapError) as info:
+        load(duplicate)
+    assert str(info.value).startswith(f"camera map {str(duplicate)!r} is not valid YAML: ")
+    assert "duplicate key 'base_0_rgb'" in str(info.value)
+
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("# only a comment\n")
+    with pytest.raises(CameraMapError) as info:
+        load(empty)
+    assert str(info.value) == (
+        f"camera map {str(empty)!r} is empty; expected at least one camera key -> "
+        f"{{topic: ...}} {ALLOWED}"
+    )
+
+    listing = tmp_path / "list.yaml"
+    listing.write_text("- /a\n- /b\n")
+    with pytest.raises(CameraMapError) as info:
+        load(listing)
+    assert str(info.value) == (
+        f"camera map {str(listing)!r} must be a mapping of camera key -> {{topic: ...}}, got list"
+    )
