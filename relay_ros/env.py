@@ -1,0 +1,138 @@
+"""Where the client finds its server: ``WALLE_URL`` and ``WALLE_DIRECT``.
+
+The seed says relay reads its variables from the environment, or else from a
+``.env`` file in the working directory or the nearest parent that has one, and
+that variables already set in the environment win. This module does exactly
+that with python-dotenv, *reading* the file (``dotenv_values``) so that
+``os.environ`` is never modified: a ``.env`` must not leak into child processes
+or into other libraries of the robot's process.
+
+``WALLE_URL`` holds a ``{model}`` placeholder, e.g.
+``wss://acme--walle-{model}.modal.run`` or ``ws://127.0.0.1:8000/{model}``;
+:func:`resolve_url` fills it with one of the model IDs in :data:`MODELS`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from dotenv import dotenv_values, find_dotenv
+
+__all__ = [
+    "MODELS",
+    "EnvSettingError",
+    "UnknownModelError",
+    "check_model",
+    "direct_enabled",
+    "find_env_file",
+    "get_setting",
+    "resolve_url",
+]
+
+#: The model IDs a relay server can serve; each fills ``{model}`` in ``WALLE_URL``.
+MODELS: tuple[str, ...] = ("pi05", "pi0", "groot")
+
+
+class UnknownModelError(ValueError):
+    """The model ID is not one of :data:`MODELS`."""
+
+
+class EnvSettingError(ValueError):
+    """An environment setting has a value this module cannot use."""
+
+
+def check_model(model: str) -> str:
+    """Return ``model`` unchanged if it is a known model ID.
+
+    Raises:
+        UnknownModelError: ``model`` is not one of :data:`MODELS`.
+    """
+    if model not in MODELS:
+        raise UnknownModelError(f"model {model!r} is not one of {list(MODELS)}")
+    return model
+
+
+def find_env_file(cwd: Path | None = None) -> Path | None:
+    """Return the ``.env`` in ``cwd`` or its nearest parent that has one, else None.
+
+    ``cwd=None`` means the process's working directory (python-dotenv's
+    ``find_dotenv(usecwd=True)``); an explicit ``cwd`` runs the same upward search
+    from there, which keeps callers and tests independent of ``os.chdir``.
+    """
+    if cwd is None:
+        found = find_dotenv(usecwd=True)
+        return Path(found) if found else None
+    start = Path(cwd).resolve()
+    for directory in (start, *start.parents):
+        candidate = directory / ".env"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def get_setting(
+    name: str, *, environ: Mapping[str, str] | None = None, cwd: Path | None = None
+) -> str | None:
+    """Return variable ``name`` from the environment, else from the nearest ``.env``.
+
+    The environment wins over the file. An empty value counts as unset (so
+    ``WALLE_URL= cmd`` falls back to the file), as does a bare ``NAME`` line
+    without ``=`` in the file. ``os.environ`` is never modified.
+
+    Args:
+        name: Variable name, e.g. ``"WALLE_URL"``.
+        environ: Mapping to read instead of ``os.environ``.
+        cwd: Directory to start the ``.env`` search from instead of the working
+            directory.
+    """
+    env = os.environ if environ is None else environ
+    value = env.get(name)
+    if value:
+        return value
+    path = find_env_file(cwd)
+    if path is None:
+        return None
+    file_value = dotenv_values(path).get(name)
+    return file_value or None
+
+
+def resolve_url(
+    model: str, *, environ: Mapping[str, str] | None = None, cwd: Path | None = None
+) -> str:
+    """Return ``WALLE_URL`` with ``{model}`` replaced by ``model``.
+
+    Args:
+        model: ``"pi05"``, ``"pi0"`` or ``"groot"``.
+        environ: Mapping to read instead of ``os.environ``.
+        cwd: Directory to start the ``.env`` search from instead of the working
+            directory.
+
+    Raises:
+        UnknownModelError: ``model`` is not one of :data:`MODELS`.
+        KeyError: ``KeyError('WALLE_URL')`` when neither the environment nor a
+            ``.env`` file sets it.
+    """
+    check_model(model)
+    template = get_setting("WALLE_URL", environ=environ, cwd=cwd)
+    if template is None:
+        raise KeyError("WALLE_URL")
+    return template.replace("{model}", model)
+
+
+def direct_enabled(environ: Mapping[str, str] | None = None, *, cwd: Path | None = None) -> bool:
+    """Whether the client may follow a server's ``direct_url`` (``WALLE_DIRECT``).
+
+    True when ``WALLE_DIRECT`` is unset or ``"1"``, False when it is ``"0"``; read
+    like ``WALLE_URL`` (environment first, then the nearest ``.env``).
+
+    Raises:
+        EnvSettingError: ``WALLE_DIRECT`` has any other value.
+    """
+    value = get_setting("WALLE_DIRECT", environ=environ, cwd=cwd)
+    if value is None or value.strip() == "1":
+        return True
+    if value.strip() == "0":
+        return False
+    raise EnvSettingError(f"WALLE_DIRECT={value!r} is not one of ['0', '1']")
