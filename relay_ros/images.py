@@ -1,0 +1,279 @@
+"""Camera frames from ROS messages to the RGB arrays the policy server expects.
+
+Three steps, each cheap because a 3-camera, 30 Hz pipeline has a few milliseconds:
+
+- :func:`image_to_rgb` turns a ``sensor_msgs/Image`` (rclpy, whose ``data`` is an
+  ``array.array`` or ``bytes``, or rosbags, whose ``data`` is a NumPy array) into an
+  (H, W, 3) uint8 RGB array. ``rgb8``, ``rgba8`` and ``mono8`` become strided views
+  of the message buffer (no copy, also with row padding, ``step > width * channels``);
+  ``bgr8`` and ``bgra8`` need a channel swap and are copied once by ``cv2.cvtColor``.
+  ``mono8`` is expanded to 3 channels (a stride-0 view) with a warning logged once per
+  source. When ROS 2 ``cv_bridge`` is importable it does the conversion instead; both
+  paths give identical pixels.
+- :func:`compressed_to_rgb` decodes a ``sensor_msgs/CompressedImage`` (JPEG/PNG,
+  as ``compressed_image_transport`` publishes) with ``cv2.imdecode``.
+- :func:`resize_with_pad` fits a frame into the server's ``image_size`` keeping the
+  aspect ratio and padding with zeros, with the geometry of openpi's
+  ``openpi_client.image_tools.resize_with_pad`` (a 480x640 frame becomes 168x224
+  centred in 224x224). It uses ``cv2.resize`` with ``INTER_AREA`` when shrinking
+  (area averaging, close to PIL's antialiased bilinear that openpi uses, and fast)
+  and ``INTER_LINEAR`` when enlarging.
+
+Arrays returned as views are read-only views of the message data: call ``.copy()``
+before modifying one in place.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Protocol
+
+import cv2
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+__all__ = [
+    "SUPPORTED_ENCODINGS",
+    "ImageConversionError",
+    "compressed_to_rgb",
+    "cv_bridge_available",
+    "image_to_rgb",
+    "resize_with_pad",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Encodings :func:`image_to_rgb` accepts -> channels per pixel.
+SUPPORTED_ENCODINGS: dict[str, int] = {"rgb8": 3, "bgr8": 3, "rgba8": 4, "bgra8": 4, "mono8": 1}
+
+_SWAP_CODES: dict[str, int] = {"bgr8": cv2.COLOR_BGR2RGB, "bgra8": cv2.COLOR_BGRA2RGB}
+
+
+class ImageConversionError(ValueError):
+    """A frame cannot be converted: unsupported encoding, bad size or undecodable data."""
+
+
+class ImageLike(Protocol):
+    """What :func:`image_to_rgb` reads from a ``sensor_msgs/Image``."""
+
+    height: int
+    width: int
+    encoding: str
+    step: int
+    data: Any
+
+
+def _load_bridge() -> Any | None:
+    try:
+        from cv_bridge import CvBridge  # ROS 2 cv_bridge; absent outside a ROS install
+    except ImportError:
+        return None
+    try:
+        return CvBridge()
+    except Exception:  # a broken install (e.g. the ROS 1 PyPI cv-bridge on NumPy 2)
+        logger.warning("cv_bridge imports but cannot be used; using relay_ros's conversion")
+        return None
+
+
+_BRIDGE: Any | None = _load_bridge()
+_mono_warned: set[str] = set()
+_mono_lock = threading.Lock()
+
+
+def cv_bridge_available() -> bool:
+    """Return True when ROS 2 ``cv_bridge`` is used for ``sensor_msgs/Image``."""
+    return _BRIDGE is not None
+
+
+def _warn_mono_once(source: str, what: str) -> None:
+    with _mono_lock:
+        if source in _mono_warned:
+            return
+        _mono_warned.add(source)
+    logger.warning(
+        "camera %s sends %s frames; expanding grey to 3 channels (the policy expects RGB)",
+        source,
+        what,
+    )
+
+
+def _source_of(msg: Any, source: str | None) -> str:
+    if source is not None:
+        return source
+    header = getattr(msg, "header", None)
+    frame_id = getattr(header, "frame_id", "") if header is not None else ""
+    return repr(frame_id) if frame_id else "'<unknown>'"
+
+
+def _message_bytes(msg: Any) -> np.ndarray:
+    """The message's data as a flat uint8 array, without copying."""
+    data = msg.data
+    if isinstance(data, np.ndarray):
+        flat = data.reshape(-1)
+        if flat.dtype != np.uint8:
+            flat = flat.view(np.uint8)
+        return flat
+    return np.frombuffer(data, dtype=np.uint8)
+
+
+def _check_geometry(msg: Any, channels: int, size: int) -> tuple[int, int, int]:
+    height, width, step = int(msg.height), int(msg.width), int(msg.step)
+    if height <= 0 or width <= 0:
+        raise ImageConversionError(
+            f"image has size {width}x{height}; expected a positive width and height"
+        )
+    if step < width * channels:
+        raise ImageConversionError(
+            f"image step {step} is smaller than width * channels = {width} * {channels} "
+            f"for encoding {msg.encoding!r}"
+        )
+    needed = step * (height - 1) + width * channels
+    if size < needed:
+        raise ImageConversionError(
+            f"image data has {size} bytes; {msg.encoding!r} {width}x{height} with step "
+            f"{step} needs at least {needed}"
+        )
+    return height, width, step
+
+
+def _own_to_rgb(msg: Any, channels: int) -> np.ndarray:
+    """relay_ros's conversion: strided views of the buffer, a copy only to swap channels."""
+    flat = _message_bytes(msg)
+    height, width, step = _check_geometry(msg, channels, flat.size)
+    encoding = msg.encoding
+    if encoding == "mono8":
+        # Stride 0 on the channel axis repeats each grey byte three times: no copy.
+        return as_strided(flat, (height, width, 3), (step, 1, 0), writeable=False)
+    pixels = as_strided(flat, (height, width, channels), (step, channels, 1), writeable=False)
+    if encoding in _SWAP_CODES:
+        return cv2.cvtColor(pixels, _SWAP_CODES[encoding])
+    return pixels[:, :, :3]  # rgb8 as is, rgba8 without alpha: still a view
+
+
+def _bridge_to_rgb(msg: Any) -> np.ndarray:
+    """ROS 2 cv_bridge's conversion (used when it is importable)."""
+    assert _BRIDGE is not None
+    return np.asarray(_BRIDGE.imgmsg_to_cv2(msg, desired_encoding="rgb8"))
+
+
+def image_to_rgb(
+    msg: ImageLike, *, source: str | None = None, use_cv_bridge: bool | None = None
+) -> np.ndarray:
+    """Convert a ``sensor_msgs/Image`` to an (H, W, 3) uint8 RGB array.
+
+    Args:
+        msg: Any object with ``height``, ``width``, ``encoding``, ``step`` (bytes
+            per row, padding included) and ``data`` (bytes, ``array.array`` or a
+            uint8 NumPy array).
+        source: Name used in the once-per-source ``mono8`` warning, usually the
+            topic; defaults to the message's ``header.frame_id``.
+        use_cv_bridge: Force (True) or avoid (False) cv_bridge; None uses it when
+            it is importable.
+
+    Returns:
+        The RGB frame; for ``rgb8``, ``rgba8`` and ``mono8`` a read-only view of
+        ``msg.data``.
+
+    Raises:
+        ImageConversionError: Unsupported encoding (the message lists the supported
+            ones), or a size/step that does not fit the data.
+    """
+    encoding = msg.encoding
+    channels = SUPPORTED_ENCODINGS.get(encoding)
+    if channels is None:
+        raise ImageConversionError(
+            f"image encoding {encoding!r} is not supported; "
+            f"supported encodings: {list(SUPPORTED_ENCODINGS)}"
+        )
+    if encoding == "mono8":
+        _warn_mono_once(_source_of(msg, source), "mono8")
+    bridge = _BRIDGE is not None if use_cv_bridge is None else use_cv_bridge
+    if bridge:
+        if _BRIDGE is None:
+            raise ImageConversionError("use_cv_bridge=True but cv_bridge is not importable")
+        return _bridge_to_rgb(msg)
+    return _own_to_rgb(msg, channels)
+
+
+def compressed_to_rgb(msg: Any, *, source: str | None = None) -> np.ndarray:
+    """Decode a ``sensor_msgs/CompressedImage`` to an (H, W, 3) uint8 RGB array.
+
+    Args:
+        msg: Object with ``format`` (``"jpeg"``, ``"png"``, or image_transport's
+            ``"rgb8; jpeg compressed bgr8"`` form) and ``data`` (the encoded bytes).
+        source: Name for the once-per-source warning about grey frames.
+
+    Returns:
+        A new RGB array (OpenCV decodes to BGR; the channels are swapped).
+
+    Raises:
+        ImageConversionError: A format that is not JPEG/PNG (e.g. ``compressedDepth``),
+            or data that does not decode.
+    """
+    fmt = str(msg.format)
+    lowered = fmt.lower()
+    if "compresseddepth" in lowered or not (
+        lowered == "" or "jpeg" in lowered or "jpg" in lowered or "png" in lowered
+    ):
+        raise ImageConversionError(
+            f"compressed image format {fmt!r} is not supported; expected JPEG or PNG "
+            "(e.g. 'jpeg', 'png', 'rgb8; jpeg compressed bgr8')"
+        )
+    buffer = _message_bytes(msg)
+    if buffer.size == 0:
+        raise ImageConversionError(f"compressed image ({fmt!r}) has no data")
+    bgr = cv2.imdecode(buffer, cv2.IMREAD_COLOR)
+    if bgr is None:
+        raise ImageConversionError(
+            f"compressed image ({fmt!r}, {buffer.size} bytes) could not be decoded"
+        )
+    if lowered.startswith(("mono", "8uc1")) or "compressed mono" in lowered:
+        _warn_mono_once(_source_of(msg, source), fmt)
+    return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+
+
+def resize_with_pad(img: np.ndarray, height: int, width: int) -> np.ndarray:
+    """Resize ``img`` to fit (height, width), keep its aspect ratio, pad with zeros.
+
+    Same geometry as ``openpi_client.image_tools.resize_with_pad``: scale by
+    ``max(w / width, h / height)``, truncate the scaled size to integers, centre
+    it (the padding offsets are truncated halves). Shrinking uses ``cv2.INTER_AREA``,
+    enlarging ``cv2.INTER_LINEAR``.
+
+    Args:
+        img: (H, W, 3) uint8 frame (views with any strides are fine).
+        height: Target height in pixels.
+        width: Target width in pixels.
+
+    Returns:
+        ``img`` itself when it already has the target size, else a new
+        (height, width, 3) uint8 array.
+
+    Raises:
+        ImageConversionError: ``img`` is not (H, W, 3) uint8, or the target size is
+            not positive.
+    """
+    if height <= 0 or width <= 0:
+        raise ImageConversionError(f"target size {height}x{width} must be positive")
+    if img.ndim != 3 or img.shape[2] != 3 or img.dtype != np.uint8:
+        raise ImageConversionError(
+            f"frame has shape {img.shape} and dtype {img.dtype}; expected (H, W, 3) uint8"
+        )
+    cur_height, cur_width = int(img.shape[0]), int(img.shape[1])
+    if (cur_height, cur_width) == (height, width):
+        return img
+    ratio = max(cur_width / width, cur_height / height)
+    new_height = max(1, min(height, int(cur_height / ratio)))
+    new_width = max(1, min(width, int(cur_width / ratio)))
+    shrinking = new_height <= cur_height and new_width <= cur_width
+    interpolation = cv2.INTER_AREA if shrinking else cv2.INTER_LINEAR
+    src = img
+    if src.strides[2] != 1 or src.strides[1] != 3:
+        src = np.ascontiguousarray(src)  # OpenCV needs packed pixels (views of rgba8, mono8)
+    resized = cv2.resize(src, (new_width, new_height), interpolation=interpolation)
+    out = np.zeros((height, width, 3), dtype=np.uint8)
+    top = (height - new_height) // 2
+    left = (width - new_width) // 2
+    out[top : top + new_height, left : left + new_width] = resized
+    return out
