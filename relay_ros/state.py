@@ -1,0 +1,191 @@
+"""Robot state from ``sensor_msgs/JointState`` messages, in the configured joint order.
+
+Drivers often publish joints in several messages (arm and gripper separately) and in
+any order, so :class:`JointStateCache` keeps the latest position of every configured
+joint with the time it was valid, and :meth:`JointStateCache.vector` assembles the
+state vector only when every joint is known, fresh and finite. Otherwise it raises,
+so the node takes no observation and can say exactly which joint is at fault.
+
+All times are float seconds on one clock (the node's ROS clock, so sim time works).
+Thread-safe: ``update`` runs in a subscription callback, ``vector`` in the timer.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = [
+    "JointStateCache",
+    "JointStateError",
+    "MissingJointsError",
+    "NonFiniteStateError",
+    "StaleInputError",
+]
+
+logger = logging.getLogger(__name__)
+
+
+class JointStateError(ValueError):
+    """Base class: the state vector cannot be assembled (or a message is malformed)."""
+
+
+class MissingJointsError(JointStateError):
+    """Configured joints have never been received.
+
+    Attributes:
+        missing: The missing joint names, in configured order.
+    """
+
+    def __init__(self, missing: Sequence[str]) -> None:
+        self.missing: tuple[str, ...] = tuple(missing)
+        super().__init__(f"no joint state received yet for joints {list(self.missing)}")
+
+
+class StaleInputError(JointStateError):
+    """An input is older than the allowed timeout.
+
+    Used for joints here; the node may raise it for cameras too (``kind="camera"``).
+
+    Attributes:
+        kind: ``"joint"`` or ``"camera"``.
+        name: The joint name or camera key.
+        age_s: Age of its latest value in seconds.
+        timeout_s: The allowed age in seconds (``sensor_timeout_s``).
+    """
+
+    def __init__(self, kind: str, name: str, age_s: float, timeout_s: float) -> None:
+        self.kind = kind
+        self.name = name
+        self.age_s = age_s
+        self.timeout_s = timeout_s
+        super().__init__(
+            f"{kind} {name!r} is stale: latest value is {age_s:.3f} s old, "
+            f"older than sensor_timeout_s={timeout_s:g}"
+        )
+
+
+class NonFiniteStateError(JointStateError):
+    """A joint's latest position is NaN or infinite.
+
+    Attributes:
+        joints: The offending joint names, in configured order.
+    """
+
+    def __init__(self, joints: Sequence[str], values: Sequence[float]) -> None:
+        self.joints: tuple[str, ...] = tuple(joints)
+        pairs = ", ".join(f"{name!r}: {value}" for name, value in zip(self.joints, values))
+        super().__init__(f"joint positions are not finite: {{{pairs}}}")
+
+
+class JointStateCache:
+    """Latest position and stamp per configured joint.
+
+    Args:
+        joint_names: The joints of the state vector, in the order the policy was
+            trained on. Names must be unique and non-empty.
+
+    Raises:
+        JointStateError: Empty list, an empty name, or a duplicate name.
+    """
+
+    def __init__(self, joint_names: Sequence[str]) -> None:
+        names = tuple(joint_names)
+        if not names:
+            raise JointStateError("joint_names is empty; expected at least one joint name")
+        for name in names:
+            if not isinstance(name, str) or not name:
+                raise JointStateError(f"joint name {name!r} must be a non-empty string")
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise JointStateError(f"joint_names lists {duplicates} more than once")
+        self._names = names
+        self._index = {name: i for i, name in enumerate(names)}
+        self._positions = np.zeros(len(names), dtype=np.float64)
+        self._stamps = np.full(len(names), -math.inf, dtype=np.float64)
+        self._seen = np.zeros(len(names), dtype=bool)
+        self._lock = threading.Lock()
+
+    @property
+    def joint_names(self) -> tuple[str, ...]:
+        """The configured joint order."""
+        return self._names
+
+    def update(self, names: Sequence[str], positions: Sequence[float], stamp: float) -> int:
+        """Record positions from one ``JointState`` message.
+
+        Joints that are not configured are ignored; a message may carry any subset in
+        any order. An older message never overwrites a newer value of a joint.
+
+        Args:
+            names: ``JointState.name``.
+            positions: ``JointState.position`` in radians or metres, same length.
+            stamp: Time the positions were valid, in seconds (the header stamp, or
+                the arrival time when the driver leaves it zero).
+
+        Returns:
+            How many configured joints were updated.
+
+        Raises:
+            JointStateError: ``names`` and ``positions`` differ in length.
+        """
+        if len(names) != len(positions):
+            raise JointStateError(
+                f"JointState has {len(names)} names but {len(positions)} positions; "
+                "expected one position per name"
+            )
+        updated = 0
+        with self._lock:
+            for name, position in zip(names, positions):
+                i = self._index.get(name)
+                if i is None or stamp < self._stamps[i]:
+                    continue
+                self._positions[i] = float(position)
+                self._stamps[i] = float(stamp)
+                self._seen[i] = True
+                updated += 1
+        return updated
+
+    def reset(self) -> None:
+        """Forget every joint (e.g. after the driver restarted)."""
+        with self._lock:
+            self._seen[:] = False
+            self._stamps[:] = -math.inf
+
+    def vector(self, now: float, timeout_s: float) -> np.ndarray:
+        """Return the state vector in configured order.
+
+        Args:
+            now: Current time in seconds, on the clock of the stamps.
+            timeout_s: Maximum age of every joint's latest value in seconds.
+
+        Returns:
+            A new float64 array of length ``len(joint_names)``.
+
+        Raises:
+            MissingJointsError: Joints never received (lists all of them).
+            StaleInputError: The oldest joint older than ``timeout_s`` (names it and
+                its age).
+            NonFiniteStateError: NaN or infinite positions (lists them).
+        """
+        with self._lock:
+            seen = self._seen.copy()
+            positions = self._positions.copy()
+            stamps = self._stamps.copy()
+        if not seen.all():
+            raise MissingJointsError([n for n, ok in zip(self._names, seen) if not ok])
+        ages = now - stamps
+        oldest = int(np.argmax(ages))
+        if ages[oldest] > timeout_s:
+            raise StaleInputError("joint", self._names[oldest], float(ages[oldest]), timeout_s)
+        finite = np.isfinite(positions)
+        if not finite.all():
+            bad = [i for i in range(len(self._names)) if not finite[i]]
+            raise NonFiniteStateError(
+                [self._names[i] for i in bad], [float(positions[i]) for i in bad]
+            )
+        return positions

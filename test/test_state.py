@@ -1,0 +1,135 @@
+"""JointStateCache: subsets and order, missing/stale/NaN errors, real JointState messages."""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import numpy as np
+import pytest
+from sensor_msgs.msg import JointState
+
+from relay_ros.state import (
+    JointStateCache,
+    JointStateError,
+    MissingJointsError,
+    NonFiniteStateError,
+    StaleInputError,
+)
+
+ARM = ["j1", "j2", "j3"]
+
+
+def joint_state(names, positions) -> JointState:
+    msg = JointState()
+    msg.name = list(names)
+    msg.position = [float(p) for p in positions]
+    return msg
+
+
+def feed(cache: JointStateCache, msg: JointState, stamp: float) -> int:
+    return cache.update(msg.name, msg.position, stamp)
+
+
+def test_configured_order_from_several_messages():
+    cache = JointStateCache(ARM + ["gripper"])
+    # Arm driver publishes in its own order plus an unconfigured joint; gripper separately.
+    assert feed(cache, joint_state(["j3", "extra", "j1", "j2"], [3.0, 9.0, 1.0, 2.0]), 10.0) == 3
+    assert feed(cache, joint_state(["gripper"], [0.04]), 10.05) == 1
+    vector = cache.vector(now=10.1, timeout_s=0.5)
+    assert vector.dtype == np.float64
+    np.testing.assert_array_equal(vector, [1.0, 2.0, 3.0, 0.04])
+    assert cache.joint_names == ("j1", "j2", "j3", "gripper")
+
+
+def test_latest_value_wins_and_old_messages_do_not_overwrite():
+    cache = JointStateCache(["a"])
+    cache.update(["a"], [1.0], 5.0)
+    cache.update(["a"], [2.0], 6.0)
+    cache.update(["a"], [0.5], 5.5)  # reordered delivery of an older message
+    assert cache.vector(6.0, 1.0).tolist() == [2.0]
+
+
+def test_missing_joints_listed():
+    cache = JointStateCache(ARM + ["gripper"])
+    cache.update(["j2"], [0.0], 1.0)
+    with pytest.raises(MissingJointsError) as info:
+        cache.vector(1.0, 1.0)
+    assert info.value.missing == ("j1", "j3", "gripper")
+    assert str(info.value) == "no joint state received yet for joints ['j1', 'j3', 'gripper']"
+
+
+def test_stale_joint_named_with_age():
+    cache = JointStateCache(ARM)
+    cache.update(ARM, [0.0, 0.0, 0.0], 1.0)
+    cache.update(["j1", "j3"], [0.1, 0.3], 1.4)
+    assert cache.vector(1.2, 0.25).tolist() == [0.1, 0.0, 0.3]
+    with pytest.raises(StaleInputError) as info:
+        cache.vector(now=1.5, timeout_s=0.25)
+    assert (info.value.kind, info.value.name, info.value.timeout_s) == ("joint", "j2", 0.25)
+    assert math.isclose(info.value.age_s, 0.5)
+    assert str(info.value) == (
+        "joint 'j2' is stale: latest value is 0.500 s old, older than sensor_timeout_s=0.25"
+    )
+
+
+def test_nan_and_inf_refused():
+    cache = JointStateCache(ARM)
+    cache.update(ARM, [0.0, math.nan, math.inf], 1.0)
+    with pytest.raises(NonFiniteStateError) as info:
+        cache.vector(1.0, 1.0)
+    assert info.value.joints == ("j2", "j3")
+    assert str(info.value) == "joint positions are not finite: {'j2': nan, 'j3': inf}"
+    cache.update(["j2", "j3"], [0.2, 0.3], 1.1)
+    assert cache.vector(1.1, 1.0).tolist() == [0.0, 0.2, 0.3]
+
+
+def test_malformed_message_and_config():
+    cache = JointStateCache(ARM)
+    msg = JointState()
+    msg.name = ["j1", "j2"]
+    msg.velocity = [0.0, 0.0]  # positions left empty by a velocity-only driver
+    with pytest.raises(JointStateError) as info:
+        feed(cache, msg, 1.0)
+    assert str(info.value) == (
+        "JointState has 2 names but 0 positions; expected one position per name"
+    )
+    with pytest.raises(JointStateError, match=r"^joint_names is empty"):
+        JointStateCache([])
+    with pytest.raises(JointStateError) as info:
+        JointStateCache(["a", "b", "a"])
+    assert str(info.value) == "joint_names lists ['a'] more than once"
+    with pytest.raises(JointStateError, match="joint name '' must be a non-empty string"):
+        JointStateCache(["a", ""])
+
+
+def test_reset_forgets_everything():
+    cache = JointStateCache(["a"])
+    cache.update(["a"], [1.0], 1.0)
+    cache.reset()
+    with pytest.raises(MissingJointsError):
+        cache.vector(1.0, 1.0)
+    cache.update(["a"], [3.0], 0.5)  # an earlier stamp is accepted after a reset
+    assert cache.vector(0.5, 1.0).tolist() == [3.0]
+
+
+def test_vector_is_a_copy_and_updates_are_thread_safe():
+    cache = JointStateCache(["a", "b"])
+    cache.update(["a", "b"], [1.0, 1.0], 0.0)
+    vector = cache.vector(0.0, 1.0)
+    vector[:] = 99.0
+    assert cache.vector(0.0, 1.0).tolist() == [1.0, 1.0]
+
+    def writer(start: int) -> None:
+        for i in range(start, start + 2000):
+            cache.update(["a", "b"], [float(i), float(i)], float(i))
+
+    threads = [threading.Thread(target=writer, args=(k * 2000,)) for k in range(3)]
+    for thread in threads:
+        thread.start()
+    for _ in range(200):
+        a, b = cache.vector(1e9, 2e9)
+        assert a == b  # both joints of one message, never torn
+    for thread in threads:
+        thread.join()
+    assert cache.vector(6000.0, 10.0).tolist() == [5999.0, 5999.0]
