@@ -1,0 +1,55 @@
+"""Simulated robot for relay_ros: a joint_trajectory_controller stand-in and synthetic cameras.
+
+The plain modules (`trajectory_follower`, `scene`) need no rclpy; the thin nodes
+(`arm_node`, `cameras_node`) wrap them for ROS 2. Only the plain names are
+re-exported here so that ``import relay_ros.sim`` works without ROS; the scene
+names are imported lazily because they pull in OpenCV.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from relay_ros.sim.trajectory_follower import (
+    REJECT_CODES,
+    Acceptance,
+    BoundaryStep,
+    FollowerConfigError,
+    FollowerHistory,
+    FollowerMetrics,
+    FollowerSample,
+    TrajectoryCommand,
+    TrajectoryFollower,
+    TrajectoryPoint,
+    format_t_obs,
+    parse_t_obs,
+)
+
+if TYPE_CHECKING:
+    from relay_ros.sim.scene import SceneError, SceneRenderer, encode_jpeg
+
+__all__ = [
+    "REJECT_CODES",
+    "Acceptance",
+    "BoundaryStep",
+    "FollowerConfigError",
+    "FollowerHistory",
+    "FollowerMetrics",
+    "FollowerSample",
+    "SceneError",
+    "SceneRenderer",
+    "TrajectoryCommand",
+    "TrajectoryFollower",
+    "TrajectoryPoint",
+    "encode_jpeg",
+    "format_t_obs",
+    "parse_t_obs",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("SceneError", "SceneRenderer", "encode_jpeg"):
+        from relay_ros.sim import scene
+
+        return getattr(scene, name)
+    raise AttributeError(f"module 'relay_ros.sim' has no attribute {name!r}")
