@@ -164,5 +164,6 @@ def unpackb(data: bytes | bytearray | memoryview) -> Any:
     except (ValueError, TypeError, msgpack.UnpackException, RecursionError) as exc:
         # ExtraData, FormatError, StackError, OutOfData and bad map keys all land here.
         raise CodecError(
-            f"frame of {memoryview(data).nbytes} bytes is not valid msgpack: {exc}"
+            f"frame of {memoryview(data).nbytes} bytes is not valid msgpack "
+            f"({type(exc).__name__}: {exc})"
         ) from exc

@@ -1,7 +1,12 @@
-"""Where relay_ros finds its shipped configuration files.
+"""Where relay_ros finds its installed data files (``config/``), without ament_index_python.
 
-The same code runs from a source checkout (``make setup`` installs it editable),
-from a colcon install (files under ``share/relay_ros``) and from a pip install.
+Search order for the config directory, first existing one wins:
+
+1. ``$RELAY_ROS_CONFIG_DIR`` (set it to use your own copies of the YAML files);
+2. ``config/`` next to the ``relay_ros`` package (a source checkout or editable install);
+3. ``<prefix>/share/relay_ros/config`` for every prefix in ``$AMENT_PREFIX_PATH``
+   (a colcon install, where ``setup.py`` puts the ``data_files``);
+4. ``sys.prefix/share/relay_ros/config`` (a plain ``pip install`` into a venv).
 """
 
 from __future__ import annotations
@@ -10,60 +15,59 @@ import os
 import sys
 from pathlib import Path
 
-__all__ = ["config_dir", "config_file", "launch_dir"]
+__all__ = ["ConfigNotFoundError", "config_dir", "config_file", "config_dir_candidates"]
 
 _PACKAGE = "relay_ros"
 
 
-def _share_dirs() -> list[Path]:
-    dirs: list[Path] = []
-    try:
-        from ament_index_python.packages import (
-            PackageNotFoundError,
-            get_package_share_directory,
-        )
-
-        try:
-            dirs.append(Path(get_package_share_directory(_PACKAGE)))
-        except PackageNotFoundError:
-            pass
-    except ImportError:
-        pass
-    dirs.append(Path(sys.prefix) / "share" / _PACKAGE)
-    return dirs
+class ConfigNotFoundError(RuntimeError):
+    """No config directory, or no such file in it, was found."""
 
 
-def _resource_dir(name: str, env_var: str) -> Path:
-    override = os.environ.get(env_var)
+def config_dir_candidates() -> list[Path]:
+    """Directories searched for config files, in priority order (they may not exist)."""
+    candidates: list[Path] = []
+    override = os.environ.get("RELAY_ROS_CONFIG_DIR")
     if override:
-        return Path(override)
-    checkout = Path(__file__).resolve().parents[1] / name
-    candidates = [checkout] + [share / name for share in _share_dirs()]
+        candidates.append(Path(override).expanduser())
+    candidates.append(Path(__file__).resolve().parents[1] / "config")
+    for prefix in os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep):
+        if prefix:
+            candidates.append(Path(prefix) / "share" / _PACKAGE / "config")
+    candidates.append(Path(sys.prefix) / "share" / _PACKAGE / "config")
+    return candidates
+
+
+def config_dir() -> Path:
+    """The first existing config directory.
+
+    Raises:
+        ConfigNotFoundError: none of :func:`config_dir_candidates` is a directory.
+    """
+    candidates = config_dir_candidates()
     for candidate in candidates:
         if candidate.is_dir():
             return candidate
     searched = ", ".join(str(c) for c in candidates)
-    raise FileNotFoundError(
-        f"relay_ros {name}/ directory not found (searched {searched}); set {env_var}"
+    raise ConfigNotFoundError(
+        f"no relay_ros config directory found; searched {searched}. "
+        "Set RELAY_ROS_CONFIG_DIR to the directory holding the YAML files."
     )
 
 
-def config_dir() -> Path:
-    """The ``config/`` directory: $RELAY_ROS_CONFIG_DIR, the checkout's, or the installed share."""
-    return _resource_dir("config", "RELAY_ROS_CONFIG_DIR")
-
-
-def launch_dir() -> Path:
-    """The ``launch/`` directory, found the same way as :func:`config_dir`."""
-    return _resource_dir("launch", "RELAY_ROS_LAUNCH_DIR")
-
-
 def config_file(name: str) -> Path:
-    """A file in :func:`config_dir`, with an error naming the directory when it is missing."""
-    path = config_dir() / name
-    if not path.is_file():
-        available = sorted(p.name for p in config_dir().glob("*.yaml"))
-        raise FileNotFoundError(
-            f"config file {name!r} not found in {path.parent}; have {available}"
-        )
-    return path
+    """Path of ``name`` (e.g. ``"groot_embodiments.yaml"``) in the first directory that has it.
+
+    Raises:
+        ConfigNotFoundError: no candidate directory holds ``name``.
+    """
+    candidates = config_dir_candidates()
+    for candidate in candidates:
+        path = candidate / name
+        if path.is_file():
+            return path
+    searched = ", ".join(str(c) for c in candidates)
+    raise ConfigNotFoundError(
+        f"config file {name!r} not found; searched {searched}. "
+        "Set RELAY_ROS_CONFIG_DIR to the directory holding it."
+    )

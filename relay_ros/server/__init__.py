@@ -1,0 +1,23 @@
+"""Reference policy server for the relay wire protocol (``python -m relay_ros.server``).
+
+Serves π0, π0.5 and GR00T with a synthetic policy (or any Python policy object) so
+robot teams can dry-run their set-up; see docs/protocol.md for what it accepts.
+"""
+
+from __future__ import annotations
+
+from relay_ros.server.app import (
+    PolicyServer,
+    ServerHandle,
+    ServerOptions,
+    ServerStartError,
+    run_server_in_thread,
+)
+
+__all__ = [
+    "PolicyServer",
+    "ServerHandle",
+    "ServerOptions",
+    "ServerStartError",
+    "run_server_in_thread",
+]

@@ -1,0 +1,182 @@
+"""Command line of the reference policy server.
+
+Installed as ``relay-policy-server``; also ``python -m relay_ros.server``.
+
+Example: serve every model on port 8000 with 80 ms simulated inference time::
+
+    relay-policy-server --port 8000 --latency-ms 80 --jitter-ms 10
+    WALLE_URL='ws://127.0.0.1:8000/{model}' python examples/demo.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from relay_ros.server.app import PolicyServer, ServerOptions, ServerStartError
+from relay_ros.server.metadata import MODELS
+
+__all__ = ["build_parser", "main", "options_from_args"]
+
+logger = logging.getLogger("relay_ros.server")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (every flag maps to a :class:`ServerOptions` field)."""
+    p = argparse.ArgumentParser(
+        prog="relay-policy-server",
+        description="Reference policy server for the relay wire protocol (synthetic policy "
+        "or any Python policy object), for dry runs and tests.",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default %(default)s)")
+    p.add_argument(
+        "--port", type=int, default=8000, help="TCP port, 0 = any free port (default %(default)s)"
+    )
+    p.add_argument(
+        "--port-file",
+        type=Path,
+        help="write the bound port to this file once listening (useful with --port 0)",
+    )
+    p.add_argument(
+        "--model",
+        action="append",
+        choices=MODELS,
+        help="model served on /MODEL; repeatable (default: all of pi05, pi0, groot)",
+    )
+    p.add_argument(
+        "--lora",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="LoRA adapter name to accept in sampling_params.lora; repeatable",
+    )
+    p.add_argument(
+        "--latency-ms", type=float, default=0.0, help="simulated inference time per request (ms)"
+    )
+    p.add_argument(
+        "--jitter-ms",
+        type=float,
+        default=0.0,
+        help="uniform random extra latency in [-J, +J] ms (total never below 0)",
+    )
+    p.add_argument(
+        "--load-delay-s",
+        type=float,
+        default=0.0,
+        help="simulated model loading: metadata is sent only this long after start (s)",
+    )
+    p.add_argument(
+        "--idle-timeout-s",
+        type=float,
+        default=30.0,
+        help="close connections idle this long (s); 0 = never (default %(default)s)",
+    )
+    p.add_argument(
+        "--max-message-mib",
+        type=float,
+        default=64.0,
+        help="larger frames get 'Invalid request payload' (MiB, default %(default)s); "
+        "frames over twice this are dropped with close code 1009",
+    )
+    p.add_argument("--direct-url", help="advertise this direct route as metadata direct_url")
+    p.add_argument(
+        "--embodiment",
+        help="GR00T embodiment: a name in config/groot_embodiments.yaml (default: its "
+        "'default'), a YAML path, or PATH.yaml:NAME",
+    )
+    p.add_argument(
+        "--policy",
+        metavar="MODULE:FACTORY",
+        help="serve the object FACTORY() returns (needs infer(obs) -> dict) instead of "
+        "the synthetic policy",
+    )
+    p.add_argument(
+        "--needs-session-id",
+        action="store_true",
+        help="advertise needs_session_id and refuse observations without session_id",
+    )
+    p.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="logging level (default %(default)s)",
+    )
+    return p
+
+
+def options_from_args(args: argparse.Namespace) -> ServerOptions:
+    """:class:`ServerOptions` from parsed arguments.
+
+    Raises:
+        ValueError: an option is out of range (see :class:`ServerOptions`).
+    """
+    return ServerOptions(
+        host=args.host,
+        port=args.port,
+        models=tuple(dict.fromkeys(args.model)) if args.model else MODELS,
+        lora_adapters=tuple(dict.fromkeys(args.lora)),
+        latency_ms=args.latency_ms,
+        jitter_ms=args.jitter_ms,
+        load_delay_s=args.load_delay_s,
+        idle_timeout_s=args.idle_timeout_s,
+        max_message_mib=args.max_message_mib,
+        direct_url=args.direct_url,
+        embodiment=args.embodiment,
+        policy=args.policy,
+        needs_session_id=args.needs_session_id,
+    )
+
+
+def _write_port_file(path: Path, port: int) -> None:
+    # Write then rename, so a reader polling the file never sees it half written.
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as f:
+        f.write(f"{port}\n")
+    os.replace(tmp, path)
+
+
+async def _run(server: PolicyServer, port_file: Path | None) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, server.request_stop)
+
+    def on_bound(port: int) -> None:
+        if port_file is not None:
+            _write_port_file(port_file, port)
+
+    await server.serve_forever(on_bound=on_bound)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the server until SIGINT/SIGTERM; exit status 0, or 2 for bad options."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        server = PolicyServer(options_from_args(args))
+    except (ValueError, ServerStartError) as exc:
+        parser.error(str(exc))
+    try:
+        asyncio.run(_run(server, args.port_file))
+    except KeyboardInterrupt:
+        pass
+    except (OSError, ServerStartError) as exc:
+        logger.error("%s", exc)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

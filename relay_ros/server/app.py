@@ -1,0 +1,615 @@
+"""The reference policy server: asyncio WebSocket transport around validation and a policy.
+
+One :class:`PolicyServer` serves one or more models on ``/{model}`` (unknown path ->
+HTTP 404; ``/healthz`` -> 200). Per connection: metadata once the model is "loaded",
+then exactly one reply per binary frame, in order. Every failure a client can cause is
+answered with one of the protocol's error maps and the connection stays open; internal
+details are logged here, never sent. Frames above ``max_message_mib`` get
+``Invalid request payload``; frames above the hard cap (twice that, at least 1 MiB
+more) make websockets close the socket with code 1009, because they are not
+buffered at all.
+
+:func:`run_server_in_thread` runs a server on its own event loop in a background
+thread, for tests, the demo and benchmarks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import logging
+import math
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from typing import Any
+from urllib.parse import urlsplit
+
+import numpy as np
+from websockets.asyncio.server import Request as HttpRequest
+from websockets.asyncio.server import Response, ServerConnection, serve
+from websockets.exceptions import ConnectionClosed
+
+from relay_ros.codec import CodecError, packb, unpackb
+from relay_ros.server.embodiment import Embodiment, load_embodiment
+from relay_ros.server.metadata import MODELS, PI_CAMERA_KEYS, build_metadata
+from relay_ros.server.synthetic import SyntheticPolicy
+from relay_ros.server.validation import (
+    INTERNAL_ERROR,
+    INVALID_PAYLOAD,
+    ObservationError,
+    PublicRequestError,
+    Request,
+    validate_groot,
+    validate_pi,
+)
+
+__all__ = [
+    "PolicyServer",
+    "ServerHandle",
+    "ServerOptions",
+    "ServerStartError",
+    "ServerStats",
+    "hard_size_limit",
+    "load_policy_factory",
+    "run_server_in_thread",
+]
+
+logger = logging.getLogger(__name__)
+
+MIB = 1024 * 1024
+
+
+class ServerStartError(RuntimeError):
+    """The server could not start (bad options, port in use, policy factory failed)."""
+
+
+def hard_size_limit(max_message_bytes: int) -> int:
+    """Largest frame websockets buffers (bytes): ``max(2 * limit, limit + 1 MiB)``.
+
+    Frames between ``max_message_bytes`` and this cap are answered with
+    ``Invalid request payload``; larger ones close the connection with 1009.
+    """
+    return max(2 * max_message_bytes, max_message_bytes + MIB)
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """Everything that configures a :class:`PolicyServer` (the CLI flags map 1:1).
+
+    Attributes:
+        host: interface to bind.
+        port: TCP port; 0 picks a free one (see :attr:`ServerHandle.port`).
+        models: model IDs served, each on ``/{model}``.
+        lora_adapters: adapter names accepted in ``sampling_params.lora``.
+        latency_ms: simulated inference time added to every observation (ms).
+        jitter_ms: uniform random extra in ``[-jitter_ms, +jitter_ms]`` (ms, total >= 0).
+        load_delay_s: metadata is sent only this long after the server starts (s),
+            simulating model loading; connections opened meanwhile wait.
+        idle_timeout_s: close a connection after this long without a frame (s); 0 = never.
+        max_message_mib: frames larger than this get ``Invalid request payload`` (MiB).
+        direct_url: advertised as metadata ``direct_url`` when set.
+        embodiment: GR00T embodiment: a name in ``config/groot_embodiments.yaml``, a
+            YAML path, or ``path.yaml:name``; ``None`` uses the file's default.
+        policy: ``"module:factory"`` or a zero-argument callable returning a policy object
+            with ``infer(obs: dict) -> dict | np.ndarray`` (openpi's ``BasePolicy``);
+            optional ``metadata`` (dict merged into the metadata) and ``reset()``.
+            ``None`` serves the built-in synthetic policy.
+        needs_session_id: advertise ``needs_session_id`` and refuse observations
+            without ``session_id``.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 0
+    models: tuple[str, ...] = MODELS
+    lora_adapters: tuple[str, ...] = ()
+    latency_ms: float = 0.0
+    jitter_ms: float = 0.0
+    load_delay_s: float = 0.0
+    idle_timeout_s: float = 30.0
+    max_message_mib: float = 64.0
+    direct_url: str | None = None
+    embodiment: str | None = None
+    policy: str | Callable[[], Any] | None = None
+    needs_session_id: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.models:
+            raise ValueError(f"models is empty; expected some of {list(MODELS)!r}")
+        for model in self.models:
+            if model not in MODELS:
+                raise ValueError(f"model {model!r} is not one of {list(MODELS)!r}")
+        if len(set(self.models)) != len(self.models):
+            raise ValueError(f"models {list(self.models)!r} lists a model twice")
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port {self.port} is not in 0..65535")
+        for name in ("latency_ms", "jitter_ms", "load_delay_s", "idle_timeout_s"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"{name}={value!r}; expected a finite number >= 0")
+        if not math.isfinite(self.max_message_mib) or self.max_message_mib <= 0:
+            raise ValueError(f"max_message_mib={self.max_message_mib!r}; expected a number > 0")
+
+    @property
+    def max_message_bytes(self) -> int:
+        """Largest accepted frame (bytes)."""
+        return int(self.max_message_mib * MIB)
+
+
+def load_policy_factory(spec: str) -> Callable[[], Any]:
+    """Import ``"package.module:factory"`` and return the callable.
+
+    Raises:
+        ServerStartError: malformed spec, module not importable, or no such callable.
+    """
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ServerStartError(f"policy {spec!r} is not 'module:factory'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ServerStartError(f"policy module {module_name!r} cannot be imported: {exc}") from exc
+    target: Any = module
+    for part in attr.split("."):
+        target = getattr(target, part, None)
+    if not callable(target):
+        raise ServerStartError(f"policy {spec!r}: {attr!r} is not a callable in {module_name!r}")
+    return target
+
+
+class ServerStats:
+    """Connection counters, readable from any thread (updated on the server loop)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self.connections_opened = 0
+        self.connections_closed = 0
+        self.frames = 0
+        self.errors = 0
+
+    @property
+    def open_connections(self) -> int:
+        """WebSocket connections whose handler is running."""
+        with self._cond:
+            return self.connections_opened - self.connections_closed
+
+    def _bump(self, name: str) -> None:
+        with self._cond:
+            setattr(self, name, getattr(self, name) + 1)
+            self._cond.notify_all()
+
+    def wait_for(self, predicate: Callable[[ServerStats], bool], timeout: float) -> bool:
+        """Block until ``predicate(self)`` holds or ``timeout`` (s) passes; its last value."""
+        with self._cond:
+            return self._cond.wait_for(lambda: predicate(self), timeout)
+
+
+@dataclass
+class _Session:
+    """Per-session state: the random stream of unseeded requests and a step count."""
+
+    rng: np.random.Generator = field(default_factory=np.random.default_rng)
+    steps: int = 0
+
+
+@dataclass
+class _Connection:
+    model: str
+    peer: str
+    sessions: dict[str | None, _Session] = field(default_factory=dict)
+
+
+def _error(message: str) -> dict[str, str]:
+    return {"type": "error", "message": message}
+
+
+def _model_from_path(path: str) -> str:
+    return urlsplit(path).path.strip("/")
+
+
+class PolicyServer:
+    """Serves the models of ``options`` until :meth:`request_stop`.
+
+    Construction resolves the embodiment and the ``--policy`` import (fast failure on
+    typos); the policy factory itself runs during "loading", after the socket listens.
+
+    Raises:
+        ServerStartError: bad embodiment or policy spec.
+    """
+
+    def __init__(self, options: ServerOptions) -> None:
+        self.options = options
+        self.stats = ServerStats()
+        self.port: int | None = None
+        self._embodiment: Embodiment | None = None
+        if "groot" in options.models:
+            try:
+                self._embodiment = load_embodiment(options.embodiment)
+            except (ValueError, RuntimeError) as exc:
+                raise ServerStartError(str(exc)) from exc
+        self._factory: Callable[[], Any] | None = (
+            load_policy_factory(options.policy)
+            if isinstance(options.policy, str)
+            else options.policy
+        )
+        self._policy: Any = None
+        self._metadata: dict[str, dict[str, Any]] = {}
+        self._synthetic: dict[str, SyntheticPolicy] = {}
+        self._jitter = random.Random()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._loaded: asyncio.Event | None = None
+        self._stop_requested = False
+        self._build_metadata(None)
+
+    # ----------------------------------------------------------------- metadata
+    def _build_metadata(self, overrides: dict[str, Any] | None) -> None:
+        opts = self.options
+        for model in opts.models:
+            meta = build_metadata(
+                model,
+                lora_adapters=opts.lora_adapters,
+                needs_session_id=opts.needs_session_id,
+                direct_url=opts.direct_url,
+                embodiment=self._embodiment,
+                overrides=overrides,
+            )
+            self._metadata[model] = meta
+            self._synthetic[model] = SyntheticPolicy(
+                action_horizon=int(meta["action_horizon"]), control_hz=float(meta["control_hz"])
+            )
+
+    def metadata(self, model: str) -> dict[str, Any]:
+        """A copy of the metadata sent on ``/{model}``."""
+        return dict(self._metadata[model])
+
+    # ------------------------------------------------------------------ lifetime
+    async def serve_forever(self, on_bound: Callable[[int], None] | None = None) -> None:
+        """Listen, "load", and serve until :meth:`request_stop`; then close every connection.
+
+        Args:
+            on_bound: called with the bound port as soon as the socket listens.
+
+        Raises:
+            OSError: the address cannot be bound.
+            ServerStartError: the policy factory failed.
+        """
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        self._loaded = asyncio.Event()
+        if self._stop_requested:
+            self._stop.set()
+        opts = self.options
+        async with serve(
+            self._handler,
+            opts.host,
+            opts.port,
+            process_request=self._process_request,
+            compression=None,
+            max_size=hard_size_limit(opts.max_message_bytes),
+        ) as server:
+            self.port = int(next(iter(server.sockets)).getsockname()[1])
+            logger.info("listening on ws://%s:%d", opts.host, self.port)
+            if on_bound is not None:
+                on_bound(self.port)
+            loader = asyncio.create_task(self._load())
+            stopper = asyncio.create_task(self._stop.wait())
+            await asyncio.wait({loader, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            if loader.done() and loader.exception() is None:
+                await stopper
+            failure = loader.exception() if loader.done() and not loader.cancelled() else None
+            loader.cancel()
+            stopper.cancel()
+        logger.info("server on port %d stopped", self.port)
+        if failure is not None:
+            raise ServerStartError(f"policy failed to load: {failure}") from failure
+
+    async def _load(self) -> None:
+        started = time.monotonic()
+        if self._factory is not None:
+            self._policy = await asyncio.to_thread(self._factory)
+            if not callable(getattr(self._policy, "infer", None)):
+                raise TypeError(f"policy {self._policy!r} has no infer(obs) method")
+            overrides = getattr(self._policy, "metadata", None)
+            if isinstance(overrides, dict):
+                self._build_metadata(overrides)
+        remaining = self.options.load_delay_s - (time.monotonic() - started)
+        if remaining > 0:
+            await asyncio.sleep(remaining)
+        assert self._loaded is not None
+        self._loaded.set()
+        logger.info("models %s loaded", ", ".join(self.options.models))
+
+    def request_stop(self) -> None:
+        """Ask :meth:`serve_forever` to return; safe from any thread, idempotent."""
+        self._stop_requested = True
+        loop, stop = self._loop, self._stop
+        if loop is not None and stop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # loop closed meanwhile
+                loop.call_soon_threadsafe(stop.set)
+
+    # ---------------------------------------------------------------- transport
+    def _process_request(
+        self, connection: ServerConnection, request: HttpRequest
+    ) -> Response | None:
+        path = urlsplit(request.path).path
+        if path == "/healthz":
+            return connection.respond(HTTPStatus.OK, "OK\n")
+        if _model_from_path(request.path) not in self._metadata:
+            logger.info("404 for path %r (serving %s)", path, list(self._metadata))
+            return connection.respond(
+                HTTPStatus.NOT_FOUND,
+                f"no model at {path!r}; this server serves {list(self._metadata)!r}\n",
+            )
+        return None
+
+    async def _wait_loaded(self, ws: ServerConnection) -> bool:
+        """True once loaded; False if the client went away first."""
+        assert self._loaded is not None
+        if self._loaded.is_set():
+            return True
+        loaded = asyncio.ensure_future(self._loaded.wait())
+        closed = asyncio.ensure_future(ws.wait_closed())
+        done, pending = await asyncio.wait({loaded, closed}, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        return loaded in done
+
+    async def _handler(self, ws: ServerConnection) -> None:
+        assert ws.request is not None
+        conn = _Connection(model=_model_from_path(ws.request.path), peer=str(ws.remote_address))
+        self.stats._bump("connections_opened")
+        idle = self.options.idle_timeout_s or None
+        try:
+            if not await self._wait_loaded(ws):
+                return
+            await ws.send(packb(self._metadata[conn.model]))
+            while True:
+                try:
+                    message = await asyncio.wait_for(ws.recv(), idle)
+                except asyncio.TimeoutError:
+                    logger.info("%s idle for %.1f s; closing", conn.peer, idle)
+                    await ws.close(1000, f"idle for {idle:g} s")
+                    return
+                reply = await self._reply(conn, message)
+                await ws.send(reply)
+        except ConnectionClosed:
+            pass
+        except Exception:
+            # One bad client never hurts another: log with the traceback and drop only it.
+            logger.error("connection %s failed", conn.peer, exc_info=True)
+        finally:
+            self.stats._bump("connections_closed")
+
+    # ----------------------------------------------------------------- requests
+    async def _reply(self, conn: _Connection, message: str | bytes) -> bytes:
+        """Encoded reply to one client frame; never raises for client input."""
+        self.stats._bump("frames")
+        started = time.perf_counter()
+        if isinstance(message, str):
+            return self._refuse(conn, INVALID_PAYLOAD, "text frame; expected binary msgpack")
+        if len(message) > self.options.max_message_bytes:
+            return self._refuse(
+                conn,
+                INVALID_PAYLOAD,
+                f"frame of {len(message)} bytes exceeds limit of "
+                f"{self.options.max_message_bytes} bytes",
+            )
+        try:
+            obs = unpackb(message)
+        except CodecError as exc:
+            return self._refuse(conn, INVALID_PAYLOAD, str(exc))
+        if not isinstance(obs, dict):
+            return self._refuse(
+                conn, INVALID_PAYLOAD, f"frame holds {type(obs).__name__}; expected a map"
+            )
+        if "type" in obs:
+            return await self._control(conn, obs)
+        try:
+            request = self._validate(conn.model, obs)
+        except PublicRequestError as exc:
+            return self._refuse(conn, str(exc), str(exc))
+        except ObservationError as exc:
+            return self._refuse(conn, INTERNAL_ERROR, str(exc))
+        session = conn.sessions.setdefault(request.session_id, _Session())
+        session.steps += 1
+        try:
+            reply = await self._infer(conn.model, obs, request, session)
+        except Exception:
+            logger.error("%s %s: policy failed", conn.peer, conn.model, exc_info=True)
+            return self._refuse(conn, INTERNAL_ERROR, None)
+        delay_ms = self.options.latency_ms
+        if self.options.jitter_ms:
+            delay_ms += self._jitter.uniform(-self.options.jitter_ms, self.options.jitter_ms)
+        elapsed_ms = (time.perf_counter() - started) * 1000.0
+        if delay_ms > elapsed_ms:
+            await asyncio.sleep((delay_ms - elapsed_ms) / 1000.0)
+        timing = dict(reply.get("server_timing") or {})
+        timing["infer_ms"] = (time.perf_counter() - started) * 1000.0
+        reply["server_timing"] = timing
+        try:
+            return packb(reply)
+        except CodecError:
+            logger.error("%s %s: reply cannot be encoded", conn.peer, conn.model, exc_info=True)
+            return self._refuse(conn, INTERNAL_ERROR, None)
+
+    def _refuse(self, conn: _Connection, message: str, detail: str | None) -> bytes:
+        self.stats._bump("errors")
+        if detail is not None:
+            logger.warning("%s %s: %s (%s)", conn.peer, conn.model, message, detail)
+        return packb(_error(message))
+
+    def _validate(self, model: str, obs: dict[str, Any]) -> Request:
+        meta = self._metadata[model]
+        if model == "groot":
+            assert self._embodiment is not None
+            return validate_groot(
+                obs,
+                embodiment=self._embodiment,
+                needs_session_id=self.options.needs_session_id,
+                adapters=self.options.lora_adapters,
+            )
+        return validate_pi(
+            obs,
+            action_dim=int(meta["action_dim"]),
+            camera_keys=PI_CAMERA_KEYS,
+            max_cameras=int(meta["max_cameras"]),
+            needs_session_id=self.options.needs_session_id,
+            adapters=self.options.lora_adapters,
+        )
+
+    async def _infer(
+        self, model: str, obs: dict[str, Any], request: Request, session: _Session
+    ) -> dict[str, Any]:
+        if self._policy is not None:
+            # A real model may block for a long time: keep the loop free for other clients.
+            result = await asyncio.to_thread(self._policy.infer, obs)
+            return dict(result) if isinstance(result, dict) else {"actions": result}
+        rng = (
+            np.random.default_rng(request.seed % 2**64) if request.seed is not None else session.rng
+        )
+        policy = self._synthetic[model]
+        if model != "groot":
+            actions = policy.chunk(
+                request.state,
+                rng,
+                prompt=request.prompt,
+                lora=request.lora,
+                lora_scale=request.lora_scale,
+                action_dim=int(self._metadata[model]["action_dim"]),
+            )
+            return {"actions": actions}
+        assert self._embodiment is not None
+        flat = policy.chunk(
+            request.state,
+            rng,
+            prompt=request.prompt,
+            lora=request.lora,
+            lora_scale=request.lora_scale,
+            action_dim=self._embodiment.action_dim,
+        )
+        groups: dict[str, np.ndarray] = {}
+        start = 0
+        for key, width in self._embodiment.action_groups:
+            groups[key] = np.ascontiguousarray(flat[None, :, start : start + width])
+            start += width
+        return {"actions": groups}
+
+    async def _control(self, conn: _Connection, frame: dict[str, Any]) -> bytes:
+        kind = frame.get("type")
+        if kind == "reset":
+            cleared = len(conn.sessions)
+            conn.sessions.clear()
+            reset = getattr(self._policy, "reset", None)
+            if callable(reset):
+                try:
+                    await asyncio.to_thread(reset)
+                except Exception:
+                    logger.error("%s: policy reset failed", conn.peer, exc_info=True)
+                    return self._refuse(conn, INTERNAL_ERROR, None)
+            logger.info("%s %s: reset, %d session(s) cleared", conn.peer, conn.model, cleared)
+            return packb({"type": "reset", "sessions_cleared": cleared})
+        return self._refuse(conn, INVALID_PAYLOAD, f"unknown control frame type {kind!r}")
+
+
+class ServerHandle:
+    """A server running in a background thread (from :func:`run_server_in_thread`)."""
+
+    def __init__(
+        self, server: PolicyServer, thread: threading.Thread, failure: list[BaseException]
+    ):
+        self.server = server
+        self._thread = thread
+        self._failure = failure
+        assert server.port is not None
+        self.port: int = server.port
+        host = server.options.host
+        self.host: str = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+
+    def url(self, model: str = "pi05") -> str:
+        """``ws://HOST:PORT/{model}`` of this server (wildcard hosts become loopback)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"ws://{host}:{self.port}/{model}"
+
+    @property
+    def url_template(self) -> str:
+        """A ``WALLE_URL`` value for this server: ``ws://HOST:PORT/{model}``."""
+        return self.url("{model}")
+
+    @property
+    def stats(self) -> ServerStats:
+        """Live counters."""
+        return self.server.stats
+
+    @property
+    def open_connections(self) -> int:
+        """WebSocket connections currently open on the server side."""
+        return self.server.stats.open_connections
+
+    @property
+    def closed_connections(self) -> int:
+        """WebSocket connections the server side has finished (any reason)."""
+        return self.server.stats.connections_closed
+
+    @property
+    def total_connections(self) -> int:
+        """WebSocket connections accepted so far (HTTP 404 and /healthz not counted)."""
+        return self.server.stats.connections_opened
+
+    def wait_closed_connections(self, count: int, timeout: float = 5.0) -> bool:
+        """Block until at least ``count`` connections have closed, or ``timeout`` (s)."""
+        return self.server.stats.wait_for(lambda s: s.connections_closed >= count, timeout)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Close every connection and stop the server; idempotent.
+
+        Raises:
+            ServerStartError: the policy factory had failed while loading.
+        """
+        self.server.request_stop()
+        self._thread.join(timeout)
+        if self._failure:
+            failure = self._failure.pop()
+            raise failure
+
+
+@contextlib.contextmanager
+def run_server_in_thread(options: ServerOptions | None = None) -> Iterator[ServerHandle]:
+    """Run a :class:`PolicyServer` on its own event loop in a daemon thread.
+
+    Yields once the socket listens (metadata may still wait for ``load_delay_s``);
+    stops the server on exit.
+
+    Raises:
+        ServerStartError: bad options or the port cannot be bound.
+    """
+    server = PolicyServer(options or ServerOptions())
+    bound = threading.Event()
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            asyncio.run(server.serve_forever(on_bound=lambda _port: bound.set()))
+        except BaseException as exc:  # reported to the caller thread
+            failure.append(exc)
+            if not bound.is_set():
+                logger.error("policy server failed to start", exc_info=True)
+        finally:
+            bound.set()
+
+    thread = threading.Thread(target=run, name="relay-policy-server", daemon=True)
+    thread.start()
+    bound.wait()
+    if server.port is None:
+        thread.join()
+        exc = failure.pop() if failure else None
+        raise ServerStartError(f"policy server did not start: {exc}") from exc
+    handle = ServerHandle(server, thread, failure)
+    try:
+        yield handle
+    finally:
+        handle.stop()

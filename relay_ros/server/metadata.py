@@ -1,0 +1,91 @@
+"""Metadata the reference server sends on connect, per model (protocol version 1).
+
+The keys are exactly those of the protocol's metadata table; the defaults mirror the
+public π0/π0.5 and GR00T checkpoints (see docs/protocol.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from relay_ros.server.embodiment import Embodiment
+
+__all__ = [
+    "MODELS",
+    "PI_CAMERA_KEYS",
+    "PROTOCOL_VERSION",
+    "build_metadata",
+]
+
+PROTOCOL_VERSION = 1
+MODELS = ("pi05", "pi0", "groot")
+# Camera keys π0/π0.5 accept, in openpi's order (base camera first).
+PI_CAMERA_KEYS = ("base_0_rgb", "left_wrist_0_rgb", "right_wrist_0_rgb")
+
+_PI_DEFAULTS: dict[str, Any] = {
+    "action_horizon": 50,
+    "image_size": [224, 224],
+    "control_hz": 50.0,
+    "action_dim": 32,
+    "max_cameras": 3,
+    "action_space": "joint_position",
+}
+_GROOT_DEFAULTS: dict[str, Any] = {
+    "action_horizon": 16,
+    "image_size": [224, 224],
+    "control_hz": 30.0,
+}
+
+
+def build_metadata(
+    model: str,
+    *,
+    lora_adapters: Sequence[str] = (),
+    needs_session_id: bool = False,
+    direct_url: str | None = None,
+    embodiment: Embodiment | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The metadata map for ``model``.
+
+    Args:
+        model: ``"pi05"``, ``"pi0"`` or ``"groot"``.
+        lora_adapters: adapter names served (``[]`` = base model only).
+        needs_session_id: whether observations must carry ``session_id``.
+        direct_url: direct route to advertise, if any.
+        embodiment: required for ``"groot"``.
+        overrides: model-specific values from a custom policy's ``metadata`` (e.g. its
+            ``action_horizon``); ``protocol``, ``model``, ``needs_session_id``,
+            ``lora_adapters`` and ``direct_url`` always come from the server.
+
+    Raises:
+        ValueError: unknown model, or GR00T without an embodiment.
+    """
+    if model not in MODELS:
+        raise ValueError(f"model {model!r} is not one of {list(MODELS)!r}")
+    meta: dict[str, Any] = {"protocol": PROTOCOL_VERSION, "model": model}
+    if model == "groot":
+        if embodiment is None:
+            raise ValueError("model 'groot' needs an embodiment; none was given")
+        meta.update(_GROOT_DEFAULTS)
+        meta.update(
+            action_keys=embodiment.action_keys,
+            embodiment=embodiment.name,
+            state_keys=embodiment.state_keys,
+            video_keys=list(embodiment.video_keys),
+        )
+    else:
+        meta.update(_PI_DEFAULTS)
+    if overrides:
+        meta.update(overrides)
+    meta.update(
+        protocol=PROTOCOL_VERSION,
+        model=model,
+        needs_session_id=bool(needs_session_id),
+        lora_adapters=list(lora_adapters),
+    )
+    meta.pop("direct_url", None)
+    if direct_url:
+        meta["direct_url"] = direct_url
+    return meta

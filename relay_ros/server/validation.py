@@ -1,0 +1,282 @@
+"""Request checks of the reference server: what each model accepts, per the protocol.
+
+Pure functions over decoded frames. Two kinds of failure:
+
+- :class:`ObservationError` carries an *internal* detail ("state has shape (31,) ...")
+  that the server logs; the client only ever receives ``Internal inference error``,
+  because details of a model's inputs may be security-sensitive.
+- :class:`PublicRequestError` carries a message fixed by the protocol that is sent
+  verbatim (the LoRA errors).
+
+A frame that is not a msgpack map is not handled here: the app answers
+``Invalid request payload`` before calling these checks.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import cv2
+import numpy as np
+
+from relay_ros.server.embodiment import Embodiment
+
+__all__ = [
+    "INTERNAL_ERROR",
+    "INVALID_PAYLOAD",
+    "JPEG_MAGIC",
+    "ObservationError",
+    "PublicRequestError",
+    "Request",
+    "check_sampling_params",
+    "validate_groot",
+    "validate_pi",
+]
+
+INTERNAL_ERROR = "Internal inference error"
+INVALID_PAYLOAD = "Invalid request payload"
+# Every JPEG (JFIF, EXIF, raw) starts with SOI + a marker byte.
+JPEG_MAGIC = b"\xff\xd8\xff"
+
+
+class ObservationError(ValueError):
+    """The model cannot run on this observation; the message is for the server log only."""
+
+
+class PublicRequestError(ValueError):
+    """A request option is invalid; the message is sent to the client as is."""
+
+
+@dataclass(frozen=True)
+class Request:
+    """A validated observation, reduced to what the built-in policy needs.
+
+    Attributes:
+        state: float32 1-D joint vector (π0/π0.5: ``action_dim`` values; GR00T: the state
+            groups concatenated in embodiment order).
+        prompt: task text ("" when absent).
+        session_id: the observation's ``session_id``; ``None`` selects the default session.
+        seed: sampling seed; ``None`` means random.
+        lora: adapter name, or ``None`` for the base model.
+        lora_scale: adapter strength (1.0 when not given).
+    """
+
+    state: np.ndarray
+    prompt: str
+    session_id: str | None
+    seed: int | None
+    lora: str | None
+    lora_scale: float
+
+
+def check_sampling_params(params: Any, adapters: Sequence[str]) -> tuple[str | None, float]:
+    """Validate ``sampling_params`` and return ``(adapter name or None, scale)``.
+
+    ``lora`` may be absent, ``None``, ``False``, a name, or ``{"name": str, "scale": number}``
+    (``scale`` defaults to 1.0).
+
+    Raises:
+        PublicRequestError: unknown adapter, or a scale that is not a finite number.
+        ObservationError: ``sampling_params`` is not a map.
+    """
+    if params is None:
+        return None, 1.0
+    if not isinstance(params, Mapping):
+        raise ObservationError(
+            f"sampling_params is {type(params).__name__}; expected a map such as {{'lora': 'name'}}"
+        )
+    lora = params.get("lora")
+    if lora is None or lora is False:
+        return None, 1.0
+    scale: Any = 1.0
+    name: Any = lora
+    if isinstance(lora, Mapping):
+        name = lora.get("name")
+        scale = lora.get("scale", 1.0)
+    if not isinstance(name, str) or name not in adapters:
+        raise PublicRequestError(
+            f"Unknown LoRA adapter {name!r}; this server serves {list(adapters)!r}"
+        )
+    if (
+        isinstance(scale, (bool, np.bool_))
+        or not isinstance(scale, (int, float, np.integer, np.floating))
+        or not math.isfinite(float(scale))
+    ):
+        raise PublicRequestError("lora scale must be a number")
+    return name, float(scale)
+
+
+def _common(obs: Mapping[str, Any], needs_session_id: bool) -> tuple[str, str | None, int | None]:
+    prompt = obs.get("prompt", "")
+    if not isinstance(prompt, str):
+        raise ObservationError(f"prompt is {type(prompt).__name__}; expected str")
+    session_id = obs.get("session_id")
+    if session_id is not None and not isinstance(session_id, str):
+        raise ObservationError(f"session_id is {type(session_id).__name__}; expected str")
+    if session_id is None and needs_session_id:
+        raise ObservationError("observation has no session_id; this server needs_session_id")
+    seed = obs.get("seed")
+    if seed is not None:
+        if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
+            raise ObservationError(f"seed is {seed!r}; expected an integer")
+        seed = int(seed)
+    return prompt, session_id, seed
+
+
+def _finite_state(value: Any, what: str) -> np.ndarray:
+    try:
+        arr = np.asarray(value)
+    except (ValueError, TypeError) as exc:
+        raise ObservationError(f"{what} cannot be read as an array: {exc}") from exc
+    if arr.dtype.kind not in "fiu":
+        raise ObservationError(f"{what} has dtype {arr.dtype}; expected float32")
+    arr = arr.astype(np.float32, copy=False)
+    if not np.isfinite(arr).all():
+        raise ObservationError(f"{what} contains NaN or Inf")
+    return arr
+
+
+def _check_frame(key: str, frame: Any) -> None:
+    """A π0/π0.5 frame: HxWx3 uint8, HxWx3 float in [0, 1], or JPEG bytes."""
+    if isinstance(frame, (bytes, bytearray, memoryview)):
+        data = bytes(frame)
+        if not data.startswith(JPEG_MAGIC):
+            raise ObservationError(
+                f"camera {key!r}: {len(data)} bytes that are not JPEG (no FF D8 FF header)"
+            )
+        decoded = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
+        if decoded is None:
+            raise ObservationError(f"camera {key!r}: JPEG bytes could not be decoded")
+        if decoded.ndim != 3 or decoded.shape[2] != 3:
+            raise ObservationError(
+                f"camera {key!r}: JPEG decodes to shape {decoded.shape}; expected HxWx3 color"
+            )
+        return
+    if not isinstance(frame, np.ndarray):
+        raise ObservationError(
+            f"camera {key!r} is {type(frame).__name__}; expected an HxWx3 array or JPEG bytes"
+        )
+    if frame.ndim != 3 or frame.shape[2] != 3 or frame.shape[0] < 1 or frame.shape[1] < 1:
+        raise ObservationError(
+            f"camera {key!r} has shape {frame.shape}; expected (H, W, 3) "
+            "(channel-first and grayscale frames are refused)"
+        )
+    if frame.dtype == np.uint8:
+        return
+    if frame.dtype.kind != "f":
+        raise ObservationError(
+            f"camera {key!r} has dtype {frame.dtype}; expected uint8 or float in [0, 1]"
+        )
+    if not np.isfinite(frame).all():
+        raise ObservationError(f"camera {key!r} contains NaN or Inf")
+    low, high = float(frame.min()), float(frame.max())
+    if low < 0.0 or high > 1.0:
+        raise ObservationError(
+            f"camera {key!r} float values span [{low}, {high}]; expected [0, 1] "
+            "(divide uint8 pixels by 255 or send uint8)"
+        )
+
+
+def validate_pi(
+    obs: Mapping[str, Any],
+    *,
+    action_dim: int,
+    camera_keys: Sequence[str],
+    max_cameras: int,
+    needs_session_id: bool,
+    adapters: Sequence[str],
+) -> Request:
+    """Check a π0/π0.5 observation.
+
+    Raises:
+        ObservationError: the model cannot run on it (detail for the log).
+        PublicRequestError: bad ``sampling_params.lora``.
+    """
+    lora, scale = check_sampling_params(obs.get("sampling_params"), adapters)
+    prompt, session_id, seed = _common(obs, needs_session_id)
+    images = obs.get("images")
+    if not isinstance(images, Mapping):
+        raise ObservationError(
+            f"images is {type(images).__name__}; expected a map of camera key -> frame"
+        )
+    unknown = [k for k in images if k not in camera_keys]
+    if unknown:
+        raise ObservationError(f"camera key {unknown[0]!r} is not one of {list(camera_keys)!r}")
+    if not images:
+        raise ObservationError(f"no camera frames; expected at least one of {list(camera_keys)!r}")
+    if len(images) > max_cameras:
+        raise ObservationError(f"{len(images)} cameras; at most {max_cameras} allowed")
+    for key, frame in images.items():
+        _check_frame(key, frame)
+    if "state" not in obs:
+        raise ObservationError(f"observation has no state; expected float32 ({action_dim},)")
+    state = _finite_state(obs["state"], "state")
+    if state.shape not in ((action_dim,), (1, action_dim)):
+        raise ObservationError(
+            f"state has shape {state.shape}; expected ({action_dim},) or (1, {action_dim})"
+        )
+    return Request(state.reshape(-1), prompt, session_id, seed, lora, scale)
+
+
+def validate_groot(
+    obs: Mapping[str, Any],
+    *,
+    embodiment: Embodiment,
+    needs_session_id: bool,
+    adapters: Sequence[str],
+) -> Request:
+    """Check a GR00T observation against ``embodiment``.
+
+    Raises:
+        ObservationError: the model cannot run on it (detail for the log).
+        PublicRequestError: bad ``sampling_params.lora``.
+    """
+    lora, scale = check_sampling_params(obs.get("sampling_params"), adapters)
+    prompt, session_id, seed = _common(obs, needs_session_id)
+    video = obs.get("video")
+    if not isinstance(video, Mapping):
+        raise ObservationError(
+            f"video is {type(video).__name__}; expected a map of {list(embodiment.video_keys)!r}"
+        )
+    if set(video) != set(embodiment.video_keys):
+        raise ObservationError(
+            f"video keys {sorted(video)!r} differ from the embodiment's "
+            f"{list(embodiment.video_keys)!r}"
+        )
+    for key, frame in video.items():
+        if isinstance(frame, (bytes, bytearray, memoryview)):
+            raise ObservationError(f"video {key!r} is {len(frame)} bytes; GR00T takes raw arrays")
+        if (
+            not isinstance(frame, np.ndarray)
+            or frame.dtype != np.uint8
+            or frame.ndim != 4
+            or frame.shape[0] != 1
+            or frame.shape[3] != 3
+            or 0 in frame.shape
+        ):
+            desc = (
+                f"{frame.dtype} {frame.shape}"
+                if isinstance(frame, np.ndarray)
+                else type(frame).__name__
+            )
+            raise ObservationError(f"video {key!r} is {desc}; expected (1, H, W, 3) uint8")
+    state = obs.get("state")
+    if not isinstance(state, Mapping):
+        raise ObservationError(
+            f"state is {type(state).__name__}; expected a map of {embodiment.state_keys!r}"
+        )
+    if set(state) != set(embodiment.state_keys):
+        raise ObservationError(
+            f"state keys {sorted(state)!r} differ from the embodiment's "
+            f"{list(embodiment.state_keys)!r}"
+        )
+    parts = []
+    for key, width in embodiment.state_groups:
+        group = _finite_state(state[key], f"state {key!r}")
+        if group.shape != (1, width):
+            raise ObservationError(f"state {key!r} has shape {group.shape}; expected (1, {width})")
+        parts.append(group.reshape(-1))
+    return Request(np.concatenate(parts), prompt, session_id, seed, lora, scale)
