@@ -1,0 +1,349 @@
+"""ObservationBuilder and reply_to_chunk: the exact wire observation per model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from relay_ros.codec import packb, unpackb
+from relay_ros.observation import (
+    ObservationBuilder,
+    ObservationError,
+    ReplyError,
+    groot_action_widths,
+    reply_to_chunk,
+    state_layout_from_joint_groups,
+)
+
+PI_META = {
+    "protocol": 1,
+    "model": "pi05",
+    "action_horizon": 50,
+    "image_size": [224, 224],
+    "needs_session_id": False,
+    "control_hz": 50.0,
+    "lora_adapters": [],
+    "action_dim": 32,
+    "max_cameras": 3,
+    "action_space": "joint_position",
+}
+GROOT_META = {
+    "protocol": 1,
+    "model": "groot",
+    "action_horizon": 16,
+    "image_size": [224, 224],
+    "needs_session_id": False,
+    "control_hz": 30.0,
+    "lora_adapters": [],
+    "embodiment": "so100",
+    "video_keys": ["video.front", "video.wrist"],
+    "state_keys": {"state.single_arm": 5, "state.gripper": 1},
+    "action_keys": ["action.single_arm", "action.gripper"],
+}
+
+
+def frame(height=480, width=640, value=100):
+    return np.full((height, width, 3), value, np.uint8)
+
+
+def test_pi_observation_exact():
+    builder = ObservationBuilder("pi05", PI_META, camera_keys=["base_0_rgb", "left_wrist_0_rgb"])
+    assert builder.image_size == (224, 224) and builder.state_width == 32
+    state = np.arange(7, dtype=np.float64) / 10
+    obs = builder.build(
+        {"base_0_rgb": frame(), "left_wrist_0_rgb": frame(224, 224, 7)},
+        state,
+        "pick up the cube",
+        session_id="s-1",
+        seed=None,
+    )
+    assert set(obs) == {"images", "state", "prompt"}  # no session_id: not needed, no seed
+    assert list(obs["images"]) == ["base_0_rgb", "left_wrist_0_rgb"]
+    for image in obs["images"].values():
+        assert image.shape == (224, 224, 3) and image.dtype == np.uint8
+    assert (obs["images"]["base_0_rgb"][:28] == 0).all()  # 640x480 padded top and bottom
+    assert (obs["images"]["left_wrist_0_rgb"] == 7).all()
+    assert obs["state"].dtype == np.float32 and obs["state"].shape == (32,)
+    np.testing.assert_array_equal(obs["state"][:7], state.astype(np.float32))
+    assert not obs["state"][7:].any()
+    assert obs["prompt"] == "pick up the cube"
+    # It survives the wire codec unchanged.
+    decoded = unpackb(packb(obs))
+    np.testing.assert_array_equal(decoded["state"], obs["state"])
+    np.testing.assert_array_equal(decoded["images"]["base_0_rgb"], obs["images"]["base_0_rgb"])
+
+
+def test_optional_fields():
+    meta = dict(PI_META, model="pi0", needs_session_id=True)
+    builder = ObservationBuilder("pi0", meta, camera_keys=["base_0_rgb"])
+    obs = builder.build(
+        {"base_0_rgb": frame()},
+        np.zeros(6),
+        "",
+        session_id="episode-3",
+        seed=np.int64(7),
+        sampling_params={"lora": "so100"},
+    )
+    assert obs["session_id"] == "episode-3"
+    assert obs["seed"] == 7 and type(obs["seed"]) is int
+    assert obs["sampling_params"] == {"lora": "so100"}
+    with pytest.raises(ObservationError) as info:
+        builder.build({"base_0_rgb": frame()}, np.zeros(6), "", session_id=None, seed=None)
+    assert str(info.value) == "session_id is None; the server needs a non-empty session id"
+    with pytest.raises(ObservationError, match=r"^seed must be an int, got True$"):
+        builder.build({"base_0_rgb": frame()}, np.zeros(6), "", session_id="s", seed=True)
+
+
+def test_pi_input_errors():
+    builder = ObservationBuilder("pi05", PI_META, camera_keys=["base_0_rgb"])
+    ok = {"base_0_rgb": frame()}
+    cases = [
+        (
+            ({}, np.zeros(6), "p"),
+            "no frame for camera 'base_0_rgb'; expected frames for ['base_0_rgb']",
+        ),
+        (
+            ({"base_0_rgb": frame(), "left_wrist_0_rgb": frame()}, np.zeros(6), "p"),
+            "frame for camera 'left_wrist_0_rgb', which is not one of ['base_0_rgb']",
+        ),
+        ((ok, np.zeros(33), "p"), "state has 33 values; pi05 takes at most action_dim=32"),
+        ((ok, np.array([0.0, np.nan]), "p"), "state [0.0, nan] contains NaN or Inf"),
+        ((ok, np.zeros(6), b"p"), "prompt must be a str, got bytes"),
+        (
+            ({"base_0_rgb": np.zeros((3, 48, 64), np.uint8)}, np.zeros(6), "p"),
+            "camera 'base_0_rgb': frame has shape (3, 48, 64) and dtype uint8; "
+            "expected (H, W, 3) uint8",
+        ),
+    ]
+    for args, message in cases:
+        with pytest.raises(ObservationError) as info:
+            builder.build(*args, session_id=None, seed=None)
+        assert str(info.value) == message
+
+
+def test_builder_config_errors():
+    cases = [
+        (("pi1", PI_META), {"camera_keys": ["base_0_rgb"]}, "model 'pi1' is not one of"),
+        (("pi0", PI_META), {"camera_keys": ["base_0_rgb"]}, "server runs model 'pi05'"),
+        (("pi05", PI_META), {"camera_keys": ["front"]}, "camera key 'front' is not one of"),
+        (("pi05", PI_META), {"camera_keys": []}, "camera_keys is empty"),
+        (
+            ("pi05", dict(PI_META, max_cameras=1)),
+            {"camera_keys": ["base_0_rgb", "left_wrist_0_rgb"]},
+            r"2 cameras \['base_0_rgb', 'left_wrist_0_rgb'\] exceed max_cameras=1",
+        ),
+        (
+            ("pi05", PI_META),
+            {"camera_keys": ["base_0_rgb"], "state_layout": {"x": [0]}},
+            "state_layout applies to GR00T only",
+        ),
+        (
+            ("groot", GROOT_META),
+            {"camera_keys": ["video.front"]},
+            r"GR00T embodiment 'so100' needs every video key \['video.front', 'video.wrist'\]; "
+            r"no camera for \['video.wrist'\]",
+        ),
+        (
+            ("groot", GROOT_META),
+            {"camera_keys": ["video.front", "video.wrist"], "state_layout": {"state.gripper": [5]}},
+            r"state_layout key 'state.single_arm' is missing; expected exactly the state keys",
+        ),
+        (
+            ("groot", dict(GROOT_META, image_size=[224])),
+            {"camera_keys": ["video.front", "video.wrist"]},
+            r"metadata image_size \[224\] is not \[height, width\]",
+        ),
+    ]
+    for args, kwargs, pattern in cases:
+        with pytest.raises(ObservationError, match=pattern):
+            ObservationBuilder(*args, **kwargs)
+
+
+def test_openpi_metadata_defaults():
+    # An openpi server sends neither image_size nor action_dim nor model.
+    builder = ObservationBuilder("pi0", {}, camera_keys=["base_0_rgb"])
+    assert builder.image_size == (224, 224) and builder.state_width == 32
+
+
+GROOT_KEYS = ["video.front", "video.wrist"]
+
+
+def test_groot_observation_exact():
+    builder = ObservationBuilder("groot", GROOT_META, camera_keys=GROOT_KEYS)
+    state = np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.9])
+    obs = builder.build(
+        {"video.front": frame(), "video.wrist": frame(240, 320)},
+        state,
+        "fold",
+        session_id=None,
+        seed=3,
+    )
+    assert set(obs) == {"video", "state", "prompt", "seed"}
+    for video in obs["video"].values():
+        assert video.shape == (1, 224, 224, 3) and video.dtype == np.uint8
+    assert list(obs["state"]) == ["state.single_arm", "state.gripper"]
+    assert obs["state"]["state.single_arm"].shape == (1, 5)
+    assert obs["state"]["state.single_arm"].dtype == np.float32
+    np.testing.assert_array_equal(obs["state"]["state.gripper"], np.float32([[0.9]]))
+    np.testing.assert_array_equal(obs["state"]["state.single_arm"][0], state[:5].astype(np.float32))
+    with pytest.raises(ObservationError) as info:
+        builder.build(
+            {"video.front": frame(), "video.wrist": frame()},
+            state[:5],
+            "",
+            session_id=None,
+            seed=None,
+        )
+    assert str(info.value) == (
+        "state has 5 values; GR00T state_keys {'state.single_arm': 5, 'state.gripper': 1} need 6"
+    )
+
+
+def test_groot_state_layout_from_joint_names():
+    joints = ["gripper", "pan", "lift", "elbow", "flex", "roll"]
+    layout = state_layout_from_joint_groups(
+        {
+            "state.single_arm": ["pan", "lift", "elbow", "flex", "roll"],
+            "state.gripper": ["gripper"],
+        },
+        joints,
+    )
+    assert layout == {"state.single_arm": (1, 2, 3, 4, 5), "state.gripper": (0,)}
+    builder = ObservationBuilder("groot", GROOT_META, camera_keys=GROOT_KEYS, state_layout=layout)
+    obs = builder.build(
+        {"video.front": frame(), "video.wrist": frame()},
+        np.array([0.9, 0.1, 0.2, 0.3, 0.4, 0.5]),
+        "",
+        session_id=None,
+        seed=None,
+    )
+    np.testing.assert_array_equal(obs["state"]["state.gripper"], np.float32([[0.9]]))
+    np.testing.assert_array_equal(
+        obs["state"]["state.single_arm"], np.float32([[0.1, 0.2, 0.3, 0.4, 0.5]])
+    )
+    with pytest.raises(ObservationError) as info:
+        state_layout_from_joint_groups({"state.gripper": ["jaw"]}, joints)
+    assert str(info.value) == (
+        "state group 'state.gripper': joint 'jaw' is not one of "
+        "['gripper', 'pan', 'lift', 'elbow', 'flex', 'roll']"
+    )
+
+
+def test_accepted_by_reference_server_validation():
+    validation = pytest.importorskip("relay_ros.server.validation")
+    embodiment_mod = pytest.importorskip("relay_ros.server.embodiment")
+    pi = ObservationBuilder("pi05", PI_META, camera_keys=["base_0_rgb", "right_wrist_0_rgb"])
+    obs = unpackb(
+        packb(
+            pi.build(
+                {"base_0_rgb": frame(), "right_wrist_0_rgb": frame()},
+                np.ones(7),
+                "p",
+                session_id=None,
+                seed=1,
+            )
+        )
+    )
+    request = validation.validate_pi(
+        obs,
+        action_dim=32,
+        camera_keys=("base_0_rgb", "left_wrist_0_rgb", "right_wrist_0_rgb"),
+        max_cameras=3,
+        needs_session_id=False,
+        adapters=[],
+    )
+    assert request.state.shape == (32,) and request.seed == 1
+    groot = ObservationBuilder("groot", GROOT_META, camera_keys=GROOT_KEYS)
+    obs = unpackb(
+        packb(
+            groot.build(
+                {"video.front": frame(), "video.wrist": frame()},
+                np.ones(6),
+                "p",
+                session_id=None,
+                seed=None,
+            )
+        )
+    )
+    request = validation.validate_groot(
+        obs,
+        embodiment=embodiment_mod.load_embodiment("so100"),
+        needs_session_id=False,
+        adapters=[],
+    )
+    np.testing.assert_array_equal(request.state, np.ones(6, np.float32))
+
+
+def test_reply_to_chunk_pi():
+    actions = np.arange(50 * 32, dtype=np.float32).reshape(50, 32)
+    actions.flags.writeable = False  # as decoded from the wire
+    chunk = reply_to_chunk(actions, PI_META)
+    assert chunk.dtype == np.float32 and chunk.shape == (50, 32) and chunk.flags.writeable
+    np.testing.assert_array_equal(chunk, actions)
+    # A full reply map (openpi client) is unwrapped.
+    full = {"actions": actions, "server_timing": {"infer_ms": 1.0}}
+    np.testing.assert_array_equal(reply_to_chunk(full, PI_META), actions)
+    with pytest.raises(ReplyError) as info:
+        reply_to_chunk(actions[:, :7], PI_META)
+    assert str(info.value) == "actions have shape (50, 7); metadata says (50, 32)"
+    with pytest.raises(ReplyError, match=r"expected \(action_horizon, action_dim\)"):
+        reply_to_chunk(actions[None], PI_META)
+
+
+def test_reply_to_chunk_groot():
+    arm = np.arange(16 * 5, dtype=np.float32).reshape(1, 16, 5)
+    grip = np.full((1, 16, 1), -1.0, np.float32)
+    reply = {"action.gripper": grip, "action.single_arm": arm}  # dict order differs
+    chunk = reply_to_chunk(reply, GROOT_META)
+    assert chunk.shape == (16, 6) and chunk.dtype == np.float32
+    np.testing.assert_array_equal(chunk[:, :5], arm[0])
+    np.testing.assert_array_equal(chunk[:, 5], -1.0)
+    swapped = reply_to_chunk(
+        reply, GROOT_META, action_keys_order=["action.gripper", "action.single_arm"]
+    )
+    np.testing.assert_array_equal(swapped[:, 0], -1.0)
+    with pytest.raises(ReplyError) as info:
+        reply_to_chunk({"action.single_arm": arm}, GROOT_META)
+    assert str(info.value) == (
+        "reply action groups ['action.single_arm'] do not match the expected groups "
+        "['action.single_arm', 'action.gripper']"
+    )
+    with pytest.raises(ReplyError) as info:
+        reply_to_chunk(
+            reply,
+            GROOT_META,
+            action_widths=groot_action_widths(
+                dict(GROOT_META, state_keys={"state.single_arm": 6, "state.gripper": 1})
+            ),
+        )
+    assert str(info.value) == "action group 'action.single_arm' has width 5; expected 6"
+    with pytest.raises(ReplyError, match="has 8 steps; metadata action_horizon is 16"):
+        reply_to_chunk({"action.single_arm": arm[:, :8], "action.gripper": grip[:, :8]}, GROOT_META)
+
+
+def test_error_reply_refused():
+    with pytest.raises(ReplyError) as info:
+        reply_to_chunk({"type": "error", "message": "Internal inference error"}, PI_META)
+    assert str(info.value) == (
+        "reply_to_chunk got a reply of type 'error' (message 'Internal inference error'), "
+        "not actions; check for error replies before converting"
+    )
+    with pytest.raises(ReplyError, match="expected an array"):
+        reply_to_chunk([[0.0]], PI_META)
+
+
+def test_groot_action_widths():
+    assert groot_action_widths(GROOT_META) == {"action.single_arm": 5, "action.gripper": 1}
+    meta = dict(GROOT_META, action_keys=["action.eef", "action.gripper"])
+    with pytest.raises(ObservationError) as info:
+        groot_action_widths(meta)
+    assert str(info.value) == (
+        "width of GR00T action group 'action.eef' is unknown: no state group 'state.eef' in "
+        "['state.single_arm', 'state.gripper']; give it in action_widths"
+    )
+    assert groot_action_widths(meta, action_widths={"action.eef": 7}) == {
+        "action.eef": 7,
+        "action.gripper": 1,
+    }
+    with pytest.raises(ObservationError, match="action_widths names 'action.x'"):
+        groot_action_widths(GROOT_META, action_widths={"action.x": 1})
