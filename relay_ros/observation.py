@@ -41,6 +41,7 @@ from relay_ros.camera_map import DEFAULT_CAMERA_KEYS
 from relay_ros.images import ImageConversionError, resize_with_pad
 
 __all__ = [
+    "DEFAULT_ACTION_DIM",
     "DEFAULT_IMAGE_SIZE",
     "MODELS",
     "ObservationBuilder",
@@ -59,8 +60,9 @@ MODELS: tuple[str, ...] = ("pi05", "pi0", "groot")
 #: ``image_size`` used when the metadata has none (an openpi server), [height, width].
 DEFAULT_IMAGE_SIZE: tuple[int, int] = (224, 224)
 
-#: State width of the openpi π0 / π0.5 checkpoints, used when metadata has no action_dim.
-_DEFAULT_ACTION_DIM = 32
+#: Action/state width of the openpi π0 / π0.5 checkpoints, used when metadata has no
+#: ``action_dim`` (an openpi server).
+DEFAULT_ACTION_DIM = 32
 
 
 class ObservationError(ValueError):
@@ -252,7 +254,7 @@ class ObservationBuilder:
                 raise ObservationError(
                     f"state_layout applies to GR00T only; {model} takes the flat state vector"
                 )
-            self.state_width = int(metadata.get("action_dim") or _DEFAULT_ACTION_DIM)
+            self.state_width = int(metadata.get("action_dim") or DEFAULT_ACTION_DIM)
 
     def _check_layout(self, layout: Mapping[str, Sequence[int]]) -> dict[str, np.ndarray]:
         missing = [k for k in self._state_widths if k not in layout]

@@ -1,0 +1,214 @@
+"""Output controllers: which action dimensions drive which trajectory controller.
+
+A chunk from :func:`relay_ros.observation.reply_to_chunk` is one (H, D) array. Each
+ros2_control trajectory controller (arm, gripper, ...) gets the columns ``dims`` of it,
+published as a ``JointTrajectory`` with its ``joints`` on its ``topic``.
+
+The node passes the ``outputs`` parameters as a mapping name -> entry:
+
+- π0 / π0.5: ``{"topic": str, "joints": [names], "dims": [indices into 0..action_dim-1]}``.
+- GR00T: ``{"topic": str, "joints": [names], "action_key": "action.single_arm",
+  "dims": [indices within that group]}`` (``dims`` optional: the whole group). The
+  flat dims are computed from the group offsets in the chunk, i.e. the metadata
+  ``action_keys`` order with the widths of :func:`groot_action_widths`.
+
+Validation refuses: a missing/unknown field, a dims count that differs from the joint
+count, dims out of range, a dim or joint used twice (also across controllers),
+duplicate topics, an unknown ``action_key`` (the message names the allowed ones).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from relay_ros.observation import (
+    DEFAULT_ACTION_DIM,
+    MODELS,
+    ObservationError,
+    groot_action_widths,
+)
+
+__all__ = ["OutputController", "OutputsError", "chunk_width", "load_outputs"]
+
+logger = logging.getLogger(__name__)
+
+_PI_FIELDS = ("topic", "joints", "dims")
+_GROOT_FIELDS = ("topic", "joints", "action_key", "dims")
+
+
+class OutputsError(ValueError):
+    """The output controller configuration is invalid; the message names the entry."""
+
+
+@dataclass(frozen=True)
+class OutputController:
+    """One trajectory controller fed from the action chunk.
+
+    Attributes:
+        name: Config name, e.g. ``"arm"``.
+        topic: ``JointTrajectory`` topic, e.g. ``"/arm_controller/joint_trajectory"``.
+        joints: Joint names, in the order of ``dims``.
+        dims: Column indices into the flat (H, D) chunk, one per joint.
+    """
+
+    name: str
+    topic: str
+    joints: tuple[str, ...]
+    dims: tuple[int, ...]
+
+    def select(self, chunk: np.ndarray) -> np.ndarray:
+        """Return this controller's columns of an (H, D) chunk as (H, len(joints))."""
+        return chunk[:, list(self.dims)]
+
+
+def chunk_width(
+    model: str, metadata: Mapping[str, Any], *, action_widths: Mapping[str, int] | None = None
+) -> int:
+    """Width D of the flat chunk: ``action_dim`` (π0, default 32) or the sum of GR00T widths.
+
+    Raises:
+        OutputsError: Unknown model or metadata without the needed fields.
+    """
+    if model not in MODELS:
+        raise OutputsError(f"model {model!r} is not one of {list(MODELS)}")
+    if model == "groot":
+        try:
+            return sum(groot_action_widths(metadata, action_widths=action_widths).values())
+        except ObservationError as exc:
+            raise OutputsError(str(exc)) from exc
+    dim = metadata.get("action_dim", DEFAULT_ACTION_DIM)  # openpi servers do not send it
+    if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim <= 0:
+        raise OutputsError(f"metadata action_dim is {dim!r}; expected a positive integer")
+    return int(dim)
+
+
+def _int_list(name: str, field: str, value: Any) -> list[int]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise OutputsError(f"output {name!r}: {field} must be a list of integers, got {value!r}")
+    out = []
+    for item in value:
+        if isinstance(item, bool) or not isinstance(item, (int, np.integer)):
+            raise OutputsError(f"output {name!r}: {field} has {item!r}; expected integers")
+        out.append(int(item))
+    return out
+
+
+def load_outputs(
+    spec: Mapping[str, Mapping[str, Any]],
+    *,
+    model: str,
+    metadata: Mapping[str, Any],
+    action_widths: Mapping[str, int] | None = None,
+) -> list[OutputController]:
+    """Validate the output controller config and compute flat chunk dims.
+
+    Args:
+        spec: Controller name -> entry (see the module docstring).
+        model: ``"pi05"``, ``"pi0"`` or ``"groot"``.
+        metadata: The server metadata (``action_dim``; GR00T ``action_keys``,
+            ``state_keys``).
+        action_widths: GR00T only: width per action group when it cannot be derived
+            from the state group of the same name.
+
+    Returns:
+        The controllers in ``spec`` order.
+
+    Raises:
+        OutputsError: Any invalid entry; the message names the entry and the
+            expected values.
+    """
+    width = chunk_width(model, metadata, action_widths=action_widths)
+    if not spec:
+        raise OutputsError("outputs is empty; expected at least one controller")
+    groups: dict[str, tuple[int, int]] = {}
+    if model == "groot":
+        offset = 0
+        for key, group_width in groot_action_widths(metadata, action_widths=action_widths).items():
+            groups[key] = (offset, group_width)
+            offset += group_width
+    fields = _GROOT_FIELDS if model == "groot" else _PI_FIELDS
+
+    controllers: list[OutputController] = []
+    dim_owner: dict[int, str] = {}
+    joint_owner: dict[str, str] = {}
+    topic_owner: dict[str, str] = {}
+    for name, entry in spec.items():
+        if not isinstance(entry, Mapping):
+            raise OutputsError(f"output {name!r}: expected a mapping with {list(fields)}")
+        unknown = [f for f in entry if f not in fields]
+        if unknown:
+            raise OutputsError(
+                f"output {name!r}: unknown field {unknown[0]!r} for {model}; "
+                f"expected fields: {list(fields)}"
+            )
+        topic = entry.get("topic")
+        if not isinstance(topic, str) or not topic.strip():
+            raise OutputsError(f"output {name!r}: topic must be a non-empty string, got {topic!r}")
+        if topic in topic_owner:
+            raise OutputsError(
+                f"output {name!r}: topic {topic!r} is already used by {topic_owner[topic]!r}"
+            )
+        joints_raw = entry.get("joints")
+        if isinstance(joints_raw, str) or not isinstance(joints_raw, Sequence) or not joints_raw:
+            raise OutputsError(
+                f"output {name!r}: joints must be a non-empty list of names, got {joints_raw!r}"
+            )
+        joints = tuple(str(j) for j in joints_raw)
+        for joint in joints:
+            if not joint:
+                raise OutputsError(f"output {name!r}: empty joint name")
+            if joint in joint_owner:
+                where = "this output" if joint_owner[joint] == name else repr(joint_owner[joint])
+                raise OutputsError(f"output {name!r}: joint {joint!r} is already driven by {where}")
+            joint_owner[joint] = name
+
+        if model == "groot":
+            key = entry.get("action_key")
+            if key not in groups:
+                raise OutputsError(
+                    f"output {name!r}: action_key {key!r} is not one of {list(groups)}"
+                )
+            offset, group_width = groups[key]
+            if "dims" in entry:
+                local = _int_list(name, "dims", entry["dims"])
+            else:
+                local = list(range(group_width))
+            for d in local:
+                if not 0 <= d < group_width:
+                    raise OutputsError(
+                        f"output {name!r}: dim {d} is outside action group {key!r} "
+                        f"(width {group_width}, dims 0..{group_width - 1})"
+                    )
+            dims = [offset + d for d in local]
+        else:
+            if "dims" not in entry:
+                raise OutputsError(
+                    f"output {name!r}: missing dims (indices into the {width} action dims)"
+                )
+            dims = _int_list(name, "dims", entry["dims"])
+            for d in dims:
+                if not 0 <= d < width:
+                    raise OutputsError(
+                        f"output {name!r}: dim {d} is outside 0..{width - 1} (action_dim {width})"
+                    )
+        if len(dims) != len(joints):
+            raise OutputsError(
+                f"output {name!r}: {len(dims)} dims for {len(joints)} joints; "
+                "expected one dim per joint"
+            )
+        for d in dims:
+            if d in dim_owner:
+                where = "this output" if dim_owner[d] == name else repr(dim_owner[d])
+                raise OutputsError(f"output {name!r}: action dim {d} is already used by {where}")
+            dim_owner[d] = name
+        topic_owner[topic] = name
+        controllers.append(
+            OutputController(name=str(name), topic=topic, joints=joints, dims=tuple(dims))
+        )
+    logger.debug("outputs: %s", controllers)
+    return controllers
