@@ -187,9 +187,16 @@ class ObservationBuilder:
         model: ``"pi05"``, ``"pi0"`` or ``"groot"``.
         metadata: The server metadata (``PolicyClient.get_server_metadata()``).
         camera_keys: The camera keys frames are given for (the camera map's keys).
+        state_joints: Joint names of the flat state vector, in order (the node's
+            ``state_joints``). Optional; when given, its length is checked here, at
+            start (π0: at most ``action_dim``; GR00T without groups: the sum of the
+            ``state_keys`` widths), and every ``build`` checks the state length.
+        state_groups: GR00T only: state key -> joint names (needs ``state_joints``);
+            turned into ``state_layout``.
         state_layout: GR00T only: state key -> indices into the flat state vector
-            (see :func:`state_layout_from_joint_groups`). None splits the flat vector
-            consecutively by the ``state_keys`` widths, in metadata order.
+            (see :func:`state_layout_from_joint_groups`). Without groups or layout,
+            the flat vector is split consecutively by the ``state_keys`` widths, in
+            metadata order.
 
     Raises:
         ObservationError: Unknown model, metadata for another model, camera keys
@@ -202,6 +209,8 @@ class ObservationBuilder:
         metadata: Mapping[str, Any],
         *,
         camera_keys: Sequence[str],
+        state_joints: Sequence[str] | None = None,
+        state_groups: Mapping[str, Sequence[str]] | None = None,
         state_layout: Mapping[str, Sequence[int]] | None = None,
     ) -> None:
         _check_model(model)
@@ -242,19 +251,51 @@ class ObservationBuilder:
             )
         self.camera_keys: tuple[str, ...] = keys
 
+        self.state_joints: tuple[str, ...] | None = (
+            None if state_joints is None else tuple(state_joints)
+        )
         self._state_widths: dict[str, int] = {}
         self._state_layout: dict[str, np.ndarray] | None = None
         if model == "groot":
             self._state_widths = _state_keys(metadata)
+            if state_groups is not None:
+                if state_layout is not None:
+                    raise ObservationError("give state_groups or state_layout, not both")
+                if self.state_joints is None:
+                    raise ObservationError("state_groups needs state_joints (the joint order)")
+                state_layout = state_layout_from_joint_groups(state_groups, self.state_joints)
             if state_layout is not None:
                 self._state_layout = self._check_layout(state_layout)
             self.state_width = sum(self._state_widths.values())
-        else:
-            if state_layout is not None:
+            if (
+                self._state_layout is None
+                and self.state_joints is not None
+                and len(self.state_joints) != self.state_width
+            ):
                 raise ObservationError(
-                    f"state_layout applies to GR00T only; {model} takes the flat state vector"
+                    f"state_joints has {len(self.state_joints)} joints "
+                    f"{list(self.state_joints)}; GR00T state_keys {self._state_widths} need "
+                    f"{self.state_width} (or give state_groups)"
+                )
+        else:
+            if state_layout is not None or state_groups is not None:
+                raise ObservationError(
+                    f"state_groups/state_layout apply to GR00T only; {model} takes the flat "
+                    "state vector"
                 )
             self.state_width = int(metadata.get("action_dim") or DEFAULT_ACTION_DIM)
+            if self.state_joints is not None and len(self.state_joints) > self.state_width:
+                raise ObservationError(
+                    f"state_joints has {len(self.state_joints)} joints; {model} takes at most "
+                    f"action_dim={self.state_width}"
+                )
+        if self._state_layout is not None and self.state_joints is not None:
+            for key, indices in self._state_layout.items():
+                if indices.size and int(indices.max()) >= len(self.state_joints):
+                    raise ObservationError(
+                        f"state_layout[{key!r}] uses index {int(indices.max())}, but "
+                        f"state_joints has {len(self.state_joints)} joints"
+                    )
 
     def _check_layout(self, layout: Mapping[str, Sequence[int]]) -> dict[str, np.ndarray]:
         missing = [k for k in self._state_widths if k not in layout]
@@ -284,6 +325,11 @@ class ObservationBuilder:
 
     def _state(self, state: np.ndarray) -> np.ndarray | dict[str, np.ndarray]:
         flat = np.asarray(state, dtype=np.float64).reshape(-1)
+        if self.state_joints is not None and flat.size != len(self.state_joints):
+            raise ObservationError(
+                f"state has {flat.size} values; expected one per state joint "
+                f"{list(self.state_joints)}"
+            )
         if not np.isfinite(flat).all():
             raise ObservationError(f"state {flat.tolist()} contains NaN or Inf")
         if self.model != "groot":

@@ -135,7 +135,7 @@ def test_builder_config_errors():
         (
             ("pi05", PI_META),
             {"camera_keys": ["base_0_rgb"], "state_layout": {"x": [0]}},
-            "state_layout applies to GR00T only",
+            "state_groups/state_layout apply to GR00T only",
         ),
         (
             ("groot", GROOT_META),
@@ -347,3 +347,40 @@ def test_groot_action_widths():
     }
     with pytest.raises(ObservationError, match="action_widths names 'action.x'"):
         groot_action_widths(GROOT_META, action_widths={"action.x": 1})
+
+
+def test_state_joints_checked_at_start_and_build():
+    arm = ["a", "b", "c", "d", "e"]
+    builder = ObservationBuilder(
+        "groot", GROOT_META, camera_keys=GROOT_KEYS, state_joints=arm + ["jaw"]
+    )
+    frames = {"video.front": frame(), "video.wrist": frame()}
+    with pytest.raises(ObservationError) as info:
+        builder.build(frames, np.zeros(5), "", session_id=None, seed=None)
+    assert str(info.value) == (
+        "state has 5 values; expected one per state joint ['a', 'b', 'c', 'd', 'e', 'jaw']"
+    )
+    with pytest.raises(ObservationError) as info:
+        ObservationBuilder("groot", GROOT_META, camera_keys=GROOT_KEYS, state_joints=arm)
+    assert str(info.value) == (
+        "state_joints has 5 joints ['a', 'b', 'c', 'd', 'e']; GR00T state_keys "
+        "{'state.single_arm': 5, 'state.gripper': 1} need 6 (or give state_groups)"
+    )
+    with pytest.raises(ObservationError) as info:
+        ObservationBuilder("pi05", PI_META, camera_keys=["base_0_rgb"], state_joints=["j"] * 33)
+    assert str(info.value) == "state_joints has 33 joints; pi05 takes at most action_dim=32"
+    # Groups by joint name: the flat order may differ from the groups' order.
+    grouped = ObservationBuilder(
+        "groot",
+        GROOT_META,
+        camera_keys=GROOT_KEYS,
+        state_joints=["jaw"] + arm,
+        state_groups={"state.single_arm": arm, "state.gripper": ["jaw"]},
+    )
+    obs = grouped.build(frames, np.arange(6.0), "", session_id=None, seed=None)
+    np.testing.assert_array_equal(obs["state"]["state.gripper"], np.float32([[0.0]]))
+    np.testing.assert_array_equal(obs["state"]["state.single_arm"], np.float32([[1, 2, 3, 4, 5]]))
+    with pytest.raises(ObservationError, match="state_groups needs state_joints"):
+        ObservationBuilder(
+            "groot", GROOT_META, camera_keys=GROOT_KEYS, state_groups={"state.gripper": ["j"]}
+        )
