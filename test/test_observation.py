@@ -384,3 +384,14 @@ def test_state_joints_checked_at_start_and_build():
         ObservationBuilder(
             "groot", GROOT_META, camera_keys=GROOT_KEYS, state_groups={"state.gripper": ["j"]}
         )
+
+
+def test_strided_views_at_target_size_go_on_the_wire_unchanged():
+    # An rgba8 or mono8 camera already at 224x224 arrives as a strided read-only view;
+    # the builder passes it through and the codec packs it correctly.
+    rgba = np.arange(224 * 224 * 4, dtype=np.uint8).reshape(224, 224, 4)[:, :, :3]
+    rgba.flags.writeable = False
+    builder = ObservationBuilder("pi05", PI_META, camera_keys=["base_0_rgb"])
+    obs = builder.build({"base_0_rgb": rgba}, np.zeros(3), "", session_id=None, seed=None)
+    assert obs["images"]["base_0_rgb"] is rgba
+    np.testing.assert_array_equal(unpackb(packb(obs))["images"]["base_0_rgb"], rgba)
