@@ -46,7 +46,8 @@ class BagWriter:
     The bag is opened by the constructor; :meth:`close` (or leaving the context
     manager) writes the index and ``metadata.yaml``. Leaving the context manager
     with an exception still closes the bag so the messages written so far are
-    kept. ``write`` is thread-safe.
+    kept. Use a writer from the thread that created it: sqlite3 connections are
+    bound to their thread (the recorder gives its writer a thread of its own).
 
     Raises:
         BagError: Bad storage/version/distro, or the path exists.
