@@ -1,0 +1,381 @@
+"""``sim_arm``: a simulated arm that stands in for ros2_control on a laptop.
+
+One `TrajectoryFollower` per configured controller behaves like a
+``joint_trajectory_controller`` on that controller's ``joint_trajectory`` topic; the
+node publishes every joint on ``/joint_states`` at 100 Hz and the streaming measures
+(stall time, boundary step, action age, rejections) on ``~/metrics``. The followers
+are exposed for in-process use (the demo and tests can read their metrics and
+history directly). All logic lives in `relay_ros.sim.trajectory_follower`.
+
+Parameters (declared in `SimArmNode._declare_parameters`; see docs/simulation.md):
+
+- ``controllers`` (string[]): controller names, default
+  ``["arm_controller", "gripper_controller"]``.
+- ``controllers.<name>.joints`` (string[]): the controller's joints (defaults exist
+  only for the two default controllers).
+- ``controllers.<name>.topic`` (string): default ``/<name>/joint_trajectory``.
+- ``controllers.<name>.initial_positions`` (double[]): default all zeros.
+- ``controllers.<name>.allow_partial_joints_goal`` (bool): default false.
+- ``controllers.<name>.allow_nonzero_velocity_at_trajectory_end`` (bool): default
+  false (Jazzy).
+- ``joint_states_topic`` (string), ``joint_states_rate_hz`` (double, 100),
+  ``metrics_rate_hz`` (double, 1; 0 disables), ``tracking_time_constant_s``
+  (double, 0 = perfect tracking), ``history_length`` (int).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import Any
+
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rcl_interfaces.msg import ParameterDescriptor
+from rclpy.context import Context
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import JointState
+from trajectory_msgs.msg import JointTrajectory
+
+from relay_ros.sim.trajectory_follower import (
+    FollowerMetrics,
+    TrajectoryCommand,
+    TrajectoryFollower,
+)
+
+__all__ = ["DEFAULT_CONTROLLERS", "SimArmConfigError", "SimArmNode", "main"]
+
+#: Joints of the default controllers: a 7-joint arm and a one-joint gripper.
+DEFAULT_CONTROLLERS: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "arm_controller": tuple(f"joint{i}" for i in range(1, 8)),
+        "gripper_controller": ("gripper_joint",),
+    }
+)
+
+# Node-wide parameters: name -> (default, description).
+_NODE_PARAMETERS: dict[str, tuple[Any, str]] = {
+    "controllers": (
+        list(DEFAULT_CONTROLLERS),
+        "Names of the simulated joint_trajectory_controllers; each has controllers.<name>.* "
+        "parameters.",
+    ),
+    "joint_states_topic": ("/joint_states", "Topic of the sensor_msgs/JointState output."),
+    "joint_states_rate_hz": (100.0, "Rate of control cycles and /joint_states messages, Hz."),
+    "metrics_rate_hz": (
+        1.0,
+        "Rate of the diagnostic_msgs/DiagnosticArray on ~/metrics, Hz (0 disables).",
+    ),
+    "tracking_time_constant_s": (
+        0.0,
+        "0: joints follow the command exactly; > 0: first-order lag with this time "
+        "constant, seconds.",
+    ),
+    "history_length": (
+        60_000,
+        "Control cycles kept per controller for plotting (oldest dropped first).",
+    ),
+}
+
+# Per-controller parameters under controllers.<name>.: suffix -> (type, description).
+_CONTROLLER_PARAMETERS: dict[str, tuple[Parameter.Type, str]] = {
+    "joints": (
+        Parameter.Type.STRING_ARRAY,
+        "Joints of this controller, in command order (required unless the controller is "
+        "one of the defaults).",
+    ),
+    "topic": (
+        Parameter.Type.STRING,
+        "JointTrajectory input topic; default /<name>/joint_trajectory.",
+    ),
+    "initial_positions": (
+        Parameter.Type.DOUBLE_ARRAY,
+        "Start position per joint, rad or m; default all zeros.",
+    ),
+    "allow_partial_joints_goal": (
+        Parameter.Type.BOOL,
+        "Accept trajectories for a subset of the joints (others hold); default false.",
+    ),
+    "allow_nonzero_velocity_at_trajectory_end": (
+        Parameter.Type.BOOL,
+        "Accept a non-zero velocity on the last point; default false (Jazzy; Humble: true).",
+    ),
+}
+
+# joint_trajectory_controller subscribes with the system default QoS (reliable,
+# volatile); a depth of 10 keeps every message so that every rejection is counted.
+_TRAJECTORY_QOS = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST, depth=10, reliability=ReliabilityPolicy.RELIABLE
+)
+_JOINT_STATES_QOS = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST, depth=10, reliability=ReliabilityPolicy.RELIABLE
+)
+
+
+class SimArmConfigError(ValueError):
+    """The sim_arm parameters are inconsistent."""
+
+
+def _as_parameters(overrides: Mapping[str, Any] | Sequence[Parameter] | None) -> list[Parameter]:
+    if overrides is None:
+        return []
+    if isinstance(overrides, Mapping):
+        return [Parameter(name, value=value) for name, value in overrides.items()]
+    return list(overrides)
+
+
+class SimArmNode(Node):
+    """The ``sim_arm`` node: simulated joint_trajectory_controllers and /joint_states.
+
+    Args:
+        node_name: ROS node name.
+        namespace: ROS namespace (None = the default).
+        context: rclpy context (None = the global one).
+        parameter_overrides: Parameter values, as ``{name: value}`` or a list of
+            `rclpy.parameter.Parameter` (use the latter for empty arrays, whose type
+            cannot be inferred).
+
+    Raises:
+        SimArmConfigError: No controllers, a controller without joints, a joint in two
+            controllers, wrong initial position counts, or a non-positive rate.
+    """
+
+    def __init__(
+        self,
+        *,
+        node_name: str = "sim_arm",
+        namespace: str | None = None,
+        context: Context | None = None,
+        parameter_overrides: Mapping[str, Any] | Sequence[Parameter] | None = None,
+    ) -> None:
+        super().__init__(
+            node_name,
+            namespace=namespace,
+            context=context,
+            parameter_overrides=_as_parameters(parameter_overrides),
+        )
+        try:
+            self._setup()
+        except Exception:
+            # A half-built node would keep its handles until the context shuts down.
+            self.destroy_node()
+            raise
+
+    # ------------------------------------------------------------------ public API
+
+    @property
+    def followers(self) -> Mapping[str, TrajectoryFollower]:
+        """The follower of each controller, by controller name (read-only mapping)."""
+        return MappingProxyType(self._followers)
+
+    @property
+    def topics(self) -> Mapping[str, str]:
+        """The JointTrajectory input topic of each controller (fully resolved)."""
+        return MappingProxyType(self._topics)
+
+    @property
+    def joint_names(self) -> list[str]:
+        """All joints in /joint_states order (controllers in configured order)."""
+        return list(self._joint_names)
+
+    def metrics(self) -> dict[str, FollowerMetrics]:
+        """Return the measures of every controller, by controller name."""
+        return {name: f.metrics() for name, f in self._followers.items()}
+
+    def publish_metrics(self) -> None:
+        """Publish the measures on ``~/metrics`` as one DiagnosticStatus per controller.
+
+        Each status has ``name`` ``"<node name>: <controller>"``, level WARN while the
+        controller holds after a stall or once it has rejected a message, else OK, and one
+        KeyValue per `FollowerMetrics` field (``rejection_reasons`` as JSON, None as "").
+        """
+        array = DiagnosticArray()
+        array.header.stamp = self.get_clock().now().to_msg()
+        for name, metrics in self.metrics().items():
+            status = DiagnosticStatus()
+            status.name = f"{self.get_name()}: {name}"
+            status.hardware_id = self.get_name()
+            stalled = metrics.holding and metrics.stall_time_s > 0.0
+            warn = stalled or metrics.rejected > 0
+            status.level = DiagnosticStatus.WARN if warn else DiagnosticStatus.OK
+            parts = ["holding" if metrics.holding else "following"]
+            if metrics.rejected:
+                parts.append(f"{metrics.rejected} rejected, last: {metrics.last_rejection}")
+            status.message = "; ".join(parts)
+            for key, value in metrics.to_dict().items():
+                if isinstance(value, dict):
+                    text = json.dumps(value, sort_keys=True)
+                elif value is None:
+                    text = ""
+                else:
+                    text = str(value)
+                status.values.append(KeyValue(key=key, value=text))
+            array.status.append(status)
+        self._metrics_pub.publish(array)
+
+    # ------------------------------------------------------------------ internals
+
+    def _setup(self) -> None:
+        """Declare parameters, build the followers and wire topics and timers."""
+        config = self._declare_parameters()
+        self._followers: dict[str, TrajectoryFollower] = {}
+        self._topics: dict[str, str] = {}
+        seen: dict[str, str] = {}
+        for name, settings in config["controllers"].items():
+            for joint in settings["joints"]:
+                if joint in seen:
+                    raise SimArmConfigError(
+                        f"joint {joint!r} is in controllers {seen[joint]!r} and {name!r}; "
+                        "expected each joint in one controller"
+                    )
+                seen[joint] = name
+            try:
+                follower = TrajectoryFollower(
+                    settings["joints"],
+                    settings["initial_positions"],
+                    name=name,
+                    allow_partial_joints=settings["allow_partial_joints_goal"],
+                    allow_nonzero_velocity_at_end=settings[
+                        "allow_nonzero_velocity_at_trajectory_end"
+                    ],
+                    tracking_time_constant_s=config["tracking_time_constant_s"],
+                    history_length=config["history_length"],
+                    log_rejections=False,
+                )
+            except ValueError as exc:
+                raise SimArmConfigError(str(exc)) from exc
+            self._followers[name] = follower
+            self._topics[name] = settings["topic"]
+        self._joint_names = [j for f in self._followers.values() for j in f.joint_names]
+
+        for name, topic in self._topics.items():
+            self.create_subscription(
+                JointTrajectory,
+                topic,
+                lambda msg, controller=name: self._on_trajectory(controller, msg),
+                _TRAJECTORY_QOS,
+            )
+        self._joint_states_pub = self.create_publisher(
+            JointState, config["joint_states_topic"], _JOINT_STATES_QOS
+        )
+        self._metrics_pub = self.create_publisher(DiagnosticArray, "~/metrics", 10)
+        self.create_timer(1.0 / config["joint_states_rate_hz"], self._on_control_cycle)
+        if config["metrics_rate_hz"] > 0.0:
+            self.create_timer(1.0 / config["metrics_rate_hz"], self.publish_metrics)
+        self.get_logger().info(
+            "simulating "
+            + ", ".join(
+                f"{name} ({len(f.joint_names)} joints on {self._topics[name]})"
+                for name, f in self._followers.items()
+            )
+            + f"; /joint_states on {config['joint_states_topic']} at "
+            f"{config['joint_states_rate_hz']:g} Hz"
+        )
+
+    def _declare_parameters(self) -> dict[str, Any]:
+        """Declare every parameter (with descriptions) and return the validated values."""
+        values: dict[str, Any] = {}
+        for name, (default, description) in _NODE_PARAMETERS.items():
+            values[name] = self.declare_parameter(
+                name, default, ParameterDescriptor(description=description)
+            ).value
+        names = [str(n) for n in values["controllers"]]
+        if not names:
+            raise SimArmConfigError("parameter 'controllers' is empty; expected at least one name")
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise SimArmConfigError(
+                f"parameter 'controllers' lists {duplicates} more than once; expected unique names"
+            )
+        for key in ("joint_states_rate_hz",):
+            if not values[key] > 0.0:
+                raise SimArmConfigError(f"parameter {key!r} is {values[key]!r}; expected > 0 Hz")
+        if not values["metrics_rate_hz"] >= 0.0:
+            raise SimArmConfigError(
+                f"parameter 'metrics_rate_hz' is {values['metrics_rate_hz']!r}; expected >= 0 Hz"
+            )
+
+        controllers: dict[str, dict[str, Any]] = {}
+        for controller in names:
+            settings: dict[str, Any] = {}
+            for suffix, (kind, description) in _CONTROLLER_PARAMETERS.items():
+                full = f"controllers.{controller}.{suffix}"
+                descriptor = ParameterDescriptor(description=description)
+                settings[suffix] = self.declare_parameter(full, kind, descriptor).value
+            joints = list(settings["joints"] or DEFAULT_CONTROLLERS.get(controller, ()))
+            if not joints:
+                raise SimArmConfigError(
+                    f"parameter 'controllers.{controller}.joints' is not set; expected the "
+                    f"joint names of controller {controller!r}"
+                )
+            initial = settings["initial_positions"]
+            initial = [0.0] * len(joints) if initial is None or len(initial) == 0 else initial
+            if len(initial) != len(joints):
+                raise SimArmConfigError(
+                    f"parameter 'controllers.{controller}.initial_positions' has "
+                    f"{len(initial)} values for {len(joints)} joints {joints}; "
+                    f"expected {len(joints)}"
+                )
+            topic = settings["topic"] or f"/{controller}/joint_trajectory"
+            controllers[controller] = {
+                "joints": joints,
+                "initial_positions": [float(v) for v in initial],
+                "topic": self.resolve_topic_name(topic),
+                "allow_partial_joints_goal": bool(settings["allow_partial_joints_goal"]),
+                "allow_nonzero_velocity_at_trajectory_end": bool(
+                    settings["allow_nonzero_velocity_at_trajectory_end"]
+                ),
+            }
+        values["controllers"] = controllers
+        return values
+
+    def _now(self) -> float:
+        return self.get_clock().now().nanoseconds * 1e-9
+
+    def _on_trajectory(self, controller: str, msg: JointTrajectory) -> None:
+        result = self._followers[controller].receive(TrajectoryCommand.from_msg(msg), self._now())
+        if not result:
+            self.get_logger().error(
+                f"rejected a trajectory on {self._topics[controller]}: {result.reason}"
+            )
+
+    def _on_control_cycle(self) -> None:
+        stamp = self.get_clock().now()
+        if stamp.nanoseconds == 0:
+            return  # use_sim_time and no /clock yet: there is no "now" to follow
+        now = stamp.nanoseconds * 1e-9
+        msg = JointState()
+        msg.header.stamp = stamp.to_msg()
+        msg.name = list(self._joint_names)
+        positions: list[float] = []
+        velocities: list[float] = []
+        for follower in self._followers.values():
+            sample = follower.update(now)
+            positions.extend(float(v) for v in sample.positions)
+            velocities.extend(float(v) for v in sample.velocities)
+        msg.position = positions
+        msg.velocity = velocities
+        self._joint_states_pub.publish(msg)
+
+
+def main(args: list[str] | None = None) -> None:
+    """Console entry point ``sim_arm``: spin the node until Ctrl-C or shutdown."""
+    rclpy.init(args=args)
+    node: SimArmNode | None = None
+    try:
+        node = SimArmNode()
+        rclpy.spin(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        if node is not None:
+            node.destroy_node()
+        rclpy.try_shutdown()
+
+
+if __name__ == "__main__":
+    main()
