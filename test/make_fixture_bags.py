@@ -13,7 +13,8 @@ One bag per storage format (mcap like Jazzy, sqlite3 like Humble), metadata
 version 8, every topic offered reliable/volatile/keep_last. Bag time starts at
 ``START_NS``; a message's bag timestamp is its receive time, its ``header.stamp``
 is the capture time (``CAMERA_LATENCY_NS`` / ``JOINT_LATENCY_NS`` earlier).
-Everything is deterministic for a given ``seed``.
+Frames come from :class:`relay_ros.sim.scene.SceneRenderer` (cameras ``base`` and
+``wrist``). Everything is deterministic for a given ``seed``.
 
 Usage: ``python test/make_fixture_bags.py OUT_DIR [--seconds 6]`` or
 ``make_bags(out_dir)`` from tests (generate into a tmp dir; binaries are not committed).
@@ -26,11 +27,11 @@ import math
 from pathlib import Path
 from typing import Any
 
-import cv2
 import numpy as np
 
 from relay_ros.bag.reader import RecordedQos
 from relay_ros.bag.writer import BagWriter
+from relay_ros.sim.scene import SceneRenderer, encode_jpeg
 
 __all__ = [
     "BASE_TOPIC",
@@ -72,6 +73,7 @@ _QOS = {
     WRIST_TOPIC: RecordedQos(reliability="reliable", durability="volatile", depth=5),
     JOINT_TOPIC: RecordedQos(reliability="reliable", durability="volatile", depth=10),
 }
+_CAMERA_NAMES = {BASE_TOPIC: "base", WRIST_TOPIC: "wrist"}
 _FRAME_IDS = {BASE_TOPIC: "base_camera_optical_frame", WRIST_TOPIC: "wrist_camera_optical_frame"}
 
 # Per-joint sine motion: (offset rad, amplitude rad, frequency Hz, phase rad); the
@@ -99,22 +101,6 @@ def _joint_velocities(t: float) -> np.ndarray:
         [a * 2 * math.pi * f * math.cos(2 * math.pi * f * t + p) for _, a, f, p in _MOTION],
         dtype=np.float64,
     )
-
-
-def _frame(t: float, width: int, height: int, camera: int) -> np.ndarray:
-    """An rgb8 frame: a gradient with a moving disc and a moving bar (deterministic)."""
-    ys, xs = np.mgrid[0:height, 0:width]
-    img = np.empty((height, width, 3), dtype=np.uint8)
-    img[..., 0] = (xs * 255 // max(width - 1, 1)).astype(np.uint8)
-    img[..., 1] = (ys * 255 // max(height - 1, 1)).astype(np.uint8)
-    img[..., 2] = 60 + 60 * camera
-    cx = width / 2 + width / 3 * math.sin(2 * math.pi * 0.3 * t + camera)
-    cy = height / 2 + height / 3 * math.cos(2 * math.pi * 0.2 * t + camera)
-    disc = (xs - cx) ** 2 + (ys - cy) ** 2 <= (min(width, height) / 8) ** 2
-    img[disc] = (250, 220, 30)
-    bar_x = int((t * 40 * (camera + 1)) % width)
-    img[:, bar_x : bar_x + max(width // 40, 1)] = (20, 20, 200)
-    return img
 
 
 def _stamp(store: Any, ns: int) -> Any:
@@ -145,16 +131,20 @@ def _messages(
     compressed_t = store.types["sensor_msgs/msg/CompressedImage"]
     joint_t = store.types["sensor_msgs/msg/JointState"]
 
+    scenes = {
+        topic: SceneRenderer(width, height, seed, _CAMERA_NAMES[topic])
+        for topic in (BASE_TOPIC, WRIST_TOPIC)
+    }
     n_frames = int(math.ceil(seconds * CAMERA_HZ))
     for k in range(n_frames):
         t = k / CAMERA_HZ
         if t >= seconds or _in_dropout(t, dropout):
             continue
-        for cam, topic in enumerate((BASE_TOPIC, WRIST_TOPIC)):
+        for topic in (BASE_TOPIC, WRIST_TOPIC):
             jitter_ns = int(rng.integers(0, 1_000_000))
             recv_ns = START_NS + int(round(t * 1e9)) + CAMERA_LATENCY_NS + jitter_ns
             header = _header(store, recv_ns - CAMERA_LATENCY_NS - jitter_ns, _FRAME_IDS[topic])
-            rgb = _frame(t, width, height, cam)
+            rgb = scenes[topic].render(t)
             if topic == BASE_TOPIC:
                 msg = image_t(
                     header=header,
@@ -166,14 +156,8 @@ def _messages(
                     data=rgb.reshape(-1),
                 )
             else:
-                ok, jpeg = cv2.imencode(
-                    ".jpg", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, 90]
-                )
-                if not ok:
-                    raise RuntimeError(f"cv2.imencode failed for a {width}x{height} frame")
-                msg = compressed_t(
-                    header=header, format="rgb8; jpeg compressed bgr8", data=jpeg.reshape(-1)
-                )
+                jpeg = np.frombuffer(encode_jpeg(rgb, 90), dtype=np.uint8)
+                msg = compressed_t(header=header, format="rgb8; jpeg compressed bgr8", data=jpeg)
             out.append((recv_ns, topic, bytes(store.serialize_cdr(msg, TOPIC_TYPES[topic]))))
 
     n_joint = int(math.ceil(seconds * JOINT_HZ))
@@ -221,7 +205,7 @@ def make_bags(
         dropout: [start, end) seconds after the bag start with no camera frames.
         width: Frame width in pixels (both cameras).
         height: Frame height in pixels (both cameras).
-        seed: Seed for the timing jitter.
+        seed: Seed for the timing jitter and the camera scenes.
         storages: Storage formats to write, from ``("mcap", "sqlite3")``.
         version: rosbag2 metadata version (8 is readable by Humble).
 
@@ -257,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--seconds", type=float, default=6.0, help="bag length in seconds")
-    parser.add_argument("--seed", type=int, default=0, help="seed for the timing jitter")
+    parser.add_argument("--seed", type=int, default=0, help="seed for the timing jitter and scenes")
     args = parser.parse_args(argv)
     for storage, path in make_bags(args.out_dir, seconds=args.seconds, seed=args.seed).items():
         print(f"{storage}: {path}")

@@ -234,6 +234,7 @@ class BagPlayer:
         self._total = {name: infos[name].count for name in self.topics}
         self._bag_time_ns = 0
         self._error: str | None = None
+        self._stopped_early = False
         self._closed = False
 
     # -- control ----------------------------------------------------------------------
@@ -260,7 +261,9 @@ class BagPlayer:
             elif name in self._publishers:
                 pubs.append(self._publishers[name])
             else:
-                raise BagError(f"topic '{name}' is not played; played topics are {self.topics}")
+                raise BagError(
+                    f"topic '{name}' is not played; played topics are {list(self.topics)}"
+                )
         deadline = time.monotonic() + timeout
         while True:
             if all(p.get_subscription_count() > 0 for p in pubs):
@@ -343,7 +346,7 @@ class BagPlayer:
                 bag_time_ns=self._bag_time_ns,
                 started=self._thread is not None,
                 done=self._finished.is_set(),
-                stopped=self._stop.is_set() and self._finished.is_set(),
+                stopped=self._stopped_early,
                 error=self._error,
             )
 
@@ -390,6 +393,8 @@ class BagPlayer:
                     self._stop.wait(max(wake - now, 0.0))
                 if self._stop.is_set():
                     _LOG.info("playback of %s stopped", self.bag_path)
+                    with self._lock:
+                        self._stopped_early = True
                     return
                 self._publishers[message.topic].publish(message.data)
                 with self._lock:
