@@ -484,8 +484,8 @@ class TrajectoryFollower:
             checked = self._validate(command, now)
             if isinstance(checked, Acceptance):
                 self._rejected += 1
-                assert checked.code is not None
-                self._reject_counts[checked.code] = self._reject_counts.get(checked.code, 0) + 1
+                code = str(checked.code)
+                self._reject_counts[code] = self._reject_counts.get(code, 0) + 1
                 self._last_rejection = checked.reason
                 if self._log_rejections:
                     logger.warning("rejected a trajectory: %s", checked.reason)
