@@ -239,6 +239,36 @@ def test_player_option_errors(ros_context: Any, bags: dict[str, Path]) -> None:
     with pytest.raises(BagError) as err:
         message_class("no_such_msgs/msg/Thing")
     assert str(err.value).startswith("message type 'no_such_msgs/msg/Thing' is not available")
+    with pytest.raises(BagError) as err:
+        message_class("Thing")
+    assert str(err.value) == "message type 'Thing' is not of the form 'pkg/msg/Type'"
+    with BagPlayer(ros_context, bags["mcap"], topics=[JOINT_TOPIC]) as player:
+        with pytest.raises(BagError) as err:
+            player.wait_for_subscribers(0.1, [BASE_TOPIC])
+        assert str(err.value) == (
+            f"topic '{BASE_TOPIC}' is not played; played topics are ['{JOINT_TOPIC}']"
+        )
+
+
+def test_recorder_option_errors(ros_context: Any, tmp_path: Path) -> None:
+    node = rclpy.create_node(f"rec_{uuid.uuid4().hex[:8]}", context=ros_context)
+    try:
+        with pytest.raises(BagError) as err:
+            BagRecorder(node, tmp_path / "a", {"/x": "std_msgs/msg/String"}, clock="wall")
+        assert str(err.value) == "clock 'wall' is not one of ['node', 'system']"
+        with pytest.raises(BagError) as err:
+            BagRecorder(node, tmp_path / "a", {})
+        assert str(err.value) == (
+            f"no topics to record into bag '{tmp_path / 'a'}'; expected at least one"
+        )
+        with pytest.raises(BagError) as err:
+            BagRecorder(node, tmp_path, {"/x": "std_msgs/msg/String"})
+        assert str(err.value) == (
+            f"bag path '{tmp_path}' exists already; bags are never overwritten"
+        )
+        assert node.get_subscriptions_info_by_topic("/x") == []
+    finally:
+        node.destroy_node()
 
 
 @pytest.mark.parametrize("storage", STORAGES)

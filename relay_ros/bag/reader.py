@@ -161,12 +161,14 @@ class PlaybackQos:
 
 
 def playback_qos(profiles: Sequence[RecordedQos]) -> PlaybackQos:
-    """Choose the QoS to offer when replaying a topic, like ``ros2 bag play`` does.
+    """Choose the QoS to offer when replaying a topic.
 
-    Reliable only if every recorded publisher offered reliable (best effort if any
-    offered best effort); transient local only if every one offered transient local;
-    keep_all if every one kept all, otherwise keep_last with the largest recorded
-    depth (``DEFAULT_PLAYBACK_DEPTH`` when none was recorded, e.g. Humble's
+    Reliability and durability adapt to the recorded offers the way ``ros2 bag
+    play`` does: best effort if any recorded publisher offered best effort, else
+    reliable; transient local only if every one offered transient local. History
+    goes further than ``ros2 bag play`` (which always offers keep_last 10): keep_all
+    if every one kept all, otherwise keep_last with the largest recorded depth
+    (``DEFAULT_PLAYBACK_DEPTH`` when none was recorded, e.g. Humble's
     ``history: 3, depth: 0``). No profiles (old bags) gives reliable, volatile,
     keep_last 10.
     """
