@@ -377,6 +377,34 @@ def test_random_garbage_never_crashes_the_server(server: ServerHandle) -> None:
         assert_pi_actions(ask(ws, pi_obs()), meta)
 
 
+def test_random_observation_values_never_crash_the_server(server: ServerHandle) -> None:
+    rng = np.random.default_rng(7)
+    junk: list[Any] = [
+        None, True, 3, -1.5, "x", b"\xff\xd8\xff", [], [1, [2, "a"]], {}, {"a": {"b": None}},
+        np.zeros((2, 2, 2), np.float32), np.zeros(0, np.uint8), np.array(["a", "b"]),
+        np.zeros((1, 5), np.int64), np.array([np.nan], np.float16), np.zeros((224, 224, 3), ">f8"),
+        [[1.0] * 32], [0.1] * 32, np.zeros((5, 0, 3), np.uint8), np.uint8(3), 2**63,
+    ]  # fmt: skip
+    keys = ["images", "state", "video", "prompt", "seed", "session_id", "sampling_params"]
+    for model in ("pi05", "groot"):
+        ws, meta = open_ws(server, model)
+        with ws:
+            for _ in range(80):
+                obs: dict[str, Any] = pi_obs() if model == "pi05" else groot_obs(meta)
+                for _ in range(int(rng.integers(1, 3))):
+                    key = keys[int(rng.integers(len(keys)))]
+                    value = junk[int(rng.integers(len(junk)))]
+                    target = obs
+                    if isinstance(obs.get(key), dict) and rng.random() < 0.5:
+                        target = obs[key]
+                        key = next(iter(target)) if target and rng.random() < 0.7 else "k"
+                    target[key] = value
+                reply = ask(ws, obs)
+                assert "actions" in reply or reply.get("type") == "error", reply
+            ok = ask(ws, pi_obs() if model == "pi05" else groot_obs(meta))
+            assert "actions" in ok
+
+
 def test_client_vanishing_mid_request_does_not_hurt_others(server: ServerHandle) -> None:
     other, meta = open_ws(server)
     with other:
@@ -539,6 +567,8 @@ class _ConstantPolicy:
     def infer(self, obs: dict[str, Any]) -> dict[str, Any]:
         if obs.get("prompt") == "explode":
             raise RuntimeError("model blew up")
+        if obs.get("prompt") == "unencodable":
+            return {"actions": np.zeros(2, np.complex64)}
         self.seen.append(obs["prompt"])
         return {"actions": np.ones((10, 32), np.float32), "policy_timing": {"infer_ms": 1.0}}
 
@@ -557,6 +587,7 @@ def test_custom_policy_object() -> None:
             assert reply["policy_timing"] == {"infer_ms": 1.0}
             assert "infer_ms" in reply["server_timing"]
             assert ask(ws, pi_obs(prompt="explode")) == INTERNAL  # logged, not sent
+            assert ask(ws, pi_obs(prompt="unencodable")) == INTERNAL
             assert ask(ws, pi_obs(state=np.zeros(3, np.float32))) == INTERNAL  # still validated
             assert ask(ws, {"type": "reset"}) == {"type": "reset", "sessions_cleared": 1}
             assert ask(ws, pi_obs(prompt="again"))["actions"].shape == (10, 32)

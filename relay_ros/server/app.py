@@ -291,6 +291,9 @@ class PolicyServer:
             process_request=self._process_request,
             compression=None,
             max_size=hard_size_limit(opts.max_message_bytes),
+            # One request is in flight per connection; a client that pipelines frames gets
+            # TCP backpressure instead of making the server buffer many large frames.
+            max_queue=4,
         ) as server:
             self.port = int(next(iter(server.sockets)).getsockname()[1])
             logger.info("listening on ws://%s:%d", opts.host, self.port)
@@ -389,6 +392,14 @@ class PolicyServer:
     async def _reply(self, conn: _Connection, message: str | bytes) -> bytes:
         """Encoded reply to one client frame; never raises for client input."""
         self.stats._bump("frames")
+        try:
+            return await self._answer(conn, message)
+        except Exception:
+            # A check or policy bug must not drop the connection: log it, answer generically.
+            logger.error("%s %s: request failed", conn.peer, conn.model, exc_info=True)
+            return self._refuse(conn, INTERNAL_ERROR, None)
+
+    async def _answer(self, conn: _Connection, message: str | bytes) -> bytes:
         started = time.perf_counter()
         if isinstance(message, str):
             return self._refuse(conn, INVALID_PAYLOAD, "text frame; expected binary msgpack")
@@ -417,11 +428,7 @@ class PolicyServer:
             return self._refuse(conn, INTERNAL_ERROR, str(exc))
         session = conn.sessions.setdefault(request.session_id, _Session())
         session.steps += 1
-        try:
-            reply = await self._infer(conn.model, obs, request, session)
-        except Exception:
-            logger.error("%s %s: policy failed", conn.peer, conn.model, exc_info=True)
-            return self._refuse(conn, INTERNAL_ERROR, None)
+        reply = await self._infer(conn.model, obs, request, session)
         delay_ms = self.options.latency_ms
         if self.options.jitter_ms:
             delay_ms += self._jitter.uniform(-self.options.jitter_ms, self.options.jitter_ms)
@@ -431,11 +438,7 @@ class PolicyServer:
         timing = dict(reply.get("server_timing") or {})
         timing["infer_ms"] = (time.perf_counter() - started) * 1000.0
         reply["server_timing"] = timing
-        try:
-            return packb(reply)
-        except CodecError:
-            logger.error("%s %s: reply cannot be encoded", conn.peer, conn.model, exc_info=True)
-            return self._refuse(conn, INTERNAL_ERROR, None)
+        return packb(reply)
 
     def _refuse(self, conn: _Connection, message: str, detail: str | None) -> bytes:
         self.stats._bump("errors")
@@ -506,11 +509,7 @@ class PolicyServer:
             conn.sessions.clear()
             reset = getattr(self._policy, "reset", None)
             if callable(reset):
-                try:
-                    await asyncio.to_thread(reset)
-                except Exception:
-                    logger.error("%s: policy reset failed", conn.peer, exc_info=True)
-                    return self._refuse(conn, INTERNAL_ERROR, None)
+                await asyncio.to_thread(reset)
             logger.info("%s %s: reset, %d session(s) cleared", conn.peer, conn.model, cleared)
             return packb({"type": "reset", "sessions_cleared": cleared})
         return self._refuse(conn, INVALID_PAYLOAD, f"unknown control frame type {kind!r}")
