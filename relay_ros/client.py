@@ -24,9 +24,10 @@ reply, so this module drives websockets' Sans-I/O ``ClientProtocol`` over a
 blocking socket in the calling thread instead: no thread handoff per message, no
 extra wake-up, and the same framing, handshake checks and exceptions as
 websockets itself (see docs/client.md and docs/benchmarks.md for the
-measurement). Consequence: server pings are answered while a call is running
-(and by :class:`relay_ros.connection.PolicyConnection` while idle), not by a
-background thread; relay servers close idle connections after 30 s anyway.
+measurement). Between calls, a small keep-alive thread services the idle
+socket every 0.5 s (answers pings and the server's closing handshake) so that an
+idle client behaves like websockets' own; it never touches the socket while a
+call is running, so replies never pass through it.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import socket
 import ssl
 import threading
 import time
+import weakref
 from collections import deque
 from types import TracebackType
 from typing import Any
@@ -71,6 +73,8 @@ _RECV_BYTES = 64 * 1024
 _CANCEL_POLL_S = 0.05
 # How long close() waits for the server to answer the closing handshake, seconds.
 _CLOSE_TIMEOUT_S = 2.0
+# How often the keep-alive thread services an idle connection, seconds.
+_KEEPALIVE_POLL_S = 0.5
 _USER_AGENT = f"relay_ros/{__version__}"
 
 
@@ -177,6 +181,15 @@ class _Transport:
             return False
         return self._protocol.state is State.OPEN
 
+    def discard_stale(self) -> None:
+        """Drop messages that arrived while no request was in flight (a reply to a
+        call that was interrupted), so that they are not taken for the next reply."""
+        while self._messages:
+            stale = self._messages.popleft()
+            logger.warning(
+                "discarding an unexpected message of %d bytes from %s", len(stale), self.url
+            )
+
     def _readable_now(self) -> bool:
         sock = self._sock
         assert sock is not None
@@ -212,9 +225,10 @@ class _Transport:
         if self._protocol.state is State.CLOSING and self._protocol.close_rcvd is not None:
             # The server closed; the close frame reply went out in _flush().
             self._connection_lost()
-            raise self.closed_error()
-        if self._protocol.state is State.CLOSED:
+        elif self._protocol.state is State.CLOSED:
             self._close_socket()
+        if self._closed and not self._messages:
+            # Messages that arrived before the close frame are still delivered.
             raise self.closed_error()
 
     def _on_frame(self, frame: Frame) -> None:
@@ -407,6 +421,37 @@ def _start_tls(
     return tls
 
 
+def _keepalive_loop(
+    client_ref: weakref.ref[PolicyClient],
+    transport: _Transport,
+    lock: threading.Lock,
+    stop: threading.Event,
+) -> None:
+    """Service an idle connection: answer pings and the server's closing handshake.
+
+    Holds only a weak reference to the client, so a client that is dropped without
+    ``close()`` is closed here instead of keeping its socket and this thread alive.
+    """
+    while not stop.wait(_KEEPALIVE_POLL_S):
+        # Never wait for the lock: a running call reads the socket itself.
+        if not lock.acquire(blocking=False):
+            continue
+        try:
+            client = client_ref()
+            if client is None:
+                transport.close()
+                return
+            closed = client._closed
+            del client
+            if closed or not transport.poll():
+                return
+        except Exception:  # the helper thread must never die noisily
+            logger.debug("keep-alive poll of %s failed", transport.url, exc_info=True)
+            return
+        finally:
+            lock.release()
+
+
 def _is_error_reply(reply: Any) -> bool:
     return isinstance(reply, dict) and reply.get("type") == "error"
 
@@ -501,6 +546,14 @@ class PolicyClient:
         self._transport = transport
         self._metadata: dict[str, Any] = metadata
         self._protocol_version = metadata.get("protocol", 0)
+        self._stop_keepalive = threading.Event()
+        self._keepalive = threading.Thread(
+            target=_keepalive_loop,
+            args=(weakref.ref(self), transport, self._lock, self._stop_keepalive),
+            name="relay-client-keepalive",
+            daemon=True,
+        )
+        self._keepalive.start()
         logger.info(
             "connected to %s (model %s, protocol %s)",
             transport.url,
@@ -564,6 +617,7 @@ class PolicyClient:
         with self._lock:
             transport = self._require_open()
             payload = packb(obs)
+            transport.discard_stale()
             transport.send(payload)
             message = transport.recv()
         if isinstance(message, str):
@@ -604,6 +658,7 @@ class PolicyClient:
             if not isinstance(self._protocol_version, int) or self._protocol_version < 1:
                 logger.debug("reset() is a no-op: the server has no control frames (openpi)")
                 return
+            transport.discard_stale()
             transport.send(packb({"type": "reset"}))
             message = transport.recv()
         reply = unpackb(message) if isinstance(message, bytes) else message
@@ -626,14 +681,24 @@ class PolicyClient:
         return dict(self._metadata)
 
     def close(self) -> None:
-        """Close the connection (idempotent). Every later call raises ConnectionClosed."""
+        """Close the connection (idempotent). Every later call raises ConnectionClosed.
+
+        Runs the closing handshake (at most 2 s). Called from another thread while
+        a call is running, it waits for that call to finish.
+        """
         if self._closed:
             return
-        self._closed = True
-        transport = self._transport
-        if transport is not None:
-            transport.close()
-            logger.debug("closed %s", transport.url)
+        self._stop_keepalive.set()
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            transport = self._transport
+            if transport is not None:
+                transport.close()
+                logger.debug("closed %s", transport.url)
+        if self._keepalive is not threading.current_thread():
+            self._keepalive.join()
 
     def __enter__(self) -> PolicyClient:
         self._require_open()
@@ -666,6 +731,11 @@ class PolicyClient:
             return self._transport.poll()
         finally:
             self._lock.release()
+
+    def _closed_error(self) -> ConnectionClosed:
+        """The ConnectionClosed that describes how the connection ended."""
+        assert self._transport is not None
+        return self._transport.closed_error()
 
     def _abort(self) -> None:
         """From another thread: make a blocked call return (with ConnectionClosed)."""
