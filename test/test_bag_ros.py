@@ -354,6 +354,9 @@ def test_recorder_on_sim_time_stamps_messages_with_bag_time(
             player.start()
             assert player.wait(timeout=60.0)
             assert recorder.wait_for({prefix + JOINT_TOPIC: 600}, timeout=10.0)
+            # Playing a subset still runs bag time to the end of the whole bag.
+            assert player.progress.bag_time_ns == player.end_ns
+            assert _wait(lambda: rec_node.get_clock().now().nanoseconds == player.end_ns, 5.0)
     with BagReader(path) as reader, BagReader(bags["mcap"]) as source:
         stamps = [m.timestamp_ns for m in reader.messages()]
         assert len(stamps) == 600

@@ -236,6 +236,10 @@ class BagPlayer:
         self._error: str | None = None
         self._stopped_early = False
         self._closed = False
+        # Playback-thread state: wall time of bag start, next /clock tick, last /clock.
+        self._wall0 = 0.0
+        self._next_clock = 0.0
+        self._last_clock = -1
 
     # -- control ----------------------------------------------------------------------
 
@@ -367,54 +371,62 @@ class BagPlayer:
             self._finished.set()
 
     def _play(self) -> None:
-        period = 1.0 / self.clock_hz
-        bag0 = self.start_ns
-        last_clock = -1
         # The reader is opened here: sqlite3 connections belong to their thread.
         with BagReader(self.bag_path) as reader:
-            wall0 = time.monotonic()
-            next_clock = wall0
+            self._wall0 = time.monotonic()
+            self._next_clock = self._wall0
+            self._last_clock = -1
             if self._clock_pub is not None:
-                last_clock = self._publish_clock(bag0, last_clock)
-                next_clock = wall0 + period
+                self._publish_clock(self.start_ns)
+                self._next_clock = self._wall0 + 1.0 / self.clock_hz
             for message in reader.messages(self.topics):
-                target = wall0 + (message.timestamp_ns - bag0) / 1e9 / self.rate
-                while not self._stop.is_set():
-                    now = time.monotonic()
-                    if self._clock_pub is not None and now >= next_clock:
-                        bag_now = bag0 + int((now - wall0) * self.rate * 1e9)
-                        last_clock = self._publish_clock(
-                            min(bag_now, message.timestamp_ns), last_clock
-                        )
-                        next_clock = max(next_clock + period, now)
-                    if now >= target:
-                        break
-                    wake = min(target, next_clock) if self._clock_pub is not None else target
-                    self._stop.wait(max(wake - now, 0.0))
-                if self._stop.is_set():
-                    _LOG.info("playback of %s stopped", self.bag_path)
-                    with self._lock:
-                        self._stopped_early = True
+                if not self._wait_until(message.timestamp_ns):
                     return
                 self._publishers[message.topic].publish(message.data)
                 with self._lock:
                     self._played[message.topic] += 1
                     self._bag_time_ns = max(self._bag_time_ns, message.timestamp_ns)
+            # A topic subset may end before the bag does: keep bag time running to the end.
+            if not self._wait_until(self.end_ns):
+                return
             if self._clock_pub is not None:
-                self._publish_clock(max(self.end_ns, bag0), last_clock)
+                self._publish_clock(self.end_ns)
         _LOG.info("played %s: %s", self.bag_path, self._played)
 
-    def _publish_clock(self, stamp_ns: int, last_ns: int) -> int:
+    def _wait_until(self, stamp_ns: int) -> bool:
+        """Sleep until bag time ``stamp_ns`` (scaled by rate), ticking /clock meanwhile.
+
+        /clock follows wall time but never passes ``stamp_ns``, the next thing to
+        publish. Returns False if :meth:`stop` was called.
+        """
+        target = self._wall0 + (stamp_ns - self.start_ns) / 1e9 / self.rate
+        period = 1.0 / self.clock_hz
+        while not self._stop.is_set():
+            now = time.monotonic()
+            if self._clock_pub is not None and now >= self._next_clock:
+                bag_now = self.start_ns + int((now - self._wall0) * self.rate * 1e9)
+                self._publish_clock(min(bag_now, stamp_ns))
+                self._next_clock = max(self._next_clock + period, now)
+            if now >= target:
+                return True
+            wake = min(target, self._next_clock) if self._clock_pub is not None else target
+            self._stop.wait(max(wake - now, 0.0))
+        _LOG.info("playback of %s stopped", self.bag_path)
+        with self._lock:
+            self._stopped_early = True
+        return False
+
+    def _publish_clock(self, stamp_ns: int) -> None:
         """Publish /clock at ``stamp_ns`` unless that would go backwards or repeat."""
-        if stamp_ns <= last_ns:
-            return last_ns
+        if stamp_ns <= self._last_clock:
+            return
+        self._last_clock = stamp_ns
         msg = self._clock_cls()
         msg.clock.sec = stamp_ns // 1_000_000_000
         msg.clock.nanosec = stamp_ns % 1_000_000_000
         self._clock_pub.publish(msg)
         with self._lock:
             self._bag_time_ns = max(self._bag_time_ns, stamp_ns)
-        return stamp_ns
 
     def _destroy(self) -> None:
         for pub in list(self._publishers.values()):
