@@ -1,0 +1,329 @@
+"""``PolicyConnection``: a :class:`PolicyClient` on its own worker thread.
+
+The ROS node must never block its executor on the network: opening a
+connection can take minutes (a server loading its model), and one inference
+takes tens to hundreds of milliseconds. This module gives the node a
+non-blocking front:
+
+- A worker thread owns the :class:`~relay_ros.client.PolicyClient`. It connects
+  in the background (the node starts even when the server is not up), and after
+  a failed attempt or a lost connection it reconnects with exponential backoff.
+- :meth:`PolicyConnection.submit` hands over one observation and returns at
+  once; at most one request is in flight. The worker delivers exactly one
+  :class:`InferOutcome` per accepted request through ``on_result``, called on
+  the worker thread (the node forwards it to its executor).
+- While idle, the worker answers the server's pings and notices a closed
+  connection (the server's 30 s idle timeout) so it can reconnect early.
+- :meth:`PolicyConnection.close` returns promptly in every state: opening is
+  cancelled through a stop event, a blocked request is woken by shutting its
+  socket down, and the thread is joined.
+
+Plain Python, no rclpy, so it is tested on its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from websockets.exceptions import ConnectionClosed
+from websockets.uri import parse_uri
+
+from relay_ros.client import PolicyClient, PolicyServerError, _Cancelled
+from relay_ros.codec import CodecError
+from relay_ros.env import check_model, resolve_url
+
+__all__ = ["InferOutcome", "PolicyConnection"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class InferOutcome:
+    """What became of one submitted observation.
+
+    Attributes:
+        tag: The caller's tag passed to :meth:`PolicyConnection.submit`.
+        reply: What ``PolicyClient.infer`` returned: the actions (array or dict of
+            arrays) or the server's error map ``{"type": "error", "message": str}``;
+            an observation the encoder refuses also comes back as an error map.
+            None when the connection failed (see ``connection_error``).
+        roundtrip_s: Wall time of the request in seconds, None when it failed.
+        server_timing: The reply's ``server_timing`` map, if any.
+        connection_error: None on success, else why the request could not complete
+            (connection lost or closed); the worker then reconnects.
+    """
+
+    tag: object
+    reply: np.ndarray | dict[str, Any] | None
+    roundtrip_s: float | None
+    server_timing: dict[str, Any] | None
+    connection_error: str | None
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class PolicyConnection:
+    """Keeps one policy connection alive on a worker thread and runs requests on it.
+
+    The thread starts in the constructor.
+
+    Args:
+        model: ``"pi05"``, ``"pi0"`` or ``"groot"``.
+        on_result: Called on the worker thread with one :class:`InferOutcome` per
+            accepted :meth:`submit`.
+        url: URL instead of ``WALLE_URL`` (``{model}`` is filled in).
+        on_connect: Called on the worker thread with the server metadata each time
+            a connection opens.
+        on_disconnect: Called on the worker thread with a reason when an open
+            connection is lost (not after :meth:`close`).
+        open_timeout: Seconds allowed for each connection attempt, including the
+            metadata wait (a loading server is retried after it). None: no limit.
+        reconnect_initial_s: Delay before retrying after the first failed attempt,
+            seconds; doubles (``reconnect_factor``) per failure.
+        reconnect_max_s: Upper bound of the retry delay, seconds.
+        reconnect_factor: Growth factor of the retry delay.
+        idle_poll_s: How often an idle worker services the socket (pings, close
+            detection), seconds.
+
+    Raises:
+        relay_ros.env.UnknownModelError: unknown model ID.
+        KeyError: ``WALLE_URL`` is not set and no ``url`` was given.
+        websockets.exceptions.InvalidURI: the URL is not a ws:// or wss:// URL.
+        ValueError: a timing option is not positive.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        on_result: Callable[[InferOutcome], None],
+        url: str | None = None,
+        on_connect: Callable[[dict[str, Any]], None] | None = None,
+        on_disconnect: Callable[[str], None] | None = None,
+        open_timeout: float | None = 60.0,
+        reconnect_initial_s: float = 0.5,
+        reconnect_max_s: float = 10.0,
+        reconnect_factor: float = 2.0,
+        idle_poll_s: float = 1.0,
+    ) -> None:
+        check_model(model)
+        for name, value in (
+            ("reconnect_initial_s", reconnect_initial_s),
+            ("reconnect_max_s", reconnect_max_s),
+            ("idle_poll_s", idle_poll_s),
+            ("open_timeout", 1.0 if open_timeout is None else open_timeout),
+        ):
+            if not value > 0:
+                raise ValueError(f"{name}={value!r} must be a positive number of seconds")
+        if not reconnect_factor >= 1:
+            raise ValueError(f"reconnect_factor={reconnect_factor!r} must be >= 1")
+        self.model = model
+        self.url = resolve_url(model) if url is None else url.replace("{model}", model)
+        parse_uri(self.url)  # a bad URL is a configuration error: fail now, not in the loop
+        self._on_result = on_result
+        self._on_connect = on_connect
+        self._on_disconnect = on_disconnect
+        self._open_timeout = open_timeout
+        self._reconnect_initial_s = reconnect_initial_s
+        self._reconnect_max_s = reconnect_max_s
+        self._reconnect_factor = reconnect_factor
+        self._idle_poll_s = idle_poll_s
+
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._work = threading.Event()
+        self._client: PolicyClient | None = None
+        self._connected = False
+        self._metadata: dict[str, Any] | None = None
+        self._last_error: str | None = None
+        self._pending: tuple[dict[str, Any], object] | None = None
+        self._in_flight = False
+        self._reset_requested = False
+        self._thread = threading.Thread(target=self._run, name=f"relay-policy-{model}", daemon=True)
+        self._thread.start()
+
+    # State, readable from any thread.
+
+    @property
+    def connected(self) -> bool:
+        """True while a connection is open (metadata received)."""
+        return self._connected
+
+    @property
+    def metadata(self) -> dict[str, Any] | None:
+        """The metadata of the current connection (a copy), None while disconnected."""
+        metadata = self._metadata
+        return None if metadata is None else dict(metadata)
+
+    @property
+    def last_error(self) -> str | None:
+        """Why the last attempt failed or the connection was lost; None once connected."""
+        return self._last_error
+
+    @property
+    def busy(self) -> bool:
+        """True while a request is in flight."""
+        return self._in_flight
+
+    # Commands, callable from any thread.
+
+    def submit(self, obs: dict[str, Any], tag: object) -> bool:
+        """Queue one observation for inference; returns at once.
+
+        Returns:
+            True when accepted (``on_result`` will be called exactly once with
+            ``tag``); False when not connected, closed, or a request is in flight.
+        """
+        with self._lock:
+            if self._stop.is_set() or not self._connected or self._in_flight:
+                return False
+            self._pending = (obs, tag)
+            self._in_flight = True
+        self._work.set()
+        return True
+
+    def request_reset(self) -> None:
+        """Ask the worker to call ``PolicyClient.reset()`` before the next request
+        (a new episode). Dropped if the connection is lost first: a new connection
+        starts with no sessions anyway."""
+        with self._lock:
+            self._reset_requested = True
+        self._work.set()
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the worker, close the connection and join the thread (idempotent).
+
+        A request still pending gets its outcome with ``connection_error``.
+
+        Args:
+            timeout: Seconds to wait for the thread to finish.
+        """
+        self._stop.set()
+        self._work.set()
+        client = self._client
+        if client is not None and self._in_flight:
+            client._abort()  # wake a request blocked on the socket
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            logger.warning("policy connection worker did not stop within %.1f s", timeout)
+
+    def __enter__(self) -> PolicyConnection:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # Worker thread.
+
+    def _run(self) -> None:
+        delay = self._reconnect_initial_s
+        while not self._stop.is_set():
+            try:
+                client = PolicyClient._open_cancellable(
+                    self.model, url=self.url, open_timeout=self._open_timeout, cancel=self._stop
+                )
+            except _Cancelled:
+                break
+            except Exception as exc:  # every failure to connect is retried
+                self._last_error = _describe(exc)
+                logger.warning(
+                    "cannot connect to %s (%s); retrying in %.1f s",
+                    self.url,
+                    self._last_error,
+                    delay,
+                )
+                if self._stop.wait(delay):
+                    break
+                delay = min(delay * self._reconnect_factor, self._reconnect_max_s)
+                continue
+
+            delay = self._reconnect_initial_s
+            metadata = client.get_server_metadata()
+            with self._lock:
+                self._client = client
+                self._metadata = metadata
+                self._connected = True
+                self._last_error = None
+            self._call(self._on_connect, dict(metadata))
+            reason = self._serve(client)
+            with self._lock:
+                self._connected = False
+                self._metadata = None
+                self._client = None
+                self._reset_requested = False
+            client.close()
+            if reason is None:  # stopping
+                break
+            self._last_error = reason
+            logger.warning("connection to %s lost: %s", self.url, reason)
+            self._fail_pending(reason)
+            self._call(self._on_disconnect, reason)
+        self._fail_pending("connection closed")
+
+    def _serve(self, client: PolicyClient) -> str | None:
+        """Run requests until the connection is lost (returns why) or stop (None)."""
+        while True:
+            self._work.wait(self._idle_poll_s)
+            self._work.clear()
+            if self._stop.is_set():
+                return None
+            with self._lock:
+                reset, self._reset_requested = self._reset_requested, False
+                pending = self._pending
+            if reset:
+                try:
+                    client.reset()
+                except ConnectionClosed as exc:
+                    return _describe(exc)
+                except PolicyServerError as exc:
+                    logger.warning("reset refused: %s", exc)
+            if pending is not None:
+                reason = self._infer(client, *pending)
+                if reason is not None:
+                    return None if self._stop.is_set() else reason
+            elif not reset and not client._poll():
+                return _describe(client._closed_error())
+
+    def _infer(self, client: PolicyClient, obs: dict[str, Any], tag: object) -> str | None:
+        """Run one request and deliver its outcome; returns a loss reason or None."""
+        reason: str | None = None
+        try:
+            reply = client.infer(obs)
+            outcome = InferOutcome(
+                tag, reply, client.last_roundtrip_s, client.last_server_timing, None
+            )
+        except CodecError as exc:  # nothing was sent; the connection is fine
+            message = f"observation cannot be encoded: {exc}"
+            outcome = InferOutcome(tag, {"type": "error", "message": message}, None, None, None)
+        except (ConnectionClosed, PolicyServerError, OSError) as exc:
+            reason = _describe(exc)
+            outcome = InferOutcome(tag, None, None, None, reason)
+        with self._lock:
+            self._pending = None
+            self._in_flight = False
+        self._call(self._on_result, outcome)
+        return reason
+
+    def _fail_pending(self, reason: str) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, None
+            self._in_flight = False
+        if pending is not None:
+            self._call(self._on_result, InferOutcome(pending[1], None, None, None, reason))
+
+    @staticmethod
+    def _call(callback: Callable[[Any], None] | None, argument: Any) -> None:
+        if callback is None:
+            return
+        try:
+            callback(argument)
+        except Exception:
+            logger.exception("policy connection callback %r failed", callback)

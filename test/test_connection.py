@@ -1,0 +1,365 @@
+"""PolicyConnection: background connect, one request in flight, reconnect, clean close."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from websockets.exceptions import InvalidURI
+
+from relay_ros.connection import InferOutcome, PolicyConnection
+from relay_ros.env import UnknownModelError
+from relay_ros.server.app import ServerHandle, ServerOptions, run_server_in_thread
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("WALLE_URL", raising=False)
+    monkeypatch.delenv("WALLE_DIRECT", raising=False)
+    monkeypatch.chdir(tmp_path)
+
+
+@contextlib.contextmanager
+def serving(**options: Any) -> Iterator[ServerHandle]:
+    with run_server_in_thread(ServerOptions(models=("pi05",), **options)) as handle:
+        yield handle
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until(predicate: Any, timeout: float = 10.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return bool(predicate())
+
+
+def observation(**extra: Any) -> dict[str, Any]:
+    obs: dict[str, Any] = {
+        "images": {"base_0_rgb": np.zeros((224, 224, 3), np.uint8)},
+        "state": np.zeros(32, np.float32),
+        "prompt": "wave",
+    }
+    obs.update(extra)
+    return obs
+
+
+class Recorder:
+    """Collects every callback, thread-safely, with the thread it ran on."""
+
+    def __init__(self) -> None:
+        self.results: queue.Queue[InferOutcome] = queue.Queue()
+        self.connects: list[dict[str, Any]] = []
+        self.disconnects: list[str] = []
+        self.threads: set[str] = set()
+
+    def on_result(self, outcome: InferOutcome) -> None:
+        self.threads.add(threading.current_thread().name)
+        self.results.put(outcome)
+
+    def on_connect(self, metadata: dict[str, Any]) -> None:
+        self.threads.add(threading.current_thread().name)
+        self.connects.append(metadata)
+
+    def on_disconnect(self, reason: str) -> None:
+        self.disconnects.append(reason)
+
+    def result(self, timeout: float = 10.0) -> InferOutcome:
+        return self.results.get(timeout=timeout)
+
+
+def connection(url: str, recorder: Recorder, **options: Any) -> PolicyConnection:
+    return PolicyConnection(
+        "pi05",
+        url=url,
+        on_result=recorder.on_result,
+        on_connect=recorder.on_connect,
+        on_disconnect=recorder.on_disconnect,
+        **options,
+    )
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_infer_through_the_worker() -> None:
+    recorder = Recorder()
+    with serving() as handle:
+        conn = connection(handle.url_template, recorder)
+        try:
+            assert wait_until(lambda: conn.connected)
+            assert conn.metadata is not None
+            assert conn.metadata["model"] == "pi05"
+            assert recorder.connects == [handle.server.metadata("pi05")]
+            assert conn.last_error is None
+            assert conn.submit(observation(), tag=("step", 1))
+            outcome = recorder.result()
+            assert outcome.tag == ("step", 1)
+            assert isinstance(outcome.reply, np.ndarray)
+            assert outcome.reply.shape == (50, 32)
+            assert outcome.connection_error is None
+            assert isinstance(outcome.roundtrip_s, float)
+            assert isinstance(outcome.server_timing, dict)
+            assert "infer_ms" in outcome.server_timing
+            # Callbacks run on the worker thread, not the caller's.
+            assert recorder.threads == {"relay-policy-pi05"}
+        finally:
+            conn.close()
+
+
+def test_error_reply_is_an_outcome_and_the_connection_stays() -> None:
+    recorder = Recorder()
+    with serving() as handle:
+        with connection(handle.url_template, recorder) as conn:
+            assert wait_until(lambda: conn.connected)
+            assert conn.submit(observation(state=np.zeros(3, np.float32)), tag="bad")
+            outcome = recorder.result()
+            assert outcome.reply == {"type": "error", "message": "Internal inference error"}
+            assert outcome.connection_error is None
+            assert conn.submit(observation(state=np.array([1j], np.complex64)), tag="unencodable")
+            outcome = recorder.result()
+            assert outcome.reply is not None
+            assert outcome.reply["type"] == "error"
+            assert str(outcome.reply["message"]).startswith("observation cannot be encoded: ")
+            assert conn.submit(observation(), tag="good")
+            assert isinstance(recorder.result().reply, np.ndarray)
+            assert handle.total_connections == 1
+
+
+def test_at_most_one_request_in_flight() -> None:
+    recorder = Recorder()
+    with serving(latency_ms=300.0) as handle:
+        with connection(handle.url_template, recorder) as conn:
+            assert wait_until(lambda: conn.connected)
+            assert conn.submit(observation(), tag=1)
+            assert conn.busy
+            assert not conn.submit(observation(), tag=2)
+            assert recorder.result().tag == 1
+            assert wait_until(lambda: not conn.busy)
+            assert conn.submit(observation(), tag=3)
+            assert recorder.result().tag == 3
+            assert recorder.results.empty()
+
+
+def test_starts_before_the_server_and_connects_when_it_comes_up() -> None:
+    recorder = Recorder()
+    port = free_port()
+    conn = connection(
+        f"ws://127.0.0.1:{port}/{{model}}", recorder, reconnect_initial_s=0.05, reconnect_max_s=0.2
+    )
+    try:
+        assert wait_until(lambda: conn.last_error is not None)
+        assert not conn.connected
+        assert conn.metadata is None
+        assert conn.last_error is not None
+        assert conn.last_error.startswith("ConnectionRefusedError: ")
+        assert not conn.submit(observation(), tag="early")
+        with serving(port=port):
+            assert wait_until(lambda: conn.connected)
+            assert conn.last_error is None
+            assert conn.submit(observation(), tag="late")
+            assert isinstance(recorder.result().reply, np.ndarray)
+    finally:
+        conn.close()
+
+
+@pytest.mark.slow
+def test_reconnects_after_the_server_restarts_on_the_same_port() -> None:
+    recorder = Recorder()
+    port = free_port()
+    conn = connection(
+        f"ws://127.0.0.1:{port}/{{model}}", recorder, reconnect_initial_s=0.05, reconnect_max_s=0.2
+    )
+    try:
+        with serving(port=port):
+            assert wait_until(lambda: conn.connected)
+            assert conn.submit(observation(), tag="before")
+            assert isinstance(recorder.result().reply, np.ndarray)
+        # Server gone: the worker notices while idle and reports it.
+        assert wait_until(lambda: not conn.connected)
+        assert wait_until(lambda: len(recorder.disconnects) == 1)
+        assert conn.last_error is not None
+        assert not conn.submit(observation(), tag="while down")
+        with serving(port=port) as again:
+            assert wait_until(lambda: conn.connected)
+            assert len(recorder.connects) == 2
+            assert conn.submit(observation(), tag="after")
+            outcome = recorder.result()
+            assert outcome.tag == "after"
+            assert isinstance(outcome.reply, np.ndarray)
+            assert again.total_connections == 1
+    finally:
+        conn.close()
+
+
+def test_request_in_flight_when_the_connection_drops_gets_a_connection_error() -> None:
+    recorder = Recorder()
+    port = free_port()
+    conn = connection(f"ws://127.0.0.1:{port}/{{model}}", recorder, reconnect_initial_s=0.05)
+    try:
+        with serving(port=port, latency_ms=1000.0):
+            assert wait_until(lambda: conn.connected)
+            assert conn.submit(observation(), tag="lost")
+            time.sleep(0.1)  # let the request reach the server
+        outcome = recorder.result()
+        assert outcome.tag == "lost"
+        assert outcome.reply is None
+        assert outcome.connection_error is not None
+        assert outcome.connection_error.startswith("ConnectionClosed")
+        assert wait_until(lambda: not conn.busy)
+    finally:
+        conn.close()
+
+
+def test_idle_timeout_is_noticed_and_the_worker_reconnects() -> None:
+    recorder = Recorder()
+    with serving(idle_timeout_s=0.3) as handle:
+        with connection(handle.url_template, recorder, idle_poll_s=0.05):
+            assert wait_until(lambda: len(recorder.disconnects) >= 1)
+            assert "idle" in recorder.disconnects[0]
+            assert wait_until(lambda: len(recorder.connects) >= 2)
+
+
+class _ResetCounter:
+    """A --policy object for the reference server that counts reset() calls."""
+
+    resets = 0
+
+    def infer(self, obs: dict[str, Any]) -> dict[str, Any]:
+        return {"actions": np.zeros((50, 32), np.float32)}
+
+    def reset(self) -> None:
+        type(self).resets += 1
+
+
+def test_request_reset_runs_on_the_worker() -> None:
+    _ResetCounter.resets = 0
+    recorder = Recorder()
+    with serving(policy=_ResetCounter) as handle:
+        with connection(handle.url_template, recorder) as conn:
+            assert wait_until(lambda: conn.connected)
+            conn.request_reset()
+            assert wait_until(lambda: _ResetCounter.resets == 1)
+            conn.request_reset()
+            assert conn.submit(observation(), tag="after reset")
+            assert isinstance(recorder.result().reply, np.ndarray)
+            assert _ResetCounter.resets == 2
+
+
+def test_close_while_the_server_is_still_loading_returns_promptly() -> None:
+    recorder = Recorder()
+    with serving(load_delay_s=30.0) as handle:
+        conn = connection(handle.url_template, recorder, open_timeout=None)
+        assert wait_until(lambda: handle.total_connections == 1)
+        started = time.monotonic()
+        conn.close(timeout=5.0)
+        assert time.monotonic() - started < 4.0  # not the 30 s load, not the join timeout
+        assert not conn.connected
+        assert handle.wait_closed_connections(1)
+        assert recorder.connects == []
+
+
+@pytest.mark.slow
+def test_close_with_a_request_in_flight_delivers_its_outcome() -> None:
+    recorder = Recorder()
+    with serving(latency_ms=3000.0) as handle:
+        conn = connection(handle.url_template, recorder)
+        assert wait_until(lambda: conn.connected)
+        assert conn.submit(observation(), tag="slow")
+        time.sleep(0.1)
+        started = time.monotonic()
+        conn.close(timeout=5.0)
+        assert time.monotonic() - started < 2.5  # the request was cut, not waited for
+        outcome = recorder.result(timeout=1.0)
+        assert outcome.tag == "slow"
+        assert outcome.reply is None
+        assert outcome.connection_error is not None
+        assert not conn.submit(observation(), tag="after close")
+        assert recorder.disconnects == []  # close() is not a loss
+
+
+def test_no_thread_or_socket_leaks() -> None:
+    recorder = Recorder()
+    with serving() as handle:
+        threads_before = threading.active_count()
+        fds_before = open_fds()
+        for round_ in range(3):
+            conn = connection(handle.url_template, recorder)
+            assert wait_until(lambda c=conn: c.connected)
+            assert conn.submit(observation(), tag=round_)
+            assert isinstance(recorder.result().reply, np.ndarray)
+            conn.close()
+            conn.close()  # idempotent
+        assert handle.wait_closed_connections(3)
+        # The server's side of each socket is closed too once its handler finished.
+        assert wait_until(lambda: threading.active_count() == threads_before)
+        assert wait_until(lambda: open_fds() <= fds_before)
+
+
+def test_no_leaks_after_close_while_connecting() -> None:
+    port = free_port()
+    threads_before = threading.active_count()
+    fds_before = open_fds()
+    conn = connection(f"ws://127.0.0.1:{port}/{{model}}", Recorder(), reconnect_initial_s=0.05)
+    assert wait_until(lambda: conn.last_error is not None)
+    conn.close()
+    assert threading.active_count() == threads_before
+    assert open_fds() <= fds_before
+
+
+def test_configuration_errors_raise_in_the_constructor() -> None:
+    def ignore(_outcome: InferOutcome) -> None:
+        return None
+
+    with pytest.raises(UnknownModelError):
+        PolicyConnection("pi5", url="ws://127.0.0.1:9/{model}", on_result=ignore)
+    with pytest.raises(KeyError):
+        PolicyConnection("pi05", on_result=ignore)
+    with pytest.raises(InvalidURI):
+        PolicyConnection("pi05", url="http://127.0.0.1:9/{model}", on_result=ignore)
+    with pytest.raises(ValueError) as info:
+        PolicyConnection(
+            "pi05", url="ws://127.0.0.1:9/{model}", on_result=ignore, reconnect_initial_s=0
+        )
+    assert str(info.value) == "reconnect_initial_s=0 must be a positive number of seconds"
+
+
+def test_walle_url_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    recorder = Recorder()
+    with serving() as handle:
+        monkeypatch.setenv("WALLE_URL", handle.url_template)
+        with PolicyConnection("pi05", on_result=recorder.on_result) as conn:
+            assert conn.url == handle.url("pi05")
+            assert wait_until(lambda: conn.connected)
+
+
+def test_callback_exceptions_do_not_kill_the_worker() -> None:
+    results: list[InferOutcome] = []
+
+    def explode(outcome: InferOutcome) -> None:
+        results.append(outcome)
+        raise RuntimeError("callback bug")
+
+    with serving() as handle:
+        with PolicyConnection("pi05", url=handle.url_template, on_result=explode) as conn:
+            assert wait_until(lambda: conn.connected)
+            assert conn.submit(observation(), tag=1)
+            assert wait_until(lambda: len(results) == 1 and not conn.busy)
+            assert conn.submit(observation(), tag=2)
+            assert wait_until(lambda: len(results) == 2)
