@@ -1,0 +1,597 @@
+"""Turn action chunks into timed trajectory publications (pure, time injected).
+
+A chunk is an (H, D) array computed from an observation taken at ``t_obs``;
+action ``i`` is meant for ``t_obs + i*dt``. :class:`ChunkScheduler` decides when
+to ask the policy for the next chunk and when and how to publish each chunk so
+that joint_trajectory_controller follows it without pauses or jumps (see
+``docs/streaming.md`` and the shared ``streaming.md`` spec):
+
+- **Switch**: a chunk published at ``stamp`` with first kept index ``k``
+  executes E actions, ``k .. k+E-1``; its switch time is the time of the last
+  of them, ``t_obs + (k+E-1)*dt``. The next chunk is published then (its first
+  point lies at least ``min_lead_s`` later, normally in the slot of action
+  ``k+E``). The controller replaces a running trajectory on arrival, so a
+  reply that arrives earlier is *held* until the switch time; one that arrives
+  later is published at once.
+- **Early request** (mode ``"early"``): the next observation is sent at
+  ``switch_time - lead``; ``lead`` is ``request_lead_s`` or, when that is
+  ``None`` ("auto"), the ``lead_percentile`` (95) of the measured latencies plus
+  ``lead_margin_s``. (An early request is always timed from a published
+  chunk, whose reply was measured, so no initial guess is ever needed.) The
+  whole rest of the chunk is published, so a late reply leaves the robot
+  following the current chunk instead of holding still.
+- **Sync** (mode ``"sync"``, openpi's ``ActionChunkBroker``): only the E executed
+  actions are published and the next request is sent when they are used up.
+- **Latency compensation**: on publication at ``now``, actions with
+  ``t_obs + i*dt < now + min_lead_s`` are dropped; a chunk with no action left
+  is dropped and counted (``chunks_dropped_late``) and a new one requested.
+- **Blending**: the first ``blend_steps`` published points cross-fade from the
+  previous chunk's actions at the same times (linearly interpolated; its last
+  action beyond its end) to the new chunk's, with weights ``(j+1)/(B+1)``.
+
+Times are float seconds on the node clock. Comparisons allow ``TIME_EPS_S``
+(1 ns, the ROS time resolution) so that float rounding never moves an action by
+one slot. The scheduler is not thread-safe: call it from one thread (the node's
+timer); only :attr:`ChunkScheduler.latencies` may be read from anywhere.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from relay_ros.safety import Refusal
+from relay_ros.stats import LatencyStats
+
+__all__ = [
+    "MODES",
+    "TIME_EPS_S",
+    "ChunkError",
+    "ChunkScheduler",
+    "Publication",
+    "SchedulerConfig",
+    "SchedulerConfigError",
+    "SchedulerMode",
+    "SchedulerStateError",
+]
+
+_log = logging.getLogger(__name__)
+
+SchedulerMode = Literal["early", "sync"]
+MODES: tuple[str, ...] = ("early", "sync")
+TIME_EPS_S = 1e-9
+
+
+class SchedulerConfigError(ValueError):
+    """A :class:`SchedulerConfig` field has an invalid value."""
+
+
+class ChunkError(ValueError):
+    """A chunk given to the scheduler has the wrong shape or non-finite values."""
+
+
+class SchedulerStateError(RuntimeError):
+    """Scheduler methods were called out of order (e.g. a reply without a request)."""
+
+
+def _check_number(name: str, value: object, *, minimum: float, strict: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+        raise SchedulerConfigError(f"{name} {value!r} must be a number")
+    number = float(value)
+    ok = math.isfinite(number) and (number > minimum if strict else number >= minimum)
+    if not ok:
+        relation = ">" if strict else ">="
+        raise SchedulerConfigError(f"{name} {value!r} must be a finite number {relation} {minimum}")
+    return number
+
+
+def _check_int(name: str, value: object, *, minimum: int, maximum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise SchedulerConfigError(f"{name} {value!r} must be an integer")
+    number = int(value)
+    if number < minimum or (maximum is not None and number > maximum):
+        upper = f" and <= {maximum}" if maximum is not None else ""
+        raise SchedulerConfigError(f"{name} {value!r} must be >= {minimum}{upper}")
+    return number
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Scheduler settings; all times in seconds.
+
+    Attributes:
+        dt: control period, 1 / control_hz (> 0).
+        horizon: actions per chunk H (>= 1).
+        execute_horizon: actions E executed before the next chunk takes over
+            (1 <= E <= H).
+        request_lead_s: how long before the switch time the next observation is
+            sent (>= 0), or ``None`` for auto (``lead_percentile`` of the
+            measured latencies + ``lead_margin_s``). Ignored in sync mode.
+        blend_steps: points cross-faded from the old chunk to the new (>= 0).
+        min_lead_s: the first published point is at least this far after the
+            publication stamp (> 0); ``None`` means ``dt``. After construction
+            it always holds the effective number.
+        mode: ``"early"`` (publish the rest of the chunk, request early) or
+            ``"sync"`` (publish E actions, request when used up).
+        retry_delay_s: wait after a failed request before the next (>= 0).
+        lead_margin_s: added to the latency percentile in auto lead.
+        lead_percentile: latency percentile for auto lead (0 < q <= 100).
+        latency_window: number of recent latencies kept for statistics.
+    """
+
+    dt: float
+    horizon: int
+    execute_horizon: int
+    request_lead_s: float | None = None
+    blend_steps: int = 0
+    min_lead_s: float | None = None
+    mode: SchedulerMode = "early"
+    retry_delay_s: float = 0.0
+    lead_margin_s: float = 0.05
+    lead_percentile: float = 95.0
+    latency_window: int = 100
+
+    def __post_init__(self) -> None:
+        dt = _check_number("dt", self.dt, minimum=0.0, strict=True)
+        horizon = _check_int("horizon", self.horizon, minimum=1)
+        execute = _check_int("execute_horizon", self.execute_horizon, minimum=1, maximum=horizon)
+        lead = self.request_lead_s
+        if lead is not None:
+            lead = _check_number("request_lead_s", lead, minimum=0.0, strict=False)
+        blend = _check_int("blend_steps", self.blend_steps, minimum=0)
+        min_lead = dt if self.min_lead_s is None else self.min_lead_s
+        min_lead = _check_number("min_lead_s", min_lead, minimum=0.0, strict=True)
+        if self.mode not in MODES:
+            raise SchedulerConfigError(f"mode {self.mode!r} is not one of {list(MODES)}")
+        values = {
+            "dt": dt,
+            "horizon": horizon,
+            "execute_horizon": execute,
+            "request_lead_s": lead,
+            "blend_steps": blend,
+            "min_lead_s": min_lead,
+            "retry_delay_s": _check_number(
+                "retry_delay_s", self.retry_delay_s, minimum=0.0, strict=False
+            ),
+            "lead_margin_s": _check_number(
+                "lead_margin_s", self.lead_margin_s, minimum=0.0, strict=False
+            ),
+            "lead_percentile": _check_number(
+                "lead_percentile", self.lead_percentile, minimum=0.0, strict=True
+            ),
+            "latency_window": _check_int("latency_window", self.latency_window, minimum=1),
+        }
+        if values["lead_percentile"] > 100.0:
+            raise SchedulerConfigError(f"lead_percentile {self.lead_percentile!r} must be <= 100")
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+
+
+@dataclass(frozen=True, eq=False)
+class Publication:
+    """One chunk re-timed for publication; arrays are read-only.
+
+    Attributes:
+        stamp: header.stamp to publish with (= the poll time), seconds.
+        positions: (N, D) positions, one row per published action.
+        time_from_start: (N,) seconds after ``stamp``, spacing ``dt``, first
+            >= ``min_lead_s`` (within ``TIME_EPS_S``), strictly increasing.
+        t_obs: observation time of the chunk, seconds.
+        first_index: chunk index of ``positions[0]``.
+        switch_time: when the next chunk takes over (time of the last executed
+            action), seconds.
+        chunk_seq: 1-based sequence number of the chunk (order of receipt).
+        blended: how many leading points were cross-faded with the old chunk.
+    """
+
+    stamp: float
+    positions: np.ndarray
+    time_from_start: np.ndarray
+    t_obs: float
+    first_index: int
+    switch_time: float
+    chunk_seq: int
+    blended: int = 0
+
+    @property
+    def times(self) -> np.ndarray:
+        """Absolute time of each point, ``stamp + time_from_start`` (seconds)."""
+        return self.stamp + self.time_from_start
+
+    @property
+    def end_time(self) -> float:
+        """Absolute time of the last point (seconds)."""
+        return float(self.stamp + self.time_from_start[-1])
+
+    @property
+    def first_time(self) -> float:
+        """Absolute time of the first point (seconds)."""
+        return float(self.stamp + self.time_from_start[0])
+
+
+@dataclass
+class _Active:
+    chunk: np.ndarray
+    publication: Publication
+    start: np.ndarray  # commanded position at publication.stamp
+
+
+@dataclass
+class _Pending:
+    chunk: np.ndarray
+    t_obs: float
+    due: float
+    seq: int
+
+
+@dataclass
+class _Counts:
+    requests_sent: int = 0
+    requests_failed: int = 0
+    chunks_received: int = 0
+    chunks_published: int = 0
+    chunks_dropped_late: int = 0
+    chunks_refused: int = 0
+    replies_discarded: int = 0
+    chunks_superseded: int = 0
+
+
+class ChunkScheduler:
+    """State machine from chunk replies to timed publications (see module docs).
+
+    Typical use from the node's timer, every tick at time ``now``::
+
+        if sched.wants_request(now): send observation; sched.request_sent(now)
+        ...reply arrived (or failed): sched.chunk_received(chunk, t_obs, now)
+                                      / sched.request_failed(now)
+        pub = sched.poll(now, check=...)  # publish pub if not None
+    """
+
+    def __init__(self, config: SchedulerConfig) -> None:
+        self._cfg = config
+        self.latencies = LatencyStats(config.latency_window)
+        self._counts = _Counts()
+        self._current: _Active | None = None
+        self._pending: _Pending | None = None
+        self._in_flight: float | None = None
+        self._discard_reply = False
+        self._retry_not_before = -math.inf
+        self._seq = 0
+        self._stall_s = 0.0
+        self._last_refusal: Refusal | None = None
+        self._last_failure: str | None = None
+
+    # ------------------------------------------------------------------ state
+    @property
+    def config(self) -> SchedulerConfig:
+        """The configuration this scheduler runs with."""
+        return self._cfg
+
+    @property
+    def current(self) -> Publication | None:
+        """The publication the controller is following, if any."""
+        return self._current.publication if self._current is not None else None
+
+    @property
+    def has_pending(self) -> bool:
+        """A received chunk is held until its publication time."""
+        return self._pending is not None
+
+    @property
+    def request_in_flight(self) -> bool:
+        """A request was sent and neither a reply nor a failure came back yet."""
+        return self._in_flight is not None
+
+    @property
+    def requests_sent(self) -> int:
+        """Requests sent (``request_sent`` calls)."""
+        return self._counts.requests_sent
+
+    @property
+    def requests_failed(self) -> int:
+        """Requests that failed (``request_failed`` calls)."""
+        return self._counts.requests_failed
+
+    @property
+    def chunks_received(self) -> int:
+        """Chunks accepted by ``chunk_received`` (not counting discarded replies)."""
+        return self._counts.chunks_received
+
+    @property
+    def chunks_published(self) -> int:
+        """Publications returned by ``poll``."""
+        return self._counts.chunks_published
+
+    @property
+    def chunks_dropped_late(self) -> int:
+        """Chunks dropped because none of their actions was still in the future."""
+        return self._counts.chunks_dropped_late
+
+    @property
+    def chunks_refused(self) -> int:
+        """Chunks refused by the ``check`` given to ``poll``."""
+        return self._counts.chunks_refused
+
+    @property
+    def chunks_superseded(self) -> int:
+        """Held chunks replaced by a newer reply before they were published."""
+        return self._counts.chunks_superseded
+
+    @property
+    def replies_discarded(self) -> int:
+        """Replies to requests sent before the last ``reset()``, thrown away."""
+        return self._counts.replies_discarded
+
+    @property
+    def last_refusal(self) -> Refusal | None:
+        """The most recent refusal returned by a ``poll`` check."""
+        return self._last_refusal
+
+    @property
+    def last_failure(self) -> str | None:
+        """The reason given with the most recent ``request_failed``."""
+        return self._last_failure
+
+    def request_lead(self) -> float:
+        """The lead in seconds used for early requests now (0 in sync mode).
+
+        ``request_lead_s``, or in auto mode the ``lead_percentile`` of the
+        measured latencies plus ``lead_margin_s``; either way at most
+        ``(H-1)*dt - min_lead_s`` (and >= 0): a reply to an observation taken
+        earlier than that before the switch would have no action left at the
+        switch and would be dropped.
+        """
+        cfg = self._cfg
+        if cfg.mode == "sync":
+            return 0.0
+        if cfg.request_lead_s is not None:
+            lead = cfg.request_lead_s
+        else:
+            measured = self.latencies.percentile(cfg.lead_percentile)
+            # Early requests are timed from a published chunk, whose reply was
+            # measured, so ``measured`` is only None before the first reply.
+            lead = (measured if measured is not None else 0.0) + cfg.lead_margin_s
+        return max(0.0, min(lead, (cfg.horizon - 1) * cfg.dt - cfg.min_lead_s))
+
+    def next_request_time(self) -> float | None:
+        """Earliest time the next request should be sent, in seconds.
+
+        ``-inf`` means at once; ``None`` means not now: a request is in flight or
+        a received chunk is still held (the next request is timed from it once
+        it is published).
+        """
+        if self._in_flight is not None or self._pending is not None:
+            return None
+        if self._current is None:
+            return self._retry_not_before
+        due = self._current.publication.switch_time - self.request_lead()
+        return max(due, self._retry_not_before)
+
+    def wants_request(self, now: float) -> bool:
+        """Whether the node should take an observation and send it now."""
+        due = self.next_request_time()
+        return due is not None and now >= due - TIME_EPS_S
+
+    def stall_time(self, now: float) -> float:
+        """Seconds the controller had no future point to follow since the first
+        publication of each episode (ends of trajectories until the next one),
+        including an ongoing stall up to ``now``."""
+        total = self._stall_s
+        if self._current is not None:
+            total += max(0.0, now - self._current.publication.end_time)
+        return total
+
+    # --------------------------------------------------------------- requests
+    def request_sent(self, t_obs: float) -> None:
+        """Record that an observation taken at ``t_obs`` was sent."""
+        if self._in_flight is not None:
+            raise SchedulerStateError(
+                f"request_sent(t_obs={t_obs}) while the request for t_obs={self._in_flight} "
+                "is still in flight; at most one request may be in flight"
+            )
+        self._in_flight = float(t_obs)
+        self._counts.requests_sent += 1
+
+    def request_failed(self, now: float, reason: str | None = None) -> None:
+        """The request in flight failed (connection error, error reply or a chunk
+        refused by safety): request again after ``retry_delay_s``."""
+        if self._in_flight is None:
+            raise SchedulerStateError("request_failed() without a request in flight")
+        self._in_flight = None
+        self._discard_reply = False
+        self._counts.requests_failed += 1
+        self._last_failure = reason
+        self._retry_not_before = now + self._cfg.retry_delay_s
+
+    def chunk_received(self, chunk: np.ndarray, t_obs: float, now: float) -> bool:
+        """A reply chunk (H, D) for the observation taken at ``t_obs`` arrived at ``now``.
+
+        Records the latency ``now - t_obs``. Returns ``False`` if the reply is
+        discarded because ``reset()`` was called while it was in flight, or if
+        it is dropped at once because it is too late to have any future action;
+        ``True`` if it is accepted (publishable at once or held).
+        """
+        if self._in_flight is None:
+            raise SchedulerStateError(f"chunk_received(t_obs={t_obs}) without a request in flight")
+        if float(t_obs) != self._in_flight:
+            raise SchedulerStateError(
+                f"chunk_received(t_obs={t_obs}) does not match the request in flight "
+                f"(t_obs={self._in_flight})"
+            )
+        if now < t_obs:
+            raise SchedulerStateError(f"chunk_received at now={now} before its t_obs={t_obs}")
+        self._in_flight = None
+        if self._discard_reply:
+            self._discard_reply = False
+            self._counts.replies_discarded += 1
+            _log.debug("discarding reply for t_obs=%.6f sent before reset()", t_obs)
+            return False
+        arr = self._validate_chunk(chunk)
+        self.latencies.add(now - t_obs)
+        self._counts.chunks_received += 1
+        self._seq += 1
+        due = now
+        if self._current is not None:
+            due = max(now, self._current.publication.switch_time)
+        if self._first_index(float(t_obs), due) >= self._cfg.horizon:
+            self._drop_late(t_obs, now)
+            return False
+        if self._pending is not None:
+            self._counts.chunks_superseded += 1
+        self._pending = _Pending(arr, float(t_obs), due, self._seq)
+        return True
+
+    # ------------------------------------------------------------- publishing
+    def poll(
+        self,
+        now: float,
+        *,
+        check: Callable[[Publication], Refusal | None] | None = None,
+    ) -> Publication | None:
+        """Return the publication due at ``now`` (stamped ``now``), or ``None``.
+
+        ``check`` (e.g. the first-step jump check) may refuse it: then nothing
+        is published, the chunk is dropped and counted, the current trajectory
+        keeps running and a new request is allowed after ``retry_delay_s``.
+        """
+        pending = self._pending
+        if pending is None or now < pending.due - TIME_EPS_S:
+            return None
+        self._pending = None
+        cfg = self._cfg
+        k = self._first_index(pending.t_obs, now)
+        if k >= cfg.horizon:
+            self._drop_late(pending.t_obs, now)
+            return None
+        end = cfg.horizon if cfg.mode == "early" else min(cfg.horizon, k + cfg.execute_horizon)
+        n = end - k
+        tfs0 = (pending.t_obs - now) + k * cfg.dt
+        tfs = tfs0 + np.arange(n, dtype=np.float64) * cfg.dt
+        positions = pending.chunk[k:end].copy()
+        blended = 0
+        if self._current is not None and cfg.blend_steps > 0:
+            blended = min(cfg.blend_steps, n)
+            old = self._chunk_at(self._current, now + tfs[:blended])
+            weights = (np.arange(1, blended + 1, dtype=np.float64) / (blended + 1))[:, None]
+            positions[:blended] = (1.0 - weights) * old + weights * positions[:blended]
+        switch_index = min(k + cfg.execute_horizon - 1, cfg.horizon - 1)
+        positions.setflags(write=False)
+        tfs.setflags(write=False)
+        publication = Publication(
+            stamp=float(now),
+            positions=positions,
+            time_from_start=tfs,
+            t_obs=pending.t_obs,
+            first_index=k,
+            switch_time=pending.t_obs + switch_index * cfg.dt,
+            chunk_seq=pending.seq,
+            blended=blended,
+        )
+        if check is not None:
+            refusal = check(publication)
+            if refusal is not None:
+                self._counts.chunks_refused += 1
+                self._last_refusal = refusal
+                self._retry_not_before = now + cfg.retry_delay_s
+                _log.debug("chunk %d refused: %s", pending.seq, refusal.reason)
+                return None
+        start = positions[0]
+        if self._current is not None:
+            self._stall_s += max(0.0, now - self._current.publication.end_time)
+            start = self._commanded(self._current, now)
+        self._current = _Active(pending.chunk, publication, np.array(start, dtype=np.float64))
+        self._counts.chunks_published += 1
+        return publication
+
+    def last_commanded(self, now: float) -> np.ndarray | None:
+        """The position (D,) the current publication commands at ``now``.
+
+        Linear interpolation: from the position commanded when it was published
+        to its first point, then between points; its last point after its end.
+        ``None`` before the first publication (or after ``reset()``).
+        """
+        if self._current is None:
+            return None
+        return self._commanded(self._current, now)
+
+    def reset(self) -> None:
+        """Start a new episode: forget the current and held chunks.
+
+        A reply to a request still in flight will be discarded; latency
+        statistics and counters are kept.
+        """
+        if self._current is not None:
+            # The stall of an ended episode stays in the total; nothing accrues after.
+            self._current = None
+        self._pending = None
+        if self._in_flight is not None:
+            self._discard_reply = True
+        self._retry_not_before = -math.inf
+
+    # ---------------------------------------------------------------- helpers
+    def _validate_chunk(self, chunk: np.ndarray) -> np.ndarray:
+        arr = np.asarray(chunk)
+        if arr.ndim != 2 or arr.shape[0] != self._cfg.horizon or arr.shape[1] < 1:
+            raise ChunkError(
+                f"chunk has shape {tuple(arr.shape)}, expected ({self._cfg.horizon}, D) with D >= 1"
+            )
+        if self._current is not None and arr.shape[1] != self._current.chunk.shape[1]:
+            raise ChunkError(
+                f"chunk has {arr.shape[1]} action dimensions, the current chunk has "
+                f"{self._current.chunk.shape[1]}"
+            )
+        try:
+            values = arr.astype(np.float64)
+        except (TypeError, ValueError):
+            raise ChunkError(f"chunk dtype {arr.dtype} is not numeric") from None
+        if not np.isfinite(values).all():
+            raise ChunkError("chunk contains NaN or Inf; run safety.check_chunk first")
+        values.setflags(write=False)
+        return values
+
+    def _first_index(self, t_obs: float, now: float) -> int:
+        cfg = self._cfg
+        target = now + cfg.min_lead_s - TIME_EPS_S
+        k = max(0, math.ceil((target - t_obs) / cfg.dt))
+        while k > 0 and t_obs + (k - 1) * cfg.dt >= target:
+            k -= 1
+        while t_obs + k * cfg.dt < target:
+            k += 1
+        return k
+
+    def _drop_late(self, t_obs: float, now: float) -> None:
+        self._counts.chunks_dropped_late += 1
+        _log.debug(
+            "dropping chunk for t_obs=%.6f at %.6f: no action left %.3f s ahead",
+            t_obs,
+            now,
+            self._cfg.min_lead_s,
+        )
+
+    def _chunk_at(self, active: _Active, times: np.ndarray) -> np.ndarray:
+        """The old chunk's actions (all H, not only the published ones) at ``times``."""
+        chunk = active.chunk
+        f = (np.asarray(times, dtype=np.float64) - active.publication.t_obs) / self._cfg.dt
+        f = np.clip(f, 0.0, chunk.shape[0] - 1)
+        i0 = np.floor(f).astype(np.int64)
+        i1 = np.minimum(i0 + 1, chunk.shape[0] - 1)
+        a = (f - i0)[:, None]
+        return (1.0 - a) * chunk[i0] + a * chunk[i1]
+
+    @staticmethod
+    def _commanded(active: _Active, now: float) -> np.ndarray:
+        pub = active.publication
+        times = np.concatenate(([pub.stamp], pub.times))
+        points = np.vstack((active.start[None, :], pub.positions))
+        if now <= times[0]:
+            return points[0].copy()
+        if now >= times[-1]:
+            return points[-1].copy()
+        j = int(np.searchsorted(times, now, side="right")) - 1
+        a = (now - times[j]) / (times[j + 1] - times[j])
+        return (1.0 - a) * points[j] + a * points[j + 1]
