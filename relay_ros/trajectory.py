@@ -1,0 +1,146 @@
+"""Build the points of one controller's JointTrajectory from a :class:`Publication`.
+
+joint_trajectory_controller interpolates cubically when points carry positions
+and velocities, rejects non-increasing ``time_from_start`` and (Jazzy default) a
+non-zero velocity on the last point. This module selects a controller's action
+dimensions, computes finite-difference velocities and converts float seconds to
+exact ``(sec, nanosec)`` integers, without rclpy; the node copies the result into
+``trajectory_msgs`` messages.
+
+Velocity choice: ``numpy.gradient`` over the points' times, i.e. central
+differences ``(p[j+1] - p[j-1]) / (t[j+1] - t[j-1])`` inside the trajectory and a
+forward difference on the first point. Central differences are second-order
+accurate and give a smooth (C1, Catmull-Rom-like) cubic through the actions,
+without the half-step lag of forward differences. The last velocity is exactly
+zero so the controller accepts the message and, if no next chunk arrives, stops
+at the last point.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from relay_ros.scheduler import Publication
+
+__all__ = [
+    "TrajectoryError",
+    "TrajectoryPoints",
+    "build_points",
+    "finite_difference_velocities",
+    "seconds_to_sec_nanosec",
+    "times_to_sec_nanosec",
+]
+
+_NS_PER_S = 1_000_000_000
+
+
+class TrajectoryError(ValueError):
+    """Invalid dimensions, times or positions for a trajectory."""
+
+
+@dataclass(frozen=True, eq=False)
+class TrajectoryPoints:
+    """Points for one controller; arrays are read-only.
+
+    Attributes:
+        positions: (N, J) joint positions (the controller's joint order).
+        velocities: (N, J) finite-difference velocities per second; last row 0.
+        time_from_start: (N,) float seconds, strictly increasing.
+        stamp: header.stamp of the publication, float seconds.
+    """
+
+    positions: np.ndarray
+    velocities: np.ndarray
+    time_from_start: np.ndarray
+    stamp: float
+
+    @property
+    def time_from_start_sec_nanosec(self) -> list[tuple[int, int]]:
+        """``time_from_start`` as exact, strictly increasing ``(sec, nanosec)`` pairs."""
+        return times_to_sec_nanosec(self.time_from_start)
+
+    @property
+    def stamp_sec_nanosec(self) -> tuple[int, int]:
+        """``stamp`` as ``(sec, nanosec)``."""
+        return seconds_to_sec_nanosec(self.stamp)
+
+
+def seconds_to_sec_nanosec(seconds: float) -> tuple[int, int]:
+    """Split float seconds (>= 0) into ``(sec, nanosec)`` with 0 <= nanosec < 1e9.
+
+    ``sec = floor(seconds)`` and the fraction (exact in binary floating point) is
+    rounded to the nearest nanosecond, carrying into ``sec`` at 1e9. The mapping
+    is monotonic: larger seconds never give a smaller pair.
+    """
+    value = float(seconds)
+    if not math.isfinite(value) or value < 0.0:
+        raise TrajectoryError(f"time {seconds!r} s must be a finite number >= 0")
+    sec = math.floor(value)
+    nanosec = round((value - sec) * _NS_PER_S)
+    if nanosec >= _NS_PER_S:
+        sec += 1
+        nanosec -= _NS_PER_S
+    return int(sec), int(nanosec)
+
+
+def times_to_sec_nanosec(times: Sequence[float] | np.ndarray) -> list[tuple[int, int]]:
+    """Convert increasing times in seconds to ``(sec, nanosec)`` pairs and check
+    that they stay strictly increasing after rounding to nanoseconds."""
+    pairs = [seconds_to_sec_nanosec(float(t)) for t in np.asarray(times, dtype=np.float64)]
+    for j in range(1, len(pairs)):
+        if pairs[j] <= pairs[j - 1]:
+            raise TrajectoryError(
+                f"time_from_start[{j}] {pairs[j]} is not after time_from_start[{j - 1}] "
+                f"{pairs[j - 1]} (sec, nanosec); times must be strictly increasing"
+            )
+    return pairs
+
+
+def finite_difference_velocities(positions: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """Velocities (N, J) per second for ``positions`` (N, J) at ``times`` (N,)
+    seconds: central differences inside, forward on the first point, and the
+    last row exactly zero (all zero for a single point)."""
+    pos = np.asarray(positions, dtype=np.float64)
+    t = np.asarray(times, dtype=np.float64)
+    if pos.ndim != 2 or t.shape != (pos.shape[0],) or pos.shape[0] == 0:
+        raise TrajectoryError(
+            f"positions shape {pos.shape} and times shape {t.shape} must be (N, J) and (N,), N >= 1"
+        )
+    if pos.shape[0] > 1 and not (np.diff(t) > 0).all():
+        raise TrajectoryError("times must be strictly increasing for finite differences")
+    if pos.shape[0] == 1:
+        return np.zeros_like(pos)
+    velocities = np.gradient(pos, t, axis=0, edge_order=1)
+    velocities[-1] = 0.0
+    return velocities
+
+
+def build_points(publication: Publication, dims: Sequence[int]) -> TrajectoryPoints:
+    """The points of one controller: columns ``dims`` of ``publication.positions``
+    (one per controller joint, in the controller's joint order; a dimension may
+    drive several joints), with velocities and ``time_from_start``."""
+    positions = np.asarray(publication.positions, dtype=np.float64)
+    width = positions.shape[1]
+    columns = list(dims)
+    if not columns:
+        raise TrajectoryError("dims is empty; a controller needs at least one action dimension")
+    for d in columns:
+        if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or not 0 <= d < width:
+            raise TrajectoryError(
+                f"action dimension {d!r} is out of range; the publication has dimensions "
+                f"0..{width - 1}"
+            )
+    selected = positions[:, columns].copy()
+    if not np.isfinite(selected).all():
+        raise TrajectoryError("publication positions contain NaN or Inf")
+    tfs = np.array(publication.time_from_start, dtype=np.float64)
+    if tfs.size and tfs[0] < 0:
+        raise TrajectoryError(f"time_from_start[0] {tfs[0]} s is negative")
+    velocities = finite_difference_velocities(selected, tfs)
+    for array in (selected, velocities, tfs):
+        array.setflags(write=False)
+    return TrajectoryPoints(selected, velocities, tfs, float(publication.stamp))
