@@ -523,11 +523,10 @@ class ChunkScheduler:
         """Start a new episode: forget the current and held chunks.
 
         A reply to a request still in flight will be discarded; latency
-        statistics and counters are kept.
+        statistics, counters and the stall total are kept (a stall still going
+        on at the reset is not added: the episode is over).
         """
-        if self._current is not None:
-            # The stall of an ended episode stays in the total; nothing accrues after.
-            self._current = None
+        self._current = None
         self._pending = None
         if self._in_flight is not None:
             self._discard_reply = True
