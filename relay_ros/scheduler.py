@@ -415,6 +415,12 @@ class ChunkScheduler:
         discarded because ``reset()`` was called while it was in flight, or if
         it is dropped at once because it is too late to have any future action;
         ``True`` if it is accepted (publishable at once or held).
+
+        Raises:
+            ChunkError: the chunk is not (H, D) with finite values (run
+                ``safety.check_chunk`` first). The request then counts as
+                failed, like ``request_failed(now)``.
+            SchedulerStateError: no request is in flight for ``t_obs``.
         """
         if self._in_flight is None:
             raise SchedulerStateError(f"chunk_received(t_obs={t_obs}) without a request in flight")
@@ -431,7 +437,13 @@ class ChunkScheduler:
             self._counts.replies_discarded += 1
             _log.debug("discarding reply for t_obs=%.6f sent before reset()", t_obs)
             return False
-        arr = self._validate_chunk(chunk)
+        try:
+            arr = self._validate_chunk(chunk)
+        except ChunkError as exc:
+            self._counts.requests_failed += 1
+            self._last_failure = str(exc)
+            self._retry_not_before = now + self._cfg.retry_delay_s
+            raise
         self.latencies.add(now - t_obs)
         self._counts.chunks_received += 1
         self._seq += 1

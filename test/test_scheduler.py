@@ -384,6 +384,9 @@ def test_bad_chunks_raise(chunk: np.ndarray, message: str) -> None:
     with pytest.raises(ChunkError) as info:
         sched.chunk_received(chunk, 0.0, 0.1)
     assert str(info.value) == message
+    assert sched.requests_failed == 1
+    assert sched.last_failure == message
+    assert sched.wants_request(0.1)
 
 
 def test_poll_check_refusal_keeps_current_and_requests_again() -> None:
