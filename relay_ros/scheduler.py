@@ -122,6 +122,10 @@ class SchedulerConfig:
         lead_margin_s: added to the latency percentile in auto lead.
         lead_percentile: latency percentile for auto lead (0 < q <= 100).
         latency_window: number of recent latencies kept for statistics.
+        publish_early_s: a held chunk is published this long before the switch
+            time (>= 0, < min_lead_s). Set it to the poll period: a poll that
+            lands just after the switch would otherwise find the slot after the
+            executed part less than ``min_lead_s`` ahead and skip that action.
     """
 
     dt: float
@@ -135,6 +139,7 @@ class SchedulerConfig:
     lead_margin_s: float = 0.05
     lead_percentile: float = 95.0
     latency_window: int = 100
+    publish_early_s: float = 0.0
 
     def __post_init__(self) -> None:
         dt = _check_number("dt", self.dt, minimum=0.0, strict=True)
@@ -165,7 +170,14 @@ class SchedulerConfig:
                 "lead_percentile", self.lead_percentile, minimum=0.0, strict=True
             ),
             "latency_window": _check_int("latency_window", self.latency_window, minimum=1),
+            "publish_early_s": _check_number(
+                "publish_early_s", self.publish_early_s, minimum=0.0, strict=False
+            ),
         }
+        if values["publish_early_s"] >= min_lead:
+            raise SchedulerConfigError(
+                f"publish_early_s {self.publish_early_s!r} must be < min_lead_s {min_lead!r}"
+            )
         if values["lead_percentile"] > 100.0:
             raise SchedulerConfigError(f"lead_percentile {self.lead_percentile!r} must be <= 100")
         for name, value in values.items():
@@ -449,7 +461,7 @@ class ChunkScheduler:
         self._seq += 1
         due = now
         if self._current is not None:
-            due = max(now, self._current.publication.switch_time)
+            due = max(now, self._current.publication.switch_time - self._cfg.publish_early_s)
         if self._first_index(float(t_obs), due) >= self._cfg.horizon:
             self._drop_late(t_obs, now)
             return False

@@ -1,0 +1,234 @@
+"""A test rig around policy_node: a real reference server, real DDS, real messages.
+
+A ``Rig`` runs, in one SingleThreadedExecutor spinning on a background thread
+(as policy_node's ``main()`` does):
+the :class:`~relay_ros.policy_node.PolicyNode` under test, a feeder node that
+publishes camera frames (one raw ``Image``, one ``CompressedImage``) and joint
+states, and recorders for everything the node publishes. Topics are prefixed
+per rig so tests in one pytest session never hear each other.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+import yaml
+from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rclpy.qos import qos_profile_sensor_data
+from sensor_msgs.msg import CompressedImage, Image, JointState
+from std_msgs.msg import String
+from trajectory_msgs.msg import JointTrajectory
+
+from relay_ros.paths import config_dir
+from relay_ros.policy_node import PolicyNode
+
+_COUNTER = itertools.count()
+
+PI_JOINTS = ["joint1", "joint2", "joint3", "joint4", "joint5", "joint6", "gripper_joint"]
+GROOT_JOINTS = ["joint1", "joint2", "joint3", "joint4", "joint5", "gripper_joint"]
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, period: float = 0.02) -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail with a clear message."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s")
+        time.sleep(period)
+
+
+def t_obs_of(msg: JointTrajectory) -> float:
+    """The observation time the node writes into header.frame_id."""
+    assert msg.header.frame_id.startswith("t_obs="), msg.header.frame_id
+    return float(msg.header.frame_id[len("t_obs=") :])
+
+
+def stamp_of(msg: JointTrajectory) -> float:
+    return msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+
+
+def tfs_of(msg: JointTrajectory) -> np.ndarray:
+    return np.array([p.time_from_start.sec + p.time_from_start.nanosec * 1e-9 for p in msg.points])
+
+
+@dataclass
+class Received:
+    """Messages a rig recorded, with the wall time each arrived."""
+
+    arm: list[JointTrajectory] = field(default_factory=list)
+    gripper: list[JointTrajectory] = field(default_factory=list)
+    preview: list[JointTrajectory] = field(default_factory=list)
+    diagnostics: list[DiagnosticArray] = field(default_factory=list)
+
+
+class Rig:
+    """policy_node wired to a feeder and recorders; use as a context manager."""
+
+    def __init__(
+        self,
+        context: Any,
+        server_url: str,
+        *,
+        model: str = "pi05",
+        overrides: dict[str, Any] | None = None,
+        width: int = 64,
+        height: int = 48,
+        state: list[float] | None = None,
+        camera_hz: float = 30.0,
+        tmp_path: Path,
+    ) -> None:
+        self.context = context
+        self.model = model
+        n = next(_COUNTER)
+        self.prefix = f"/rig{n}"
+        self.node_name = f"policy_node_{n}"
+        joints = GROOT_JOINTS if model == "groot" else PI_JOINTS
+        self.joints = list(joints)
+        self.state = np.array(state if state is not None else [0.1] * len(joints), dtype=float)
+        self.cameras_on = True
+        self.joint_states_on = True
+        self.received = Received()
+        self._lock = threading.Lock()
+
+        camera_keys = (
+            ["video.front", "video.wrist"]
+            if model == "groot"
+            else ["base_0_rgb", "left_wrist_0_rgb"]
+        )
+        self.raw_topic = f"{self.prefix}/camera/base/image_raw"
+        self.compressed_topic = f"{self.prefix}/camera/wrist/image_raw/compressed"
+        camera_map = tmp_path / f"cameras_{n}.yaml"
+        camera_map.write_text(
+            yaml.safe_dump(
+                {
+                    camera_keys[0]: {"topic": self.raw_topic},
+                    camera_keys[1]: {"topic": self.compressed_topic},
+                }
+            )
+        )
+        self.arm_topic = f"{self.prefix}/arm_controller/joint_trajectory"
+        self.gripper_topic = f"{self.prefix}/gripper_controller/joint_trajectory"
+        params: dict[str, Any] = {
+            "policy_url": server_url,
+            "camera_map": str(camera_map),
+            "joint_states_topic": f"{self.prefix}/joint_states",
+            "outputs.arm.topic": self.arm_topic,
+            "outputs.gripper.topic": self.gripper_topic,
+            "prompt": "stack the blocks",
+        }
+        params.update(overrides or {})
+        self.node = PolicyNode(
+            self.node_name,
+            context=context,
+            cli_args=["--ros-args", "--params-file", str(config_dir() / f"{model}.yaml")],
+            parameter_overrides=[Parameter(k, value=v) for k, v in params.items()],
+        )
+        self.feeder = Node(f"feeder_{n}", context=context)
+        self._image_pub = self.feeder.create_publisher(
+            Image, self.raw_topic, qos_profile_sensor_data
+        )
+        self._jpeg_pub = self.feeder.create_publisher(
+            CompressedImage, self.compressed_topic, qos_profile_sensor_data
+        )
+        self._joint_pub = self.feeder.create_publisher(
+            JointState, f"{self.prefix}/joint_states", 10
+        )
+        self._prompt_pub = self.feeder.create_publisher(String, f"/{self.node_name}/prompt", 10)
+        frame = np.zeros((height, width, 3), np.uint8)
+        frame[:, : width // 2] = (200, 30, 30)
+        self._frame = frame
+        self._jpeg = cv2.imencode(".jpg", frame[:, :, ::-1])[1].tobytes()
+        self.feeder.create_timer(1.0 / camera_hz, self._publish_cameras)
+        self.feeder.create_timer(0.01, self._publish_joints)
+        self._subscribe(self.arm_topic, self.received.arm)
+        self._subscribe(self.gripper_topic, self.received.gripper)
+        self._subscribe(f"/{self.node_name}/preview", self.received.preview)
+        self.feeder.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)
+        self.executor = SingleThreadedExecutor(context=context)
+        self.executor.add_node(self.node)
+        self.executor.add_node(self.feeder)
+        self._thread = threading.Thread(target=self.executor.spin, daemon=True)
+
+    def _subscribe(self, topic: str, sink: list) -> None:
+        def record(msg: JointTrajectory) -> None:
+            with self._lock:
+                sink.append(msg)
+
+        self.feeder.create_subscription(JointTrajectory, topic, record, 10)
+
+    def _on_diagnostics(self, msg: DiagnosticArray) -> None:
+        if any(status.name.startswith(self.node_name) for status in msg.status):
+            with self._lock:
+                self.received.diagnostics.append(msg)
+
+    def _publish_cameras(self) -> None:
+        if not self.cameras_on:
+            return
+        stamp = self.feeder.get_clock().now().to_msg()
+        h, w, _ = self._frame.shape
+        image = Image(height=h, width=w, encoding="rgb8", step=w * 3, data=self._frame.tobytes())
+        image.header.stamp = stamp
+        self._image_pub.publish(image)
+        jpeg = CompressedImage(format="jpeg", data=self._jpeg)
+        jpeg.header.stamp = stamp
+        self._jpeg_pub.publish(jpeg)
+
+    def _publish_joints(self) -> None:
+        if not self.joint_states_on:
+            return
+        msg = JointState(name=self.joints, position=[float(v) for v in self.state])
+        msg.header.stamp = self.feeder.get_clock().now().to_msg()
+        self._joint_pub.publish(msg)
+
+    def publish_prompt(self, text: str) -> None:
+        self._prompt_pub.publish(String(data=text))
+
+    def snapshot(self) -> Received:
+        with self._lock:
+            return Received(
+                list(self.received.arm),
+                list(self.received.gripper),
+                list(self.received.preview),
+                list(self.received.diagnostics),
+            )
+
+    def last_status(self) -> dict[str, str] | None:
+        """The newest /diagnostics status of this node as a dict (plus 'message')."""
+        with self._lock:
+            if not self.received.diagnostics:
+                return None
+            msg = self.received.diagnostics[-1]
+        for status in msg.status:
+            if status.name.startswith(self.node_name):
+                values = {kv.key: kv.value for kv in status.values}
+                values["message"] = status.message
+                values["level"] = int.from_bytes(status.level, "little")
+                return values
+        return None
+
+    def __enter__(self) -> Rig:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.executor.shutdown(timeout_sec=5.0)
+        self._thread.join(timeout=5.0)
+        self.node.destroy_node()
+        self.feeder.destroy_node()

@@ -1,0 +1,294 @@
+"""policy_node end to end: real rclpy, real reference server on loopback.
+
+Each test starts the node against a server, feeds it real Image,
+CompressedImage and JointState messages, and checks what reaches the
+trajectory topics (or, in the unsafe cases, that nothing does).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+from node_rig import Rig, stamp_of, t_obs_of, tfs_of, wait_for
+from std_srvs.srv import SetBool, Trigger
+
+from relay_ros.server import ServerOptions, run_server_in_thread
+
+pytestmark = pytest.mark.ros
+
+DT = 1.0 / 50.0  # reference pi05 control_hz
+H = 50
+
+
+class ScriptedPolicy:
+    """A policy for the server's --policy hook: smooth ramps from the state, or a fault."""
+
+    def __init__(self, mode: str = "follow") -> None:
+        self.mode = mode
+        self.sessions: list[str | None] = []
+        self.prompts: list[str] = []
+        self.resets = 0
+        self._lock = threading.Lock()
+
+    def infer(self, obs: dict) -> dict:
+        with self._lock:
+            self.sessions.append(obs.get("session_id"))
+            self.prompts.append(obs.get("prompt"))
+        state = np.asarray(obs["state"], dtype=np.float32).reshape(-1)
+        ramp = np.arange(H, dtype=np.float32)[:, None] * 0.002
+        actions = state[None, :] + ramp
+        if self.mode == "nan":
+            actions[10, 2] = np.nan
+        elif self.mode == "inf":
+            actions[3, 0] = np.inf
+        elif self.mode == "limits":
+            actions[:, 1] = 1.7 + np.arange(H) * 0.01  # joint2 limits are [-1.8, 1.8]
+        elif self.mode == "far":
+            actions += 0.6  # within limits, but a 0.6 rad jump from the state
+        elif self.mode == "raise":
+            raise RuntimeError("model crashed on purpose")
+        return {"actions": actions.astype(np.float32)}
+
+    def reset(self) -> None:
+        with self._lock:
+            self.resets += 1
+
+
+@pytest.fixture
+def server():
+    with run_server_in_thread(ServerOptions(models=("pi05", "groot"))) as handle:
+        yield handle
+
+
+def _scripted_server(mode: str, **options):
+    policy = ScriptedPolicy(mode)
+    return policy, run_server_in_thread(
+        ServerOptions(models=("pi05",), policy=lambda: policy, **options)
+    )
+
+
+def test_trajectories_have_the_configured_joints_timing_and_velocities(
+    ros_context, server, tmp_path
+):
+    with Rig(ros_context, server.url_template, tmp_path=tmp_path) as rig:
+        wait_for(lambda: len(rig.snapshot().arm) >= 3 and rig.snapshot().gripper)
+        got = rig.snapshot()
+    for msg in got.arm[:3]:
+        assert list(msg.joint_names) == ["joint1", "joint2", "joint3", "joint4", "joint5", "joint6"]
+        tfs = tfs_of(msg)
+        assert np.all(np.diff(tfs) > 0)
+        np.testing.assert_allclose(np.diff(tfs), DT, atol=1e-6)
+        assert tfs[0] >= DT - 1e-6  # first point at least one period ahead
+        assert list(msg.points[-1].velocities) == [0.0] * 6
+        assert any(v != 0.0 for v in msg.points[0].velocities)
+        for point in msg.points:
+            assert len(point.positions) == 6 and len(point.velocities) == 6
+        assert stamp_of(msg) > t_obs_of(msg)
+    assert list(got.gripper[0].joint_names) == ["gripper_joint"]
+    # Every chunk also goes to ~/preview with all commanded joints.
+    assert list(got.preview[0].joint_names)[-1] == "gripper_joint"
+    assert len(got.preview[0].joint_names) == 7
+
+
+def test_stale_actions_are_dropped_by_measured_latency(ros_context, tmp_path):
+    with run_server_in_thread(ServerOptions(models=("pi05",), latency_ms=150)) as slow:
+        with Rig(ros_context, slow.url_template, tmp_path=tmp_path) as rig:
+            msg = wait_for(lambda: rig.snapshot().arm)[0]
+    first_action_time = stamp_of(msg) + tfs_of(msg)[0]
+    first_index = round((first_action_time - t_obs_of(msg)) / DT)
+    # The reply takes >= 150 ms: the first 7 actions (0..140 ms) are already past.
+    assert first_index >= 8
+    assert len(msg.points) == H - first_index
+
+
+def test_switch_after_execute_horizon_and_early_requests(ros_context, server, tmp_path):
+    execute = 10
+    overrides = {"execute_horizon": execute, "request_lead_s": "0.1"}
+    with Rig(ros_context, server.url_template, overrides=overrides, tmp_path=tmp_path) as rig:
+        wait_for(lambda: len(rig.snapshot().arm) >= 5, timeout=15)
+        got = rig.snapshot().arm
+    for old, new in zip(got[1:4], got[2:5]):
+        old_first = stamp_of(old) + tfs_of(old)[0]
+        switch_time = old_first + (execute - 1) * DT  # time of the last executed action
+        # The new chunk is published at the switch time (within a tick of the 100 Hz timer)...
+        assert stamp_of(new) == pytest.approx(switch_time, abs=0.015)
+        # ...and its first point takes the slot right after the executed part.
+        assert stamp_of(new) + tfs_of(new)[0] == pytest.approx(switch_time + DT, abs=0.015)
+        # Early request: the observation was taken request_lead_s before the switch,
+        # i.e. before the old chunk's executed part ended.
+        assert t_obs_of(new) < switch_time
+        assert t_obs_of(new) == pytest.approx(switch_time - 0.1, abs=0.02)
+
+
+@pytest.mark.parametrize(
+    "mode, reason",
+    [
+        ("raise", "error reply from the server: Internal inference error"),
+        ("nan", "non-finite value nan at step 10, joint 'joint3'"),
+        ("inf", "non-finite value inf at step 3, joint 'joint1'"),
+        ("limits", "joint2"),
+        ("far", "joint1"),
+    ],
+)
+def test_unsafe_chunks_are_never_published(ros_context, tmp_path, mode, reason):
+    policy, server_cm = _scripted_server(mode)
+    with server_cm as srv, Rig(ros_context, srv.url_template, tmp_path=tmp_path) as rig:
+        wait_for(lambda: len(policy.sessions) >= 2)
+        status = wait_for(lambda: (s := rig.last_status()) and s["hold_reason"] and s, timeout=5)
+        time.sleep(0.3)
+        got = rig.snapshot()
+        counts = rig.node.counts
+    assert got.arm == [] and got.gripper == [] and got.preview == []
+    assert reason in status["hold_reason"] or reason in status["last_refusal"], status
+    assert status["message"].startswith("holding position")
+    if mode == "raise":
+        assert counts["error_replies"] >= 1
+    else:
+        assert counts["refusals"] >= 1
+
+
+def test_clamp_mode_publishes_clamped_positions(ros_context, tmp_path):
+    policy, server_cm = _scripted_server("limits")
+    overrides = {"limits_mode": "clamp"}
+    state = [0.1, 1.7, 0.1, 0.1, 0.1, 0.1, 0.1]
+    with (
+        server_cm as srv,
+        Rig(
+            ros_context, srv.url_template, overrides=overrides, state=state, tmp_path=tmp_path
+        ) as rig,
+    ):
+        msg = wait_for(lambda: rig.snapshot().arm)[0]
+    joint2 = [p.positions[1] for p in msg.points]
+    assert max(joint2) == 1.8 and joint2[-1] == 1.8 and joint2[0] < 1.8
+
+
+def test_stale_camera_stops_commanding_and_diagnostics_say_why(ros_context, server, tmp_path):
+    overrides = {"sensor_timeout_s": 0.3}
+    with Rig(ros_context, server.url_template, overrides=overrides, tmp_path=tmp_path) as rig:
+        wait_for(lambda: len(rig.snapshot().arm) >= 2)
+        rig.cameras_on = False
+        status = wait_for(
+            lambda: (s := rig.last_status()) and "stale" in s["hold_reason"] and s, timeout=5
+        )
+        before = len(rig.snapshot().arm)
+        time.sleep(1.0)
+        after = rig.snapshot().arm
+    assert "camera" in status["hold_reason"] and "sensor_timeout_s" in status["hold_reason"]
+    # At most one more message: the hold, a single point with zero velocity.
+    assert len(after) <= before + 1
+    hold = after[-1]
+    assert len(hold.points) == 1 and list(hold.points[0].velocities) == [0.0] * 6
+
+
+def test_missing_joint_gives_no_observation(ros_context, server, tmp_path):
+    with Rig(ros_context, server.url_template, tmp_path=tmp_path) as rig:
+        rig.joints[2] = "elbow_typo"
+        status = wait_for(
+            lambda: (s := rig.last_status()) and "joint3" in s["hold_reason"] and s, timeout=5
+        )
+        assert rig.node.counts["requests"] == 0
+        assert rig.snapshot().arm == []
+    assert "joint states" in status["hold_reason"]
+
+
+def test_dry_run_publishes_only_on_preview(ros_context, server, tmp_path):
+    with Rig(
+        ros_context, server.url_template, overrides={"dry_run": True}, tmp_path=tmp_path
+    ) as rig:
+        wait_for(lambda: len(rig.snapshot().preview) >= 4)
+        time.sleep(0.2)
+        got = rig.snapshot()
+    assert got.arm == [] and got.gripper == []
+    names = {tuple(m.joint_names) for m in got.preview}
+    assert ("joint1", "joint2", "joint3", "joint4", "joint5", "joint6") in names
+    assert ("gripper_joint",) in names
+
+
+def test_reset_service_starts_a_new_session(ros_context, tmp_path):
+    policy, server_cm = _scripted_server("follow", needs_session_id=True)
+    with server_cm as srv, Rig(ros_context, srv.url_template, tmp_path=tmp_path) as rig:
+        wait_for(lambda: len(policy.sessions) >= 2)
+        first = policy.sessions[-1]
+        client = rig.feeder.create_client(Trigger, f"/{rig.node_name}/reset")
+        assert client.wait_for_service(timeout_sec=5)
+        future = client.call_async(Trigger.Request())
+        response = wait_for(lambda: future.done() and future.result())
+        assert response.success and rig.node.session_id in response.message
+        wait_for(lambda: policy.resets >= 1)
+        wait_for(lambda: policy.sessions[-1] != first)
+    assert first is not None and policy.sessions[-1] == rig.node.session_id
+
+
+def test_enable_service_stops_and_restarts_commanding(ros_context, server, tmp_path):
+    overrides = {"autostart": False}
+    with Rig(ros_context, server.url_template, overrides=overrides, tmp_path=tmp_path) as rig:
+        time.sleep(1.0)
+        assert rig.snapshot().arm == [] and rig.node.counts["requests"] == 0
+        client = rig.feeder.create_client(SetBool, f"/{rig.node_name}/enable")
+        assert client.wait_for_service(timeout_sec=5)
+        future = client.call_async(SetBool.Request(data=True))
+        wait_for(lambda: future.done())
+        wait_for(lambda: len(rig.snapshot().arm) >= 2)
+        future = client.call_async(SetBool.Request(data=False))
+        wait_for(lambda: future.done())
+        time.sleep(0.2)
+        count = len(rig.snapshot().arm)
+        time.sleep(1.0)
+        assert len(rig.snapshot().arm) == count
+        hold = rig.snapshot().arm[-1]
+    assert len(hold.points) == 1
+
+
+def test_prompt_topic_replaces_the_prompt(ros_context, tmp_path):
+    policy, server_cm = _scripted_server("follow")
+    with server_cm as srv, Rig(ros_context, srv.url_template, tmp_path=tmp_path) as rig:
+        wait_for(lambda: policy.prompts)
+        assert policy.prompts[0] == "stack the blocks"
+        rig.publish_prompt("open the drawer")
+        wait_for(lambda: policy.prompts[-1] == "open the drawer")
+
+
+@pytest.mark.slow
+def test_reconnects_after_the_server_restarts(ros_context, tmp_path):
+    with run_server_in_thread(ServerOptions(models=("pi05",))) as first:
+        port = first.port
+        rig = Rig(ros_context, first.url_template, tmp_path=tmp_path).__enter__()
+        try:
+            wait_for(lambda: len(rig.snapshot().arm) >= 2)
+            first.stop()
+            wait_for(lambda: (s := rig.last_status()) and s["connected"] == "False", timeout=5)
+            before = len(rig.snapshot().arm)
+            with run_server_in_thread(ServerOptions(models=("pi05",), port=port)):
+                wait_for(lambda: len(rig.snapshot().arm) >= before + 3, timeout=15)
+                assert rig.node.counts["connection_errors"] >= 1
+        finally:
+            rig.close()
+
+
+def test_groot_chunks_go_to_each_action_group(ros_context, server, tmp_path):
+    with Rig(ros_context, server.url_template, model="groot", tmp_path=tmp_path) as rig:
+        wait_for(lambda: len(rig.snapshot().arm) >= 2 and rig.snapshot().gripper)
+        got = rig.snapshot()
+    assert list(got.arm[0].joint_names) == ["joint1", "joint2", "joint3", "joint4", "joint5"]
+    assert list(got.gripper[0].joint_names) == ["gripper_joint"]
+    np.testing.assert_allclose(np.diff(tfs_of(got.arm[0])), 1.0 / 30.0, atol=1e-6)
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_destroying_the_node_leaks_no_threads_or_sockets(ros_context, server, tmp_path):
+    threads_before = {t.ident for t in threading.enumerate()}
+    fds_before = _open_fds()
+    with Rig(ros_context, server.url_template, tmp_path=tmp_path) as rig:
+        wait_for(lambda: rig.snapshot().arm)
+    wait_for(lambda: server.open_connections == 0, timeout=5)
+    leaked = [t for t in threading.enumerate() if t.ident not in threads_before and t.is_alive()]
+    assert [t.name for t in leaked if not t.name.startswith("ThreadPoolExecutor")] == []
+    # DDS keeps a few descriptors per participant; sockets of ours would add more each run.
+    assert _open_fds() <= fds_before + 2
