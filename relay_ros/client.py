@@ -105,9 +105,10 @@ class _Deadline:
 class _Transport:
     """One WebSocket connection, driven by the calling thread.
 
-    ``ClientProtocol`` does the HTTP upgrade, framing, masking, ping/pong replies
-    and the closing handshake; this class only moves bytes between it and a
-    blocking socket. Not thread-safe, except :meth:`abort`.
+    ``ClientProtocol`` does the HTTP upgrade, parses incoming frames, answers
+    pings and runs the closing handshake; this class moves bytes between it and
+    a blocking socket, and writes outgoing data frames itself with
+    :class:`_FrameWriter`. Not thread-safe, except :meth:`abort`.
     """
 
     def __init__(self, url: str, *, deadline: _Deadline, cancel: threading.Event | None) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import gc
 import shutil
 import socket
@@ -170,7 +171,7 @@ def test_open_timeout_bounds_the_wait_with_an_oserror() -> None:
             PolicyClient("pi05", url=handle.url_template, open_timeout=0.3)
         assert isinstance(info.value, OSError)
         assert str(info.value) == (
-            f"[Errno 110] timed out after 0.3 s waiting for {handle.url('pi05')}"
+            f"[Errno {errno.ETIMEDOUT}] timed out after 0.3 s waiting for {handle.url('pi05')}"
         )
         # The failed attempt closed its socket: the server side sees the connection end.
         assert handle.wait_closed_connections(1)
