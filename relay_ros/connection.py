@@ -208,6 +208,8 @@ class PolicyConnection:
         """
         self._stop.set()
         self._work.set()
+        if threading.current_thread() is self._thread:
+            return  # called from a callback: the worker stops when the callback returns
         client = self._client
         if client is not None and self._in_flight:
             client._abort()  # wake a request blocked on the socket

@@ -363,3 +363,22 @@ def test_callback_exceptions_do_not_kill_the_worker() -> None:
             assert wait_until(lambda: len(results) == 1 and not conn.busy)
             assert conn.submit(observation(), tag=2)
             assert wait_until(lambda: len(results) == 2)
+
+
+def test_close_from_a_callback_stops_the_worker() -> None:
+    closed = threading.Event()
+    holder: list[PolicyConnection] = []
+
+    def on_result(outcome: InferOutcome) -> None:
+        holder[0].close()
+        closed.set()
+
+    with serving() as handle:
+        conn = PolicyConnection("pi05", url=handle.url_template, on_result=on_result)
+        holder.append(conn)
+        assert wait_until(lambda: conn.connected)
+        assert conn.submit(observation(), tag=1)
+        assert closed.wait(10)
+        assert wait_until(lambda: not conn._thread.is_alive())
+        assert handle.wait_closed_connections(1)
+        assert not conn.submit(observation(), tag=2)
