@@ -139,6 +139,33 @@ def test_early_request_at_switch_minus_lead_and_switch_after_e_actions() -> None
     assert sched.stall_time(10.28) == 0.0
 
 
+def test_publish_early_keeps_the_slot_after_the_executed_part() -> None:
+    # Without it, a poll that lands 5 ms after the switch skips the action at switch + dt.
+    late = make(request_lead_s=0.1)
+    first_publication(late, 10.0, 0.08)
+    late.request_sent(10.18)
+    late.chunk_received(ramp_chunk(10.18), 10.18, 10.24)
+    skipped = late.poll(10.285)
+    assert skipped is not None and skipped.first_time == pytest.approx(10.32)
+
+    early = make(request_lead_s=0.1, publish_early_s=0.01)
+    first_publication(early, 10.0, 0.08)
+    early.request_sent(10.18)
+    early.chunk_received(ramp_chunk(10.18), 10.18, 10.24)
+    assert early.poll(10.265) is None
+    pub = early.poll(10.275)
+    assert pub is not None
+    assert pub.first_time == pytest.approx(10.30)  # the slot of old action 15, as on time
+    assert pub.time_from_start[0] >= DT
+
+
+def test_publish_early_must_be_below_min_lead() -> None:
+    with pytest.raises(
+        SchedulerConfigError, match="publish_early_s 0.02 must be < min_lead_s 0.02"
+    ):
+        SchedulerConfig(dt=DT, horizon=H, execute_horizon=E, publish_early_s=0.02)
+
+
 def test_late_chunk_is_published_at_once() -> None:
     sched = make(request_lead_s=0.1)
     first_publication(sched, 10.0, 0.08)
