@@ -641,6 +641,7 @@ class PolicyClient:
     model: str
     last_server_timing: dict[str, Any] | None
     last_roundtrip_s: float | None
+    last_sent_at: float | None
 
     def __init__(self, model: str, *, url: str | None = None, open_timeout: float | None = None):
         self._open(model, url, open_timeout, None)
@@ -673,6 +674,7 @@ class PolicyClient:
         self.model = check_model(model)
         self.last_server_timing = None
         self.last_roundtrip_s = None
+        self.last_sent_at = None
         self._lock = threading.Lock()
         self._closed = False
         self._transport: _Transport | None = None
@@ -760,7 +762,9 @@ class PolicyClient:
             returned the same way.
 
         Also sets :attr:`last_server_timing` (the reply's ``server_timing`` map or
-        None) and :attr:`last_roundtrip_s` (wall time of this call, seconds).
+        None), :attr:`last_roundtrip_s` (wall time of this call, seconds) and
+        :attr:`last_sent_at` (``time.perf_counter()`` when the observation was
+        fully written to the socket, for pipeline latency measurements).
 
         Raises:
             websockets.exceptions.ConnectionClosed: the connection is closed (by
@@ -774,6 +778,7 @@ class PolicyClient:
             transport = self._require_open()
             transport.discard_stale()
             transport.send(obs)
+            self.last_sent_at = time.perf_counter()
             message = transport.recv()
         if isinstance(message, str):
             reply: Any = {"type": "error", "message": message}

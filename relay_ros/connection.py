@@ -56,6 +56,8 @@ class InferOutcome:
         server_timing: The reply's ``server_timing`` map, if any.
         connection_error: None on success, else why the request could not complete
             (connection lost or closed); the worker then reconnects.
+        sent_at: ``time.perf_counter()`` when the observation was fully written to
+            the socket; None when nothing was sent.
     """
 
     tag: object
@@ -63,6 +65,7 @@ class InferOutcome:
     roundtrip_s: float | None
     server_timing: dict[str, Any] | None
     connection_error: str | None
+    sent_at: float | None = None
 
 
 def _describe(exc: BaseException) -> str:
@@ -300,7 +303,12 @@ class PolicyConnection:
         try:
             reply = client.infer(obs)
             outcome = InferOutcome(
-                tag, reply, client.last_roundtrip_s, client.last_server_timing, None
+                tag,
+                reply,
+                client.last_roundtrip_s,
+                client.last_server_timing,
+                None,
+                client.last_sent_at,
             )
         except CodecError as exc:  # nothing was sent; the connection is fine
             message = f"observation cannot be encoded: {exc}"

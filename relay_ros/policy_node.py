@@ -25,6 +25,7 @@ one process, which would stall the robot; the single-threaded one never did.
 from __future__ import annotations
 
 import queue
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -90,10 +91,15 @@ _RELIABLE = QoSProfile(
 
 @dataclass
 class _Frame:
-    """The newest frame of one camera, converted once on arrival."""
+    """The newest frame of one camera, converted once on arrival.
+
+    ``received`` is on the node clock (freshness); ``processing_s`` is the
+    conversion time, for the pipeline latency statistics.
+    """
 
     rgb: np.ndarray
     received: float
+    processing_s: float
 
 
 @dataclass
@@ -144,6 +150,15 @@ class PolicyNode(Node):
             "connection_errors": 0,
         }
         self._latency = LatencyStats()
+        # Where the time goes between a camera frame and the wire (perf_counter based):
+        # converting a frame on arrival, and from the decision to request until the
+        # observation is written to the socket. Their sum for the newest frame is how
+        # long after that frame arrived the observation would be on the wire.
+        self._timing = {
+            "frame_processing": LatencyStats(),
+            "request_to_wire": LatencyStats(),
+            "image_to_wire": LatencyStats(),
+        }
         self._stall_s = 0.0
         self._trajectory_end: float | None = None
         self._last_tick: float | None = None
@@ -262,11 +277,19 @@ class PolicyNode(Node):
         """Observation -> reply latencies measured on the node clock."""
         return self._latency
 
+    @property
+    def pipeline_timing(self) -> dict[str, LatencyStats]:
+        """Seconds spent per frame (``frame_processing``), from the decision to
+        request to the observation on the wire (``request_to_wire``), and their sum
+        for the newest frame of each request (``image_to_wire``)."""
+        return dict(self._timing)
+
     # ------------------------------------------------------------------ inputs
     def _now(self) -> float:
         return self.get_clock().now().nanoseconds * 1e-9
 
     def _on_image(self, entry: CameraEntry, msg: Any) -> None:
+        arrived = time.perf_counter()
         active = self._active
         if active is None:
             return  # the target size comes with the metadata; frames before it are useless
@@ -279,7 +302,9 @@ class PolicyNode(Node):
         except ValueError as exc:
             self._refuse(f"camera '{entry.key}' on {entry.topic}: {exc}", kind="frame", hold=False)
             return
-        self._frames[entry.key] = _Frame(rgb, self._now())
+        processing = time.perf_counter() - arrived
+        self._timing["frame_processing"].add(processing)
+        self._frames[entry.key] = _Frame(rgb, self._now(), processing)
 
     def _on_joint_state(self, msg: JointState) -> None:
         self._joints.update(list(msg.name), list(msg.position), self._now())
@@ -383,7 +408,11 @@ class PolicyNode(Node):
 
     def _handle_result(self, outcome: InferOutcome, now: float) -> None:
         active = self._active
-        generation, session_id, t_obs = outcome.tag  # type: ignore[misc]
+        generation, session_id, t_obs, started, frame_processing = outcome.tag  # type: ignore[misc]
+        if outcome.sent_at is not None:
+            to_wire = outcome.sent_at - started
+            self._timing["request_to_wire"].add(to_wire)
+            self._timing["image_to_wire"].add(frame_processing + to_wire)
         if active is None or generation != active.generation:
             return  # a reply from before a reconnect: that scheduler is gone
         scheduler = active.scheduler
@@ -457,6 +486,7 @@ class PolicyNode(Node):
             self._request(active, now)
 
     def _request(self, active: _Active, now: float) -> None:
+        started = time.perf_counter()
         cfg = self._config
         stamps = {f"camera '{key}'": frame.received for key, frame in self._frames.items()}
         missing = [c.key for c in self._cameras if c.key not in self._frames]
@@ -480,7 +510,9 @@ class PolicyNode(Node):
             session_id=self._session_id,
             seed=cfg.seed,
         )
-        if self._connection.submit(observation, (active.generation, self._session_id, now)):
+        newest = max(self._frames.values(), key=lambda frame: frame.received)
+        tag = (active.generation, self._session_id, now, started, newest.processing_s)
+        if self._connection.submit(observation, tag):
             active.scheduler.request_sent(now)
             self._counts["requests"] += 1
 
@@ -635,6 +667,10 @@ class PolicyNode(Node):
             "hold_reason": self._hold_reason or "",
             **{key: str(value) for key, value in self._counts.items()},
         }
+        for name, stats in self._timing.items():
+            for q in (50, 99):
+                value = stats.percentile(q)
+                values[f"{name}_p{q}_ms"] = "" if value is None else f"{value * 1000:.2f}"
         status.values = [KeyValue(key=k, value=v) for k, v in values.items()]
         return status
 

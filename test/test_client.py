@@ -352,7 +352,10 @@ def test_timing_fields(server: ServerHandle) -> None:
     with PolicyClient("pi05", url=server.url_template) as client:
         assert client.last_server_timing is None
         assert client.last_roundtrip_s is None
+        assert client.last_sent_at is None
+        before = time.perf_counter()
         client.infer(pi_observation(client.get_server_metadata()))
+        assert before < client.last_sent_at < time.perf_counter()
         assert isinstance(client.last_server_timing, dict)
         assert isinstance(client.last_server_timing["infer_ms"], float)
         assert isinstance(client.last_roundtrip_s, float)

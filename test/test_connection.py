@@ -115,6 +115,7 @@ def test_infer_through_the_worker() -> None:
             assert outcome.reply.shape == (50, 32)
             assert outcome.connection_error is None
             assert isinstance(outcome.roundtrip_s, float)
+            assert isinstance(outcome.sent_at, float)
             assert isinstance(outcome.server_timing, dict)
             assert "infer_ms" in outcome.server_timing
             # Callbacks run on the worker thread, not the caller's.
