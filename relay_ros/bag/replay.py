@@ -62,10 +62,13 @@ __all__ = [
     "ReplayError",
     "ReplayProgress",
     "ReplayReport",
+    "command_gaps",
     "default_output_path",
     "matching_chunks",
+    "node_config",
     "plot_replay",
     "read_params_file",
+    "read_preview",
     "replay",
 ]
 
@@ -397,6 +400,41 @@ def _read_input(bag: Path, required: Mapping[str, str], joint_topic: str) -> _Ba
         )
 
 
+def node_config(file_params: Mapping[str, Any], overrides: Mapping[str, Any]) -> Any:
+    """The node's :class:`~relay_ros.params.NodeConfig` for these parameters, without rclpy.
+
+    The same resolution as policy_node: declared defaults, then the params file,
+    then ``overrides``; per-output and per-joint parameters follow ``outputs``.
+
+    Raises:
+        ParameterError: A parameter is missing or invalid (the message names it).
+    """
+    from relay_ros.params import (
+        PARAMETERS,
+        build_config,
+        limit_parameter_specs,
+        output_parameter_specs,
+    )
+
+    given = {**file_params, **overrides}
+
+    def value(name: str, default: Any) -> Any:
+        return given.get(name, default)
+
+    values = {spec.name: value(spec.name, spec.default) for spec in PARAMETERS}
+    for name in values.get("outputs") or []:
+        for spec in output_parameter_specs(name):
+            values[spec.name] = value(spec.name, spec.default)
+    commanded = [
+        joint
+        for name in values.get("outputs") or []
+        for joint in values.get(f"outputs.{name}.joints") or []
+    ]
+    for spec in limit_parameter_specs(list(dict.fromkeys(commanded))):
+        values[spec.name] = value(spec.name, spec.default)
+    return build_config(values)
+
+
 def _required_topics(config: Any) -> dict[str, str]:
     """Topic -> type the node subscribes to (cameras from the camera map, joint states)."""
     from relay_ros.camera_map import camera_constraints, load_camera_map
@@ -526,6 +564,7 @@ def replay(
     node_name: str = "policy_node",
     progress: Callable[[ReplayProgress], None] | None = None,
     connect_timeout_s: float = 30.0,
+    clock_hz: float = 100.0,
 ) -> ReplayReport:
     """Play ``bag`` through policy_node (dry run, bag time) and report what it commanded.
 
@@ -547,6 +586,9 @@ def replay(
         node_name: Name of the policy node (its preview topic is ``/<name>/preview``).
         progress: Called about twice a second (wall time) while playing.
         connect_timeout_s: Wall seconds to wait for the policy server.
+        clock_hz: ``/clock`` messages per wall second. The node's timer fires on
+            the first ``/clock`` past each tick, so a higher rate puts observation
+            times closer to the ideal ones (at more CPU).
 
     Raises:
         BagError: The bag is missing, corrupt, or lacks a configured topic
@@ -568,8 +610,22 @@ def replay(
     model = model or str(file_params.get("model") or "pi05")
     if camera_map is not None and not Path(camera_map).is_file():
         raise ReplayError(f"camera map '{camera_map}' does not exist")
-    # Fail on a missing/unreadable bag before starting servers and nodes.
+    # Every input error is found before a server or node starts.
     BagReader(bag_path).close()
+    params: dict[str, Any] = {
+        "model": model,
+        "use_sim_time": True,
+        "dry_run": True,
+        "autostart": True,
+    }
+    if camera_map is not None:
+        params["camera_map"] = str(Path(camera_map).resolve())
+    if seed is not None:
+        params["seed"] = int(seed)
+    params.update(overrides or {})
+    config = node_config(file_params, params)
+    required = _required_topics(config)
+    inputs = _read_input(bag_path, required, config.joint_states_topic)
     node_url, url_text = _resolve_url(url, model)
     output_path = Path(output) if output is not None else default_output_path(bag_path)
     if output_path.exists():
@@ -584,17 +640,19 @@ def replay(
             server_url=server_url,
             url_text=url_text if node_url is not None else f"{server_url} ({url_text})",
             params_file=Path(params_file),
-            camera_map=camera_map,
+            params=params,
+            required=required,
+            inputs=inputs,
             output=output_path,
             rate=float(rate),
             seed=seed,
             model=model,
             storage=storage,
             plot=plot,
-            overrides=overrides or {},
             node_name=node_name,
             progress=progress,
             connect_timeout_s=connect_timeout_s,
+            clock_hz=clock_hz,
         )
 
 
@@ -605,17 +663,19 @@ def _run(
     server_url: str,
     url_text: str,
     params_file: Path,
-    camera_map: str | os.PathLike[str] | None,
+    params: Mapping[str, Any],
+    required: Mapping[str, str],
+    inputs: _BagInput,
     output: Path,
     rate: float,
     seed: int | None,
     model: str,
     storage: str,
     plot: str | os.PathLike[str] | None,
-    overrides: Mapping[str, Any],
     node_name: str,
     progress: Callable[[ReplayProgress], None] | None,
     connect_timeout_s: float,
+    clock_hz: float,
 ) -> ReplayReport:
     from rclpy.clock import Clock, ClockType
     from rclpy.executors import SingleThreadedExecutor
@@ -626,18 +686,7 @@ def _run(
     from relay_ros.bag.recorder import BagRecorder
     from relay_ros.policy_node import PolicyNode
 
-    params: dict[str, Any] = {
-        "model": model,
-        "policy_url": server_url,
-        "use_sim_time": True,
-        "dry_run": True,
-        "autostart": True,
-    }
-    if camera_map is not None:
-        params["camera_map"] = str(Path(camera_map).resolve())
-    if seed is not None:
-        params["seed"] = int(seed)
-    params.update(overrides)
+    params = {**params, "policy_url": server_url}
     node = PolicyNode(
         node_name,
         context=context,
@@ -651,8 +700,6 @@ def _run(
     thread = None
     try:
         config = node.config
-        required = _required_topics(config)
-        inputs = _read_input(bag, required, config.joint_states_topic)
         start_s = inputs.start_ns / 1e9
         preview_topic = f"/{node.get_name()}/preview"
         record_topics = {preview_topic: _TRAJECTORY_TYPE}
@@ -689,6 +736,7 @@ def _run(
             bag,
             rate=rate,
             topics=list(required),
+            clock_hz=clock_hz,
             node_name=f"{node.get_name()}_bag_player",
         )
         if not player.wait_for_subscribers(10.0, [*required, CLOCK_TOPIC]):
@@ -886,28 +934,28 @@ def matching_chunks(
     second: Sequence[Chunk],
     joint_stamps: np.ndarray,
     *,
-    dt: float,
-    guard_s: float = 0.001,
+    tolerance_s: float = 1e-6,
 ) -> list[tuple[Chunk, Chunk]]:
     """Pairs of chunks of two replays that were computed from the same joint state.
 
     A chunk's joint state is the last recorded joint-state message before its
     ``t_obs`` (``joint_stamps``: the bag times of those messages, absolute s,
-    sorted). Chunks whose ``t_obs`` lies within ``guard_s`` after a joint-state
-    message are skipped: the message may or may not have arrived. The policy is
-    a function of the observation and the seed, so with one seed the pairs
-    must hold the same positions for the same action indices
-    (:meth:`Chunk.action_indices` with ``dt``); the reference server's policy
-    uses only the state. Each chunk is paired at most once.
+    sorted). The player publishes every message before a ``/clock`` that passes
+    its time, so that message had arrived. A chunk whose ``t_obs`` equals a
+    joint-state time (within ``tolerance_s``: ``/clock`` stops at the next
+    message's time, which is published just after) is skipped, as that message
+    may or may not have arrived. The policy is a function of the observation and
+    the seed, so with one seed the pairs hold the same positions for the same
+    action indices (:meth:`Chunk.action_indices`); the reference server's
+    policy uses only the state. Each chunk is paired at most once.
     """
-    del dt  # the pairing does not depend on it; kept for a uniform call site
 
     def state_index(chunk: Chunk) -> int | None:
-        i = int(np.searchsorted(joint_stamps, chunk.t_obs, side="left")) - 1
-        if i < 0 or chunk.t_obs - joint_stamps[i] < guard_s:
+        i = int(np.searchsorted(joint_stamps, chunk.t_obs - tolerance_s, side="left")) - 1
+        if i < 0:
             return None
-        if i + 1 < len(joint_stamps) and joint_stamps[i + 1] <= chunk.t_obs:
-            return None
+        if i + 1 < len(joint_stamps) and joint_stamps[i + 1] <= chunk.t_obs + tolerance_s:
+            return None  # a joint state at t_obs itself: arrival order unknown
         return i
 
     by_state: dict[int, Chunk] = {}

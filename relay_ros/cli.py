@@ -1,0 +1,158 @@
+"""``relay-ros``: the project's command line, one subcommand per task.
+
+This module only parses arguments, calls the library function that does the
+work and prints its result; new subcommands add a ``_add_<name>`` parser and a
+``_run_<name>`` function to :data:`_COMMANDS`.
+
+Exit codes: 0 success, 2 usage or input error (one line on stderr, no
+traceback), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+__all__ = ["main"]
+
+PROG = "relay-ros"
+
+
+class _Failure(Exception):
+    """An expected error: its message is printed as one line and the exit code is 2."""
+
+
+def _add_replay(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = sub.add_parser(
+        "replay",
+        help="replay a bag through policy_node (dry run) and report what it would command",
+        description=(
+            "Play a rosbag2 bag (mcap or sqlite3) through policy_node in dry-run mode on "
+            "bag time, record what it would have commanded into an output bag and print "
+            "a report. See docs/replay.md."
+        ),
+    )
+    parser.add_argument("bag", type=Path, help="bag directory, or one .mcap/.db3 file")
+    parser.add_argument(
+        "--params-file",
+        type=Path,
+        help="policy_node parameters (default: the package's config/<model>.yaml)",
+    )
+    parser.add_argument(
+        "--camera-map", type=Path, help="camera map YAML (default: the params file's)"
+    )
+    parser.add_argument(
+        "--output",
+        type=Path,
+        help="output bag to create (default: ./<bag>_replay_<date-time>)",
+    )
+    parser.add_argument(
+        "--rate", type=float, default=1.0, help="playback rate factor (default 1.0)"
+    )
+    parser.add_argument("--plot", type=Path, help="write a PNG: commanded vs recorded per joint")
+    parser.add_argument(
+        "--model", choices=("pi05", "pi0", "groot"), help="model (default: the params file's)"
+    )
+    parser.add_argument(
+        "--seed", type=int, help="sampling seed, same seed -> same chunks (default: params file)"
+    )
+    parser.add_argument(
+        "--storage",
+        choices=("mcap", "sqlite3"),
+        default="mcap",
+        help="storage of the output bag (default mcap)",
+    )
+    parser.add_argument(
+        "--url",
+        nargs="?",
+        const="",
+        metavar="URL",
+        help=(
+            "policy server: without this flag a reference server is started for the run; "
+            "'--url' alone uses WALLE_URL (environment or .env); '--url ws://host:port/{model}' "
+            "uses that server"
+        ),
+    )
+    return parser
+
+
+def _print_progress(progress: object) -> None:
+    from relay_ros.bag.replay import ReplayProgress
+
+    assert isinstance(progress, ReplayProgress)
+    state = f"holding: {progress.hold_reason}" if progress.hold_reason else "streaming"
+    sys.stderr.write(
+        f"[{progress.fraction * 100:5.1f}%] bag {progress.bag_time_s:7.2f} / "
+        f"{progress.duration_s:.2f} s | requests {progress.requests:4d} | "
+        f"chunks {progress.chunks:4d} | {state}\n"
+    )
+    sys.stderr.flush()
+
+
+def _run_replay(args: argparse.Namespace) -> int:
+    from relay_ros.bag.reader import BagError
+    from relay_ros.bag.replay import ReplayError, replay
+    from relay_ros.paths import ConfigNotFoundError
+
+    try:
+        report = replay(
+            args.bag,
+            params_file=args.params_file,
+            camera_map=args.camera_map,
+            output=args.output,
+            rate=args.rate,
+            seed=args.seed,
+            model=args.model,
+            url=args.url,
+            storage=args.storage,
+            plot=args.plot,
+            progress=_print_progress,
+        )
+    except (BagError, ReplayError, ConfigNotFoundError) as exc:
+        raise _Failure(str(exc)) from None
+    except ValueError as exc:  # ParameterError, CameraMapError: a configuration mistake
+        raise _Failure(str(exc)) from None
+    sys.stdout.write(report.format() + "\n")
+    if args.plot is not None:
+        sys.stdout.write(f"plot: {args.plot}\n")
+    return 0
+
+
+_COMMANDS: dict[
+    str,
+    tuple[
+        Callable[[argparse._SubParsersAction], argparse.ArgumentParser],
+        Callable[[argparse.Namespace], int],
+    ],
+] = {"replay": (_add_replay, _run_replay)}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``relay-ros`` argument parser with every subcommand."""
+    parser = argparse.ArgumentParser(prog=PROG, description="relay_ros command line tools")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (add, _run) in _COMMANDS.items():
+        add(sub).set_defaults(_command=name)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console entry point ``relay-ros``; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _add, run = _COMMANDS[args._command]
+    try:
+        return run(args)
+    except _Failure as exc:
+        message = " ".join(line.strip() for line in str(exc).splitlines())
+        sys.stderr.write(f"{PROG} {args.command}: error: {message}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write(f"{PROG} {args.command}: interrupted\n")
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,444 @@
+"""relay-ros replay: fixture bags through policy_node on bag time, real server, real DDS.
+
+The fixture bags (test/make_fixture_bags.py) are generated once per module, and
+each storage is replayed once per module (seed 0); the tests then look at the
+reports and the output bags. A second mcap replay checks reproducibility.
+
+Reproducibility: playback and the policy round trip run in real time, so which
+observations the node takes (their ``t_obs``) shifts by up to one ``/clock``
+period between runs. The policy is deterministic per observation and seed, so
+the tests pair the chunks of two replays that were computed from the same
+recorded joint-state message (:func:`relay_ros.bag.replay.matching_chunks`; the
+reference server's policy depends only on the state) and require identical
+positions for the same action indices. ``/clock`` runs at 500 Hz to make such
+pairs common.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from make_fixture_bags import (
+    BASE_TOPIC,
+    DROPOUT,
+    JOINT_NAMES,
+    JOINT_TOPIC,
+    START_NS,
+    TOPIC_TYPES,
+    WRIST_TOPIC,
+    make_bags,
+)
+
+from relay_ros.bag import BagReader, BagWriter
+from relay_ros.bag.replay import (
+    ReplayError,
+    ReplayReport,
+    matching_chunks,
+    read_params_file,
+    replay,
+)
+from relay_ros.cli import main
+from relay_ros.paths import config_dir
+
+pytest.importorskip("rclpy")
+
+pytestmark = pytest.mark.ros
+
+STORAGES = ("mcap", "sqlite3")
+SEED = 0
+CLOCK_HZ = 500.0
+ARM = ("joint1", "joint2", "joint3", "joint4", "joint5", "joint6")
+PI05 = read_params_file(config_dir() / "pi05.yaml")
+SENSOR_TIMEOUT_S = float(PI05["sensor_timeout_s"])
+
+
+@pytest.fixture(scope="module")
+def bags(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return make_bags(tmp_path_factory.mktemp("replay_fixtures"))
+
+
+@pytest.fixture(scope="module")
+def out_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("replay_out")
+
+
+def _replay(ros_context: Any, bag: Path, output: Path, name: str, **kwargs: Any) -> ReplayReport:
+    return replay(
+        bag,
+        output=output,
+        seed=SEED,
+        rate=1.0,
+        context=ros_context,
+        node_name=name,
+        clock_hz=CLOCK_HZ,
+        **kwargs,
+    )
+
+
+@pytest.fixture(scope="module")
+def reports(ros_context: Any, bags: dict[str, Path], out_dir: Path) -> dict[str, ReplayReport]:
+    progress: list[Any] = []
+    out = {
+        storage: _replay(
+            ros_context,
+            bags[storage],
+            out_dir / f"out_{storage}",
+            f"replay_{storage}",
+            storage=storage,
+            progress=progress.append,
+        )
+        for storage in STORAGES
+    }
+    assert progress and progress[-1].fraction == 1.0
+    return out
+
+
+@pytest.fixture(scope="module")
+def rerun(ros_context: Any, bags: dict[str, Path], out_dir: Path) -> ReplayReport:
+    return _replay(ros_context, bags["mcap"], out_dir / "rerun_mcap", "replay_rerun")
+
+
+def _joint_stamps(bag: Path) -> np.ndarray:
+    with BagReader(bag) as reader:
+        return np.array([m.timestamp_ns / 1e9 for m in reader.messages([JOINT_TOPIC])])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("storage", STORAGES)
+def test_replay_plays_every_message_and_commands_the_configured_joints(
+    reports: dict[str, ReplayReport], bags: dict[str, Path], storage: str
+) -> None:
+    report = reports[storage]
+    with BagReader(bags[storage]) as reader:
+        expected = {t: reader.topics[t].count for t in TOPIC_TYPES}
+    assert report.played == expected
+    assert report.bag_topics == expected
+    assert report.model == "pi05" and report.seed == SEED
+    assert len(report.chunks) >= 3
+    for chunk in report.chunks:
+        assert chunk.joint_names == (*ARM, "gripper_joint")
+        assert chunk.positions.shape == (len(chunk.times), 7)
+        assert np.all(np.diff(chunk.times) > 0)
+    assert report.dt == pytest.approx(0.02)  # the reference pi05 server's 50 Hz
+    assert report.counts["chunks_published"] == len(report.chunks)
+    assert report.counts["requests"] >= len(report.chunks)
+    assert report.latency_ms["count"] and report.latency_ms["p50"] is not None
+    # Gap per commanded joint, over points inside the recorded range.
+    assert list(report.gaps) == list(JOINT_NAMES)
+    for gap in report.gaps.values():
+        assert gap.samples > 0 and 0.0 <= gap.mean_abs <= gap.max_abs < 2.0
+    text = report.format()
+    for topic in TOPIC_TYPES:
+        assert f"{topic}" in text
+    assert f"chunks: {len(report.chunks)} published on /replay_{storage}/preview" in text
+    assert "|commanded(t) - recorded(t)|" in text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("storage", STORAGES)
+def test_stamps_follow_bag_time(
+    reports: dict[str, ReplayReport], bags: dict[str, Path], storage: str
+) -> None:
+    report = reports[storage]
+    with BagReader(bags[storage]) as reader:
+        start, end = reader.start_ns / 1e9, reader.end_ns / 1e9
+    for chunk in report.chunks:
+        assert start <= chunk.t_obs <= chunk.stamp <= end
+        # Published shortly after the observation in bag time (a wall-clock
+        # stamp would be years away from the 2023 bag).
+        assert chunk.stamp - chunk.t_obs < 1.0
+        assert chunk.times[0] > chunk.stamp
+    stamps = [c.stamp for c in report.chunks]
+    assert stamps == sorted(stamps)
+    # Replans every execute_horizon (25) actions of 20 ms: 0.5 s of bag time.
+    gaps = np.diff(stamps)
+    assert np.any(np.abs(gaps - 0.5) < 0.03)
+
+
+def _last_frame_before_dropout(bag: Path) -> float:
+    """Bag time (absolute s) of the last camera frame before the dropout."""
+    with BagReader(bag) as reader:
+        return max(
+            m.timestamp_ns / 1e9
+            for m in reader.messages([BASE_TOPIC, WRIST_TOPIC])
+            if m.timestamp_ns < START_NS + DROPOUT[0] * 1e9
+        )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("storage", STORAGES)
+def test_nothing_is_commanded_during_the_camera_dropout(
+    reports: dict[str, ReplayReport], bags: dict[str, Path], storage: str
+) -> None:
+    report = reports[storage]
+    t0 = START_NS / 1e9
+    # The last frames are fresh for sensor_timeout_s; from then until the cameras
+    # are back no observation may be taken...
+    stale_from = _last_frame_before_dropout(bags[storage]) + SENSOR_TIMEOUT_S
+    back = t0 + DROPOUT[1]
+    assert stale_from <= t0 + DROPOUT[0] + SENSOR_TIMEOUT_S
+    assert [c.t_obs for c in report.chunks if stale_from <= c.t_obs < back] == []
+    # ...and no chunk may start: a chunk of the last fresh observation may still be
+    # published at its switch time, at most the request lead (latency + 50 ms) later.
+    lead = report.latency_ms["max"] / 1000.0 + 0.05 + 0.02
+    assert [c.stamp for c in report.chunks if stale_from + lead <= c.stamp < back] == []
+    # Streaming resumes once the cameras are back.
+    assert any(c.t_obs > back for c in report.chunks)
+    # The report says why: a hold for stale cameras, from the end of the timeout.
+    stale = [p for p in report.hold_periods if p.reason.startswith("stale observation")]
+    assert stale, report.hold_periods
+    period = stale[0]
+    assert "camera 'base_0_rgb'" in period.reason and "sensor_timeout_s" in period.reason
+    assert stale_from - t0 <= period.start <= DROPOUT[1]
+    assert period.end is not None and DROPOUT[1] <= period.end <= DROPOUT[1] + 0.2
+    # The node published a hold (one point per controller) instead of a chunk.
+    assert [h for h in report.holds if stale_from <= h.stamp <= back]
+    text = report.format()
+    assert "holds (node held position instead of streaming):" in text
+    assert "stale observation" in text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("storage", STORAGES)
+def test_output_bag_holds_preview_controllers_and_diagnostics(
+    reports: dict[str, ReplayReport], bags: dict[str, Path], storage: str
+) -> None:
+    report = reports[storage]
+    preview = f"/replay_{storage}/preview"
+    with BagReader(report.output) as reader:
+        assert reader.storage == storage and reader.version == 8
+        assert reader.topics[preview].msgtype == "trajectory_msgs/msg/JointTrajectory"
+        # Dry run: nothing on the controller topics, but they are in the bag.
+        for topic in ("/arm_controller/joint_trajectory", "/gripper_controller/joint_trajectory"):
+            assert reader.topics[topic].count == 0
+        assert reader.topics["/diagnostics"].msgtype == "diagnostic_msgs/msg/DiagnosticArray"
+        # Two messages (arm, gripper) per chunk and per hold, stamped with bag time.
+        assert reader.topics[preview].count == 2 * len(report.chunks) + len(report.holds)
+        stamps = [m.timestamp_ns for m in reader.messages([preview])]
+        assert all(START_NS <= s <= START_NS + 7 * 10**9 for s in stamps)
+        statuses = []
+        for message in reader.messages(["/diagnostics"]):
+            for status in reader.deserialize(message).status:
+                if status.name.startswith(f"replay_{storage}:"):
+                    statuses.append({kv.key: kv.value for kv in status.values})
+    assert report.recorded[preview] == 2 * len(report.chunks) + len(report.holds)
+    # /diagnostics at 1 Hz of bag time: ~6 in a 6 s bag, and they say why it held.
+    assert 4 <= len(statuses) <= 7
+    assert any("stale" in s["hold_reason"] or "stale" in s["last_refusal"] for s in statuses), (
+        statuses
+    )
+    assert statuses[-1]["dry_run"] == "True"
+
+
+@pytest.mark.slow
+def test_same_seed_gives_identical_trajectories(
+    reports: dict[str, ReplayReport], rerun: ReplayReport, bags: dict[str, Path]
+) -> None:
+    joint_stamps = _joint_stamps(bags["mcap"])
+    runs = [reports["mcap"], reports["sqlite3"], rerun]
+    compared = 0
+    for i in range(len(runs)):
+        for j in range(i + 1, len(runs)):
+            for a, b in matching_chunks(runs[i].chunks, runs[j].chunks, joint_stamps):
+                ia, ib = a.action_indices(0.02), b.action_indices(0.02)
+                common = np.intersect1d(ia, ib)
+                assert len(common) >= 10
+                np.testing.assert_array_equal(
+                    a.positions[np.isin(ia, common)], b.positions[np.isin(ib, common)]
+                )
+                compared += 1
+    assert compared >= 3, [[round(c.t_obs - START_NS / 1e9, 4) for c in r.chunks] for r in runs]
+
+
+# ---------------------------------------------------------------------- errors
+def _cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_cli_missing_bag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "nope"
+    code, out, err = _cli(["replay", str(missing)], capsys)
+    assert code == 2 and out == ""
+    assert err == f"relay-ros replay: error: bag path '{missing}' does not exist\n"
+
+
+def test_cli_bag_without_configured_topics(
+    bags: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    camera_map = tmp_path / "cameras.yaml"
+    camera_map.write_text(
+        "base_0_rgb:\n  topic: /camera/front/image_raw\n"
+        "left_wrist_0_rgb:\n  topic: /camera/wrist/image_raw/compressed\n"
+    )
+    bag = bags["sqlite3"]
+    code, out, err = _cli(["replay", str(bag), "--camera-map", str(camera_map)], capsys)
+    assert code == 2 and out == ""
+    assert err == (
+        f"relay-ros replay: error: bag '{bag}' has no topic ['/camera/front/image_raw']; "
+        f"its topics are ['{BASE_TOPIC}', '{WRIST_TOPIC}', '{JOINT_TOPIC}']\n"
+    )
+
+
+def test_cli_bag_missing_joint_states(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bag = tmp_path / "cameras_only"
+    with BagWriter(bag, storage="mcap") as writer:
+        writer.add_topic(BASE_TOPIC, TOPIC_TYPES[BASE_TOPIC])
+        writer.add_topic(WRIST_TOPIC, TOPIC_TYPES[WRIST_TOPIC])
+    code, _out, err = _cli(["replay", str(bag)], capsys)
+    assert code == 2
+    assert err == (
+        f"relay-ros replay: error: bag '{bag}' has no topic ['{JOINT_TOPIC}']; "
+        f"its topics are ['{BASE_TOPIC}', '{WRIST_TOPIC}']\n"
+    )
+
+
+def test_cli_wrong_topic_type(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bag = tmp_path / "wrong_type"
+    with BagWriter(bag, storage="mcap") as writer:
+        writer.add_topic(BASE_TOPIC, "sensor_msgs/msg/CompressedImage")
+        writer.add_topic(WRIST_TOPIC, TOPIC_TYPES[WRIST_TOPIC])
+        writer.add_topic(JOINT_TOPIC, TOPIC_TYPES[JOINT_TOPIC])
+    code, _out, err = _cli(["replay", str(bag)], capsys)
+    assert code == 2
+    assert err == (
+        f"relay-ros replay: error: bag '{bag}' records topic '{BASE_TOPIC}' as "
+        "sensor_msgs/msg/CompressedImage; the configuration expects sensor_msgs/msg/Image\n"
+    )
+
+
+def test_cli_corrupt_metadata(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bag = tmp_path / "broken"
+    bag.mkdir()
+    (bag / "metadata.yaml").write_text("rosbag2_bagfile_information: [\n")
+    code, _out, err = _cli(["replay", str(bag)], capsys)
+    assert code == 2
+    assert err.startswith(f"relay-ros replay: error: bag '{bag}' has corrupt metadata.yaml: ")
+    assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("storage", STORAGES)
+def test_cli_corrupt_data_file(
+    bags: dict[str, Path], tmp_path: Path, storage: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = bags[storage]
+    suffix = ".mcap" if storage == "mcap" else ".db3"
+    data = next(source.glob(f"*{suffix}")).read_bytes()
+    broken = tmp_path / f"truncated{suffix}"
+    broken.write_bytes(data[: len(data) // 3])
+    code, out, err = _cli(["replay", str(broken)], capsys)
+    assert code == 2 and out == ""
+    assert err.startswith(f"relay-ros replay: error: bag '{broken}' is corrupt or unreadable: ")
+    assert err.count("\n") == 1
+
+
+def test_cli_option_errors(
+    bags: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bag = str(bags["mcap"])
+    code, _out, err = _cli(["replay", bag, "--rate", "0"], capsys)
+    assert (code, err) == (2, "relay-ros replay: error: rate 0.0 must be a finite number > 0\n")
+    missing = tmp_path / "none.yaml"
+    code, _out, err = _cli(["replay", bag, "--params-file", str(missing)], capsys)
+    assert (code, err) == (2, f"relay-ros replay: error: params file '{missing}' does not exist\n")
+    code, _out, err = _cli(["replay", bag, "--camera-map", str(missing)], capsys)
+    assert (code, err) == (2, f"relay-ros replay: error: camera map '{missing}' does not exist\n")
+    existing = tmp_path / "exists"
+    existing.mkdir()
+    code, _out, err = _cli(["replay", bag, "--output", str(existing)], capsys)
+    assert (code, err) == (
+        2,
+        f"relay-ros replay: error: output bag '{existing}' exists already; "
+        "bags are never overwritten\n",
+    )
+    code, _out, err = _cli(["replay", bag, "--url", "http://x"], capsys)
+    assert (code, err) == (
+        2,
+        "relay-ros replay: error: server URL 'http://x' must start with ws:// or wss://\n",
+    )
+
+
+def test_cli_url_without_value_needs_walle_url(
+    bags: dict[str, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("WALLE_URL", raising=False)
+    monkeypatch.chdir(tmp_path)  # no .env above tmp_path
+    code, _out, err = _cli(["replay", str(bags["mcap"]), "--url"], capsys)
+    assert code == 2
+    assert err == (
+        "relay-ros replay: error: --url without a value uses WALLE_URL, but WALLE_URL is not "
+        "set in the environment or a .env file; give the URL, e.g. --url ws://host:8000/{model}\n"
+    )
+
+
+def test_replay_errors_name_the_problem(bags: dict[str, Path], tmp_path: Path) -> None:
+    with pytest.raises(ReplayError, match=r"storage 'bag' is not one of \['mcap', 'sqlite3'\]"):
+        replay(bags["mcap"], storage="bag", output=tmp_path / "o")
+
+
+@pytest.mark.slow
+def test_cli_replay_end_to_end(bags: dict[str, Path], tmp_path: Path) -> None:
+    """The console script in a subprocess: report on stdout, progress on stderr, PNG."""
+    output, plot = tmp_path / "out", tmp_path / "replay.png"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "relay_ros.cli",
+            "replay",
+            str(bags["sqlite3"]),
+            "--output",
+            str(output),
+            "--plot",
+            str(plot),
+            "--seed",
+            "3",
+            "--rate",
+            "2",
+            "--storage",
+            "sqlite3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert f"replayed {bags['sqlite3']} (5.99 s) at rate 2 through policy_node" in out
+    assert "seed 3" in out
+    assert f"  {BASE_TOPIC}" in out and "150 / 150" in out and "600 / 600" in out
+    assert "chunks: " in out and "latency (observation -> reply, bag time)" in out
+    assert "stale observation" in out
+    assert f"plot: {plot}" in out
+    assert "Traceback" not in proc.stderr
+    assert "bag " in proc.stderr and "%]" in proc.stderr  # progress lines
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with BagReader(output) as reader:
+        assert reader.storage == "sqlite3"
+        assert reader.topics["/policy_node/preview"].count > 0
+
+
+def test_params_file_sections_merge(tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text(
+        "/**:\n  ros__parameters:\n    model: pi0\n    seed: 1\n"
+        "policy_node:\n  ros__parameters:\n    seed: 2\n    outputs:\n      arm:\n"
+        "        topic: /a\n"
+        "other:\n  ros__parameters:\n    seed: 3\n"
+    )
+    assert read_params_file(path) == {"model": "pi0", "seed": 2, "outputs.arm.topic": "/a"}
+    assert math.isclose(SENSOR_TIMEOUT_S, 0.5)
