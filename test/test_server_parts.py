@@ -12,7 +12,12 @@ from relay_ros.server.app import ServerOptions, hard_size_limit
 from relay_ros.server.embodiment import EmbodimentError, load_embodiment, load_embodiments
 from relay_ros.server.metadata import build_metadata
 from relay_ros.server.synthetic import SyntheticPolicy
-from relay_ros.server.validation import PublicRequestError, check_sampling_params
+from relay_ros.server.validation import (
+    ObservationError,
+    PublicRequestError,
+    check_sampling_params,
+    validate_pi,
+)
 
 REPO_CONFIG = Path(__file__).resolve().parents[1] / "config"
 
@@ -160,3 +165,19 @@ def test_sampling_params_rules() -> None:
     assert check_sampling_params({"lora": {"name": "a", "scale": 2}}, ["a"]) == ("a", 2.0)
     with pytest.raises(PublicRequestError, match=r"^Unknown LoRA adapter 3; this server"):
         check_sampling_params({"lora": 3}, ["a"])
+
+
+@pytest.mark.filterwarnings("error")
+def test_ragged_state_is_refused_alike_on_every_numpy() -> None:
+    # NumPy < 1.24 only warned here and built an object array; the detail must not
+    # depend on the NumPy version (docs/compat.md).
+    obs = {"images": {"cam": np.zeros((4, 4, 3), np.uint8)}, "state": [[0.0, 1.0], [2.0]]}
+    with pytest.raises(ObservationError, match=r"^state cannot be read as an array: "):
+        validate_pi(
+            obs,
+            action_dim=2,
+            camera_keys=["cam"],
+            max_cameras=1,
+            needs_session_id=False,
+            adapters=[],
+        )

@@ -15,6 +15,7 @@ A frame that is not a msgpack map is not handled here: the app answers
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -126,9 +127,30 @@ def _common(obs: Mapping[str, Any], needs_session_id: bool) -> tuple[str, str | 
     return prompt, session_id, seed
 
 
+# NumPy < 1.24 only warns about ragged nested sequences (and builds an object array)
+# where newer NumPy raises ValueError; there the warning is turned into the error.
+_RAGGED_WARNING: type[Warning] | None = (
+    getattr(np, "VisibleDeprecationWarning", None)
+    if tuple(int(part) for part in np.__version__.split(".")[:2]) < (1, 24)
+    else None
+)
+
+
+def _as_array(value: Any) -> np.ndarray:
+    """``np.asarray(value)``, raising ValueError for ragged sequences on every NumPy."""
+    if _RAGGED_WARNING is None:
+        return np.asarray(value)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", _RAGGED_WARNING)
+        try:
+            return np.asarray(value)
+        except _RAGGED_WARNING as exc:
+            raise ValueError(str(exc)) from exc
+
+
 def _finite_state(value: Any, what: str) -> np.ndarray:
     try:
-        arr = np.asarray(value)
+        arr = _as_array(value)
     except (ValueError, TypeError) as exc:
         raise ObservationError(f"{what} cannot be read as an array: {exc}") from exc
     if arr.dtype.kind not in "fiu":
