@@ -8,7 +8,7 @@ DURATION ?= 20
 MODEL ?= pi05
 PYTEST_ARGS ?=
 
-.PHONY: setup test lint format demo bench clean
+.PHONY: setup test lint format demo bench clean compat
 
 setup: $(STAMP)
 
@@ -36,6 +36,10 @@ demo: setup
 bench: setup
 	$(PY) bench/client_roundtrip.py
 	$(PY) bench/pipeline.py
+
+# ROS-free tests on Python 3.10 + NumPy 1.x and Python 3.12 + NumPy 2.x (docs/compat.md).
+compat:
+	.ci/compat
 
 clean:
 	rm -rf $(VENV) .bench-venv build install log *.egg-info .pytest_cache .ruff_cache demo_output
