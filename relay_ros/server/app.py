@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import importlib
 import logging
 import math
@@ -162,10 +163,15 @@ def load_policy_factory(spec: str) -> Callable[[], Any]:
 
 
 class ServerStats:
-    """Connection counters, readable from any thread (updated on the server loop)."""
+    """Connection counters, readable from any thread (updated on the server loop).
+
+    Only the server's loop thread writes the counters, so a bump is a plain increment;
+    the condition is taken only while some thread waits in :meth:`wait_for`.
+    """
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
+        self._waiting = 0
         self.connections_opened = 0
         self.connections_closed = 0
         self.frames = 0
@@ -178,14 +184,21 @@ class ServerStats:
             return self.connections_opened - self.connections_closed
 
     def _bump(self, name: str) -> None:
-        with self._cond:
-            setattr(self, name, getattr(self, name) + 1)
-            self._cond.notify_all()
+        setattr(self, name, getattr(self, name) + 1)
+        # A waiter registers under the lock before it first evaluates its predicate, so
+        # either it sees this increment or this check sees it and wakes it.
+        if self._waiting:
+            with self._cond:
+                self._cond.notify_all()
 
     def wait_for(self, predicate: Callable[[ServerStats], bool], timeout: float) -> bool:
         """Block until ``predicate(self)`` holds or ``timeout`` (s) passes; its last value."""
         with self._cond:
-            return self._cond.wait_for(lambda: predicate(self), timeout)
+            self._waiting += 1
+            try:
+                return self._cond.wait_for(lambda: predicate(self), timeout)
+            finally:
+                self._waiting -= 1
 
 
 @dataclass
@@ -201,6 +214,55 @@ class _Connection:
     model: str
     peer: str
     sessions: dict[str | None, _Session] = field(default_factory=dict)
+
+
+class _IdleWatchdog:
+    """Closes one connection after ``idle_s`` without a frame, with a single timer.
+
+    The handler sets :attr:`busy` when a frame arrives and calls :meth:`idle` once its
+    reply is sent; the timer, armed for the earliest possible deadline, re-arms itself when it
+    finds the connection busy or active since. So a frame costs two attribute writes
+    and one clock read, not a timeout context around every ``recv()``. As before, the
+    idle time counts from the last reply (or the metadata), not while a request runs.
+    """
+
+    __slots__ = ("_idle_s", "_loop", "_peer", "_timer", "_ws", "busy", "closing", "since")
+
+    def __init__(self, ws: ServerConnection, idle_s: float, peer: str) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._ws = ws
+        self._idle_s = idle_s
+        self._peer = peer
+        self.busy = False
+        self.since = self._loop.time()
+        self.closing: asyncio.Task[None] | None = None
+        self._timer = self._loop.call_at(self.since + idle_s, self._check)
+
+    def idle(self) -> None:
+        """The reply is sent: the idle time starts now."""
+        self.since = self._loop.time()
+        self.busy = False
+
+    def _check(self) -> None:
+        now = self._loop.time()
+        if self.busy:
+            due = now + self._idle_s
+        else:
+            due = self.since + self._idle_s
+            if due <= now:
+                logger.info("%s idle for %.1f s; closing", self._peer, self._idle_s)
+                self.closing = asyncio.ensure_future(
+                    self._ws.close(1000, f"idle for {self._idle_s:g} s")
+                )
+                return
+        self._timer = self._loop.call_at(due, self._check)
+
+    async def stop(self) -> None:
+        """Disarm the timer and let an idle close that started finish."""
+        self._timer.cancel()
+        if self.closing is not None:
+            with contextlib.suppress(Exception):
+                await self.closing
 
 
 def _error(message: str) -> dict[str, str]:
@@ -239,6 +301,9 @@ class PolicyServer:
         self._policy: Any = None
         self._metadata: dict[str, dict[str, Any]] = {}
         self._synthetic: dict[str, SyntheticPolicy] = {}
+        self._validators: dict[str, Callable[[dict[str, Any]], Request]] = {}
+        self._action_dims: dict[str, int] = {}
+        self._max_message_bytes = options.max_message_bytes
         self._jitter = random.Random()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -262,6 +327,38 @@ class PolicyServer:
             self._synthetic[model] = SyntheticPolicy(
                 action_horizon=int(meta["action_horizon"]), control_hz=float(meta["control_hz"])
             )
+            self._validators[model] = self._make_validator(model, meta)
+
+    def _make_validator(
+        self, model: str, meta: dict[str, Any]
+    ) -> Callable[[dict[str, Any]], Request]:
+        """The checks for ``model`` with its per-model arguments bound once."""
+        opts = self.options
+        if model == "groot":
+            assert self._embodiment is not None
+            self._action_dims[model] = self._embodiment.action_dim
+            return functools.partial(
+                validate_groot,
+                embodiment=self._embodiment,
+                needs_session_id=opts.needs_session_id,
+                adapters=opts.lora_adapters,
+            )
+        try:
+            action_dim, max_cameras = int(meta["action_dim"]), int(meta["max_cameras"])
+        except (KeyError, TypeError, ValueError):
+            # A custom policy's metadata made these unusable: every observation fails,
+            # as an internal error, where the conversion raises (in _validate_slow).
+            self._action_dims.pop(model, None)
+            return functools.partial(self._validate_slow, model)
+        self._action_dims[model] = action_dim
+        return functools.partial(
+            validate_pi,
+            action_dim=action_dim,
+            camera_keys=PI_CAMERA_KEYS,
+            max_cameras=max_cameras,
+            needs_session_id=opts.needs_session_id,
+            adapters=opts.lora_adapters,
+        )
 
     def metadata(self, model: str) -> dict[str, Any]:
         """A copy of the metadata sent on ``/{model}``."""
@@ -366,27 +463,32 @@ class PolicyServer:
         assert ws.request is not None
         conn = _Connection(model=_model_from_path(ws.request.path), peer=str(ws.remote_address))
         self.stats._bump("connections_opened")
-        idle = self.options.idle_timeout_s or None
+        watchdog: _IdleWatchdog | None = None
         try:
             if not await self._wait_loaded(ws):
                 return
             await ws.send(packb(self._metadata[conn.model]))
+            recv, send, reply = ws.recv, ws.send, self._reply
+            if not self.options.idle_timeout_s:
+                while True:
+                    await send(await reply(conn, await recv()))
+            watchdog = _IdleWatchdog(ws, self.options.idle_timeout_s, conn.peer)
             while True:
-                try:
-                    message = await asyncio.wait_for(ws.recv(), idle)
-                except asyncio.TimeoutError:
-                    logger.info("%s idle for %.1f s; closing", conn.peer, idle)
-                    await ws.close(1000, f"idle for {idle:g} s")
-                    return
-                reply = await self._reply(conn, message)
-                await ws.send(reply)
+                message = await recv()  # raises ConnectionClosed once the watchdog closed
+                watchdog.busy = True
+                await send(await reply(conn, message))
+                watchdog.idle()
         except ConnectionClosed:
             pass
         except Exception:
             # One bad client never hurts another: log with the traceback and drop only it.
             logger.error("connection %s failed", conn.peer, exc_info=True)
         finally:
-            self.stats._bump("connections_closed")
+            try:
+                if watchdog is not None:
+                    await watchdog.stop()
+            finally:
+                self.stats._bump("connections_closed")
 
     # ----------------------------------------------------------------- requests
     async def _reply(self, conn: _Connection, message: str | bytes) -> bytes:
@@ -403,12 +505,11 @@ class PolicyServer:
         started = time.perf_counter()
         if isinstance(message, str):
             return self._refuse(conn, INVALID_PAYLOAD, "text frame; expected binary msgpack")
-        if len(message) > self.options.max_message_bytes:
+        if len(message) > self._max_message_bytes:
             return self._refuse(
                 conn,
                 INVALID_PAYLOAD,
-                f"frame of {len(message)} bytes exceeds limit of "
-                f"{self.options.max_message_bytes} bytes",
+                f"frame of {len(message)} bytes exceeds limit of {self._max_message_bytes} bytes",
             )
         try:
             obs = unpackb(message)
@@ -421,21 +522,31 @@ class PolicyServer:
         if "type" in obs:
             return await self._control(conn, obs)
         try:
-            request = self._validate(conn.model, obs)
+            request = self._validators[conn.model](obs)
         except PublicRequestError as exc:
             return self._refuse(conn, str(exc), str(exc))
         except ObservationError as exc:
             return self._refuse(conn, INTERNAL_ERROR, str(exc))
-        session = conn.sessions.setdefault(request.session_id, _Session())
+        session = conn.sessions.get(request.session_id)
+        if session is None:
+            session = conn.sessions[request.session_id] = _Session()
         session.steps += 1
-        reply = await self._infer(conn.model, obs, request, session)
-        delay_ms = self.options.latency_ms
-        if self.options.jitter_ms:
-            delay_ms += self._jitter.uniform(-self.options.jitter_ms, self.options.jitter_ms)
-        elapsed_ms = (time.perf_counter() - started) * 1000.0
-        if delay_ms > elapsed_ms:
-            await asyncio.sleep((delay_ms - elapsed_ms) / 1000.0)
-        timing = dict(reply.get("server_timing") or {})
+        if self._policy is not None:
+            # A real model may block for a long time: keep the loop free for other clients.
+            result = await asyncio.to_thread(self._policy.infer, obs)
+            reply = dict(result) if isinstance(result, dict) else {"actions": result}
+        else:
+            reply = {"actions": self._synthetic_actions(conn.model, request, session)}
+        opts = self.options
+        if opts.latency_ms or opts.jitter_ms:
+            delay_ms = opts.latency_ms
+            if opts.jitter_ms:
+                delay_ms += self._jitter.uniform(-opts.jitter_ms, opts.jitter_ms)
+            elapsed_ms = (time.perf_counter() - started) * 1000.0
+            if delay_ms > elapsed_ms:
+                await asyncio.sleep((delay_ms - elapsed_ms) / 1000.0)
+        timing = reply.get("server_timing")
+        timing = dict(timing) if timing else {}
         timing["infer_ms"] = (time.perf_counter() - started) * 1000.0
         reply["server_timing"] = timing
         return packb(reply)
@@ -446,16 +557,9 @@ class PolicyServer:
             logger.warning("%s %s: %s (%s)", conn.peer, conn.model, message, detail)
         return packb(_error(message))
 
-    def _validate(self, model: str, obs: dict[str, Any]) -> Request:
+    def _validate_slow(self, model: str, obs: dict[str, Any]) -> Request:
+        """π0/π0.5 checks reading ``action_dim``/``max_cameras`` from the metadata now."""
         meta = self._metadata[model]
-        if model == "groot":
-            assert self._embodiment is not None
-            return validate_groot(
-                obs,
-                embodiment=self._embodiment,
-                needs_session_id=self.options.needs_session_id,
-                adapters=self.options.lora_adapters,
-            )
         return validate_pi(
             obs,
             action_dim=int(meta["action_dim"]),
@@ -465,42 +569,30 @@ class PolicyServer:
             adapters=self.options.lora_adapters,
         )
 
-    async def _infer(
-        self, model: str, obs: dict[str, Any], request: Request, session: _Session
-    ) -> dict[str, Any]:
-        if self._policy is not None:
-            # A real model may block for a long time: keep the loop free for other clients.
-            result = await asyncio.to_thread(self._policy.infer, obs)
-            return dict(result) if isinstance(result, dict) else {"actions": result}
+    def _synthetic_actions(
+        self, model: str, request: Request, session: _Session
+    ) -> np.ndarray | dict[str, np.ndarray]:
+        """The built-in policy's chunk: an array (π0/π0.5) or action groups (GR00T)."""
         rng = (
             np.random.default_rng(request.seed % 2**64) if request.seed is not None else session.rng
         )
-        policy = self._synthetic[model]
-        if model != "groot":
-            actions = policy.chunk(
-                request.state,
-                rng,
-                prompt=request.prompt,
-                lora=request.lora,
-                lora_scale=request.lora_scale,
-                action_dim=int(self._metadata[model]["action_dim"]),
-            )
-            return {"actions": actions}
-        assert self._embodiment is not None
-        flat = policy.chunk(
+        flat = self._synthetic[model].chunk(
             request.state,
             rng,
             prompt=request.prompt,
             lora=request.lora,
             lora_scale=request.lora_scale,
-            action_dim=self._embodiment.action_dim,
+            action_dim=self._action_dims[model],
         )
+        if model != "groot":
+            return flat
+        assert self._embodiment is not None
         groups: dict[str, np.ndarray] = {}
         start = 0
         for key, width in self._embodiment.action_groups:
             groups[key] = np.ascontiguousarray(flat[None, :, start : start + width])
             start += width
-        return {"actions": groups}
+        return groups
 
     async def _control(self, conn: _Connection, frame: dict[str, Any]) -> bytes:
         kind = frame.get("type")

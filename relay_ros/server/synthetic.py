@@ -26,6 +26,9 @@ import numpy as np
 
 __all__ = ["FlowParams", "SyntheticPolicy"]
 
+# Entries kept per memo (directions per prompt, speeds per adapter); cleared when full.
+_CACHE_SIZE = 256
+
 
 @dataclass(frozen=True)
 class FlowParams:
@@ -67,8 +70,14 @@ class SyntheticPolicy:
         self.action_horizon = action_horizon
         self.control_hz = float(control_hz)
         self.params = params or FlowParams()
-        # Times of the H actions after the observation (s).
-        self._t = np.arange(1, action_horizon + 1, dtype=np.float64) / self.control_hz
+        # Times of the H actions after the observation (s), as a column, and the radial
+        # decay at those times: both depend only on the constructor arguments.
+        self._t = (np.arange(1, action_horizon + 1, dtype=np.float64) / self.control_hz)[:, None]
+        self._decay = np.exp(-self.params.gain * self._t)
+        # Per-request work that repeats: rotation directions per (prompt, pairs) and base
+        # speeds per (pairs, speed). Bounded, so arbitrary prompts cannot grow memory.
+        self._directions: dict[tuple[str, int], np.ndarray] = {}
+        self._speeds: dict[tuple[int, float], np.ndarray] = {}
 
     def chunk(
         self,
@@ -99,32 +108,51 @@ class SyntheticPolicy:
         n = min(width, state.shape[0])
         start[:n] = state[:n]
         pairs = width // 2
-        # Task-dependent directions (+1/-1 per pair) and adapter-dependent speed.
-        bits = zlib.crc32(prompt.encode("utf-8"))
-        direction = np.array([1.0 if (bits >> (j % 32)) & 1 else -1.0 for j in range(pairs)])
         speed = 1.0
         if lora is not None:
             speed += 0.25 * lora_scale * ((zlib.crc32(lora.encode("utf-8")) % 1000) / 1000 - 0.5)
         noise = rng.standard_normal(pairs + 1)
-        omega = (
-            p.omega
-            * speed
-            * (1.0 + 0.1 * (np.arange(pairs) % 5))
-            * (1.0 + p.jitter * noise[:pairs])
-        )
         radius = p.radius * (1.0 + p.jitter * noise[pairs])
 
-        t = self._t[:, None]
-        decay = np.exp(-p.gain * t)
-        out = np.empty((self.action_horizon, width), dtype=np.float64)
+        decay = self._decay
+        out = np.empty((self.action_horizon, width), dtype=np.float32)
         if pairs:
+            omega = self._base_omega(pairs, speed) * (1.0 + p.jitter * noise[:pairs])
             x, y = start[0 : 2 * pairs : 2], start[1 : 2 * pairs : 2]
             r = radius + (np.hypot(x, y) - radius) * decay
-            theta = np.arctan2(y, x) + direction * omega * t
-            out[:, 0 : 2 * pairs : 2] = r * np.cos(theta)
-            out[:, 1 : 2 * pairs : 2] = r * np.sin(theta)
+            theta = np.arctan2(y, x) + self._direction(prompt, pairs) * omega * self._t
+            # Products in float64, rounded once into the float32 output.
+            np.multiply(r, np.cos(theta), out=out[:, 0 : 2 * pairs : 2])
+            np.multiply(r, np.sin(theta), out=out[:, 1 : 2 * pairs : 2])
         if width % 2:
             target = radius / 2.0
             out[:, -1] = target + (start[-1] - target) * decay[:, 0]
-        np.clip(out, -p.limit, p.limit, out=out)
-        return out.astype(np.float32)
+        # Clamping after the float32 rounding gives the same values as before it, because
+        # float32(limit) is the rounding of every float64 value at the limit.
+        limit = np.float32(p.limit)
+        np.minimum(out, limit, out=out)
+        np.maximum(out, -limit, out=out)
+        return out
+
+    def _direction(self, prompt: str, pairs: int) -> np.ndarray:
+        """Task-dependent rotation direction (+1/-1) of each joint pair."""
+        key = (prompt, pairs)
+        direction = self._directions.get(key)
+        if direction is None:
+            bits = zlib.crc32(prompt.encode("utf-8"))
+            direction = np.array([1.0 if (bits >> (j % 32)) & 1 else -1.0 for j in range(pairs)])
+            if len(self._directions) >= _CACHE_SIZE:
+                self._directions.clear()
+            self._directions[key] = direction
+        return direction
+
+    def _base_omega(self, pairs: int, speed: float) -> np.ndarray:
+        """Angular speed of each pair before the random perturbation (rad/s)."""
+        key = (pairs, speed)
+        base = self._speeds.get(key)
+        if base is None:
+            base = self.params.omega * speed * (1.0 + 0.1 * (np.arange(pairs) % 5))
+            if len(self._speeds) >= _CACHE_SIZE:
+                self._speeds.clear()
+            self._speeds[key] = base
+        return base

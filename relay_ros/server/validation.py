@@ -192,9 +192,11 @@ def _check_frame(key: str, frame: Any) -> None:
         raise ObservationError(
             f"camera {key!r} has dtype {frame.dtype}; expected uint8 or float in [0, 1]"
         )
-    if not np.isfinite(frame).all():
-        raise ObservationError(f"camera {key!r} contains NaN or Inf")
+    # min and max propagate NaN and reach +-Inf, so two reductions also cover the
+    # finiteness check without a pass that allocates a full boolean image.
     low, high = float(frame.min()), float(frame.max())
+    if not (math.isfinite(low) and math.isfinite(high)):
+        raise ObservationError(f"camera {key!r} contains NaN or Inf")
     if low < 0.0 or high > 1.0:
         raise ObservationError(
             f"camera {key!r} float values span [{low}, {high}]; expected [0, 1] "
