@@ -94,6 +94,15 @@ _CAMERAS_NODE = "sim_cameras"
 _ARM_NODE = "sim_arm"
 # Seconds of history before the first chunk that the recorded series keep.
 _PRE_ROLL_S = 0.5
+# Starts the server so that Linux terminates it when the demo dies without cleaning up
+# (SIGKILL): PR_SET_PDEATHSIG survives exec. argv: parent pid, then the command.
+_PDEATHSIG_LAUNCHER = (
+    "import ctypes, os, signal, sys\n"
+    "ctypes.CDLL(None).prctl(1, int(signal.SIGTERM))\n"
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    sys.exit(1)\n"
+    "os.execv(sys.argv[2], sys.argv[2:])\n"
+)
 
 
 class DemoError(RuntimeError):
@@ -369,6 +378,8 @@ class ServerProcess:
     The server runs in its own session so that Ctrl-C reaches only the demo, which
     then stops the nodes first and the server last (no "disconnected" noise).
     `stop` terminates it (SIGTERM, then SIGKILL after ``stop_timeout_s``) and reaps it.
+    On Linux the server also gets SIGTERM when the thread that started it dies, so
+    even a SIGKILLed demo leaves no server behind.
 
     Args:
         model: Model to serve.
@@ -439,7 +450,7 @@ class ServerProcess:
             latency_ms=self._latency_ms,
             jitter_ms=self._jitter_ms,
             port_file=port_file,
-            executable=(sys.executable, "-m", "relay_ros.server"),
+            executable=self._executable(),
         )
         self._log = open(tmp / "server.log", "wb")  # noqa: SIM115 - closed in stop()
         self._process = subprocess.Popen(
@@ -469,6 +480,13 @@ class ServerProcess:
                     f"{tail or 'no output'}"
                 )
             time.sleep(0.05)
+
+    @staticmethod
+    def _executable() -> tuple[str, ...]:
+        server = (sys.executable, "-m", "relay_ros.server")
+        if sys.platform.startswith("linux"):
+            return (sys.executable, "-c", _PDEATHSIG_LAUNCHER, str(os.getpid()), *server)
+        return server
 
     def stop(self) -> None:
         """Terminate and reap the server; idempotent."""
@@ -753,7 +771,7 @@ def run_demo(
     config = load_model_config(model)
 
     import rclpy
-    from rclpy.executors import MultiThreadedExecutor
+    from rclpy.executors import MultiThreadedExecutor, SingleThreadedExecutor
     from rclpy.signals import SignalHandlerOptions
     from trajectory_msgs.msg import JointTrajectory
 
@@ -766,8 +784,8 @@ def run_demo(
         model, latency_ms=latency_ms, jitter_ms=jitter_ms, startup_timeout_s=startup_timeout_s
     )
     nodes: list[Any] = []
-    executor: Any = None
-    spin_thread: threading.Thread | None = None
+    executors: list[Any] = []
+    spin_threads: list[threading.Thread] = []
     spin_errors: list[BaseException] = []
     try:
         server.start()
@@ -819,18 +837,30 @@ def run_demo(
         )
         nodes.append(policy)
 
-        executor = MultiThreadedExecutor(num_threads=4, context=context)
-        for node in nodes:
-            executor.add_node(node)
+        # policy_node gets the MultiThreadedExecutor its own main() uses (its callbacks
+        # share one MutuallyExclusiveCallbackGroup). The simulated robot, a separate
+        # process on a real system, spins on a SingleThreadedExecutor of its own: rclpy's
+        # MultiThreadedExecutor dispatcher costs several times more CPU per wake-up, and
+        # with every node on it the 100 Hz timers alone starve a small machine.
+        sim_executor = SingleThreadedExecutor(context=context)
+        for node in (cameras, arm, recorder):
+            sim_executor.add_node(node)
+        policy_executor = MultiThreadedExecutor(num_threads=2, context=context)
+        policy_executor.add_node(policy)
+        executors.extend([policy_executor, sim_executor])
 
-        def spin() -> None:
+        def spin(executor: Any) -> None:
             try:
                 executor.spin()
             except BaseException as exc:  # reported to the calling thread
                 spin_errors.append(exc)
 
-        spin_thread = threading.Thread(target=spin, name="relay-demo-executor", daemon=True)
-        spin_thread.start()
+        for name, executor in (("policy", policy_executor), ("sim", sim_executor)):
+            thread = threading.Thread(
+                target=spin, args=(executor,), name=f"relay-demo-{name}-executor", daemon=True
+            )
+            thread.start()
+            spin_threads.append(thread)
 
         def now() -> float:
             return policy.get_clock().now().nanoseconds * 1e-9
@@ -911,10 +941,10 @@ def run_demo(
         execute_horizon = policy.config.execute_horizon
     finally:
         with _sigint_masked():
-            if executor is not None:
+            for executor in executors:
                 executor.shutdown(timeout_sec=5.0)
-            if spin_thread is not None:
-                spin_thread.join(timeout=5.0)
+            for thread in spin_threads:
+                thread.join(timeout=5.0)
             for node in reversed(nodes):
                 with contextlib.suppress(Exception):
                     node.destroy_node()

@@ -301,6 +301,32 @@ def test_server_process_listens_and_is_gone_after_stop():
     assert not server.running()
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux")
+def test_server_dies_with_a_killed_demo(tmp_path):
+    script = (
+        "import sys, time\n"
+        "from relay_ros.demo import ServerProcess\n"
+        "server = ServerProcess('pi05').start()\n"
+        "print(server.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
+    try:
+        assert parent.stdout is not None
+        server_pid = int(parent.stdout.readline())
+        assert not _gone(server_pid)
+        parent.kill()  # SIGKILL: no cleanup code runs in the parent
+        parent.wait(10)
+        deadline = time.monotonic() + 10
+        while not _gone(server_pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _gone(server_pid)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+
+
 # --------------------------------------------------------------------------- presentation
 
 
