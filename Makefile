@@ -27,8 +27,11 @@ format: setup
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
+# The whole suite in .venv, then the ROS-free part on Python 3.10 + NumPy 1.x and
+# Python 3.12 + NumPy 2.x (docs/compat.md), because users run both.
 test: setup lint
 	$(PY) -m pytest $(PYTEST_ARGS)
+	.ci/compat
 
 demo: setup
 	$(PY) -m relay_ros.demo --model $(MODEL) --duration $(DURATION)
@@ -42,4 +45,4 @@ compat:
 	.ci/compat
 
 clean:
-	rm -rf $(VENV) .bench-venv build install log *.egg-info .pytest_cache .ruff_cache demo_output
+	rm -rf $(VENV) .venv-compat-py310 .venv-compat-py312 .bench-venv build install log *.egg-info .pytest_cache .ruff_cache demo_output

@@ -84,6 +84,8 @@ _PARAM_TYPES = {
     "double_array": Parameter.Type.DOUBLE_ARRAY,
 }
 
+_HOLD_TIME_S = 0.1  # time_from_start of the single point of a hold trajectory
+
 _RELIABLE = QoSProfile(
     depth=10, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE
 )
@@ -605,8 +607,10 @@ class PolicyNode(Node):
         cfg = self._config
         stamp = _time_msg(now)
         column = 0
-        dt = 0.05 if self._active is None else self._active.scheduler.config.dt
-        sec, nanosec = seconds_to_sec_nanosec(dt)
+        # Reach the hold point over a few cycles, not one: a message that arrives a
+        # little late must not already "end in the past" for the controller.
+        dt = 0.0 if self._active is None else self._active.scheduler.config.dt
+        sec, nanosec = seconds_to_sec_nanosec(max(dt, _HOLD_TIME_S))
         for output in cfg.outputs:
             width = len(output.joints)
             msg = JointTrajectory()

@@ -16,7 +16,28 @@ import pytest
 from PIL import Image as PILImage
 from rosbags.image import compressed_image_to_cvimage, message_to_cvimage
 from rosbags.typesys import Stores, get_typestore
-from sensor_msgs.msg import CompressedImage, Image
+
+try:
+    from sensor_msgs.msg import CompressedImage, Image
+except ImportError:  # the ROS-free compat venvs (docs/compat.md): same fields, plain objects
+
+    class _Header:
+        def __init__(self) -> None:
+            self.frame_id = ""
+
+    class Image:  # type: ignore[no-redef]
+        def __init__(self) -> None:
+            self.header = _Header()
+            self.height = self.width = self.step = self.is_bigendian = 0
+            self.encoding = ""
+            self.data = b""
+
+    class CompressedImage:  # type: ignore[no-redef]
+        def __init__(self) -> None:
+            self.header = _Header()
+            self.format = ""
+            self.data = b""
+
 
 from relay_ros.images import (
     SUPPORTED_ENCODINGS,

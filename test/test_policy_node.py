@@ -119,10 +119,11 @@ def test_switch_after_execute_horizon_and_early_requests(ros_context, server, tm
     for old, new in zip(got[1:4], got[2:5]):
         old_first = stamp_of(old) + tfs_of(old)[0]
         switch_time = old_first + (execute - 1) * DT  # time of the last executed action
-        # The new chunk is published at the switch time (within a tick of the 100 Hz timer)...
-        assert stamp_of(new) == pytest.approx(switch_time, abs=0.015)
+        # The new chunk is published at the switch time (within a tick of the 100 Hz timer,
+        # with room for a loaded machine)...
+        assert stamp_of(new) == pytest.approx(switch_time, abs=0.03)
         # ...and its first point takes the slot right after the executed part.
-        assert stamp_of(new) + tfs_of(new)[0] == pytest.approx(switch_time + DT, abs=0.015)
+        assert stamp_of(new) + tfs_of(new)[0] == pytest.approx(switch_time + DT, abs=0.03)
         # Early request: the observation was taken request_lead_s before the switch,
         # i.e. before the old chunk's executed part ended.
         assert t_obs_of(new) < switch_time

@@ -7,7 +7,16 @@ import threading
 
 import numpy as np
 import pytest
-from sensor_msgs.msg import JointState
+
+try:
+    from sensor_msgs.msg import JointState
+except ImportError:  # the ROS-free compat venvs (docs/compat.md): same fields, plain object
+
+    class JointState:  # type: ignore[no-redef]
+        def __init__(self) -> None:
+            self.name: list[str] = []
+            self.position: list[float] = []
+
 
 from relay_ros.state import (
     JointStateCache,
