@@ -580,7 +580,7 @@ class DemoResult:
         latencies_s: Every observation -> reply latency in seconds, in order.
         stall_time_s: Total time any controller had no future point to follow.
         stall_events: Separate holding periods (largest over controllers).
-        boundary_steps: Boundary step ratio of every chunk switch (all controllers).
+        boundary_steps: Boundary step ratio of every chunk switch, per controller name.
         action_age_p50_s: Median action age at execution in seconds, or None when the
             trajectories carry no observation time.
         action_age_max_s: Largest action age in seconds, or None.
@@ -612,7 +612,7 @@ class DemoResult:
     latencies_s: np.ndarray
     stall_time_s: float
     stall_events: int
-    boundary_steps: np.ndarray
+    boundary_steps: dict[str, np.ndarray]
     action_age_p50_s: float | None
     action_age_max_s: float | None
     accepted: int
@@ -644,14 +644,10 @@ class DemoResult:
         return self.latency_percentile_s(99.0)
 
     @property
-    def boundary_step_median(self) -> float | None:
-        """Median boundary step ratio (~1 = seamless), or None without switches."""
-        return float(np.median(self.boundary_steps)) if self.boundary_steps.size else None
-
-    @property
     def boundary_step_max(self) -> float | None:
-        """Largest boundary step ratio, or None without switches."""
-        return float(np.max(self.boundary_steps)) if self.boundary_steps.size else None
+        """Largest boundary step ratio over all controllers, or None without switches."""
+        values = [float(v.max()) for v in self.boundary_steps.values() if v.size]
+        return max(values) if values else None
 
     def limit_violations(self, tolerance: float = 1e-6) -> list[str]:
         """Every joint whose commanded position left its limits, as sentences.
@@ -773,6 +769,7 @@ def run_demo(
     import rclpy
     from rclpy.executors import MultiThreadedExecutor, SingleThreadedExecutor
     from rclpy.signals import SignalHandlerOptions
+    from rclpy.task import Future
     from trajectory_msgs.msg import JointTrajectory
 
     from relay_ros.policy_node import PolicyNode
@@ -785,6 +782,10 @@ def run_demo(
     )
     nodes: list[Any] = []
     executors: list[Any] = []
+    # Done = stop spinning. Executor.shutdown destroys the guard condition that callbacks
+    # still running in a MultiThreadedExecutor's pool trigger when they finish (rclpy
+    # Jazzy does not wait for them), so: stop spinning, drain the pools, then shut down.
+    stop_spinning = Future()
     spin_threads: list[threading.Thread] = []
     spin_errors: list[BaseException] = []
     try:
@@ -851,7 +852,7 @@ def run_demo(
 
         def spin(executor: Any) -> None:
             try:
-                executor.spin()
+                executor.spin_until_future_complete(stop_spinning)
             except BaseException as exc:  # reported to the calling thread
                 spin_errors.append(exc)
 
@@ -930,21 +931,23 @@ def run_demo(
         counts = policy.counts
         followers = arm.followers
         histories = {name: f.history() for name, f in followers.items()}
-        boundary = [
-            b.ratio
-            for f in followers.values()
-            for b in f.boundary_steps()
-            if b.ratio is not None and b.t >= t0
-        ]
+        boundary = {
+            name: [b.ratio for b in f.boundary_steps() if b.ratio is not None and b.t >= t0]
+            for name, f in followers.items()
+        }
         with record_lock:
             recorded_chunks = list(recorded)
         execute_horizon = policy.config.execute_horizon
     finally:
         with _sigint_masked():
-            for executor in executors:
-                executor.shutdown(timeout_sec=5.0)
+            stop_spinning.set_result(None)
             for thread in spin_threads:
                 thread.join(timeout=5.0)
+            for executor in executors:
+                pool = getattr(executor, "_executor", None)  # the MultiThreadedExecutor's
+                if pool is not None:
+                    pool.shutdown(wait=True)
+                executor.shutdown(timeout_sec=5.0)
             for node in reversed(nodes):
                 with contextlib.suppress(Exception):
                     node.destroy_node()
@@ -984,7 +987,9 @@ def run_demo(
         latencies_s=np.asarray(latencies.samples, dtype=np.float64),
         stall_time_s=max((m.stall_time_s for m in metrics.values()), default=0.0),
         stall_events=max((m.stall_events for m in metrics.values()), default=0),
-        boundary_steps=np.asarray(boundary, dtype=np.float64),
+        boundary_steps={
+            name: np.asarray(ratios, dtype=np.float64) for name, ratios in boundary.items()
+        },
         action_age_p50_s=max(ages_p50) if ages_p50 else None,
         action_age_max_s=max(ages_max) if ages_max else None,
         accepted=sum(m.accepted for m in metrics.values()),
@@ -1043,9 +1048,11 @@ def format_progress(p: DemoProgress) -> str:
 
 def _summary_rows(r: DemoResult) -> list[tuple[str, str]]:
     share = 100.0 * r.stall_time_s / r.duration_s if r.duration_s > 0 else 0.0
-    step_med = r.boundary_step_median
-    step_max = r.boundary_step_max
-    steps = "n/a" if step_med is None else f"{step_med:.2f} / {step_max:.2f}"
+    steps = []
+    for name, ratios in r.boundary_steps.items():
+        value = "n/a" if ratios.size == 0 else f"{np.median(ratios):.2f} / {ratios.max():.2f}"
+        label = name.removesuffix("_controller")
+        steps.append((f"boundary step {label} med / max", value))
     if r.action_age_p50_s is None:
         age = "n/a"
     else:
@@ -1056,7 +1063,7 @@ def _summary_rows(r: DemoResult) -> list[tuple[str, str]]:
         ("latency p50 / p99 [ms]", f"{_ms(r.latency_p50_s)} / {_ms(r.latency_p99_s)}"),
         ("stall time [s]", f"{r.stall_time_s:.3f} ({share:.1f}%)"),
         ("stall events", str(r.stall_events)),
-        ("boundary step median / max", steps),
+        *steps,
         ("action age p50 / max [ms]", age),
         ("rejected messages", str(r.rejected)),
         ("refused by the node", str(r.refusals)),

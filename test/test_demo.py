@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -110,7 +111,10 @@ def _result(mode: str, *, stall: float, latencies_ms: list[float]) -> DemoResult
         latencies_s=np.asarray(latencies_ms) / 1000.0,
         stall_time_s=stall,
         stall_events=3 if stall else 0,
-        boundary_steps=np.array([1.0, 1.2, 0.9]),
+        boundary_steps={
+            "arm_controller": np.array([1.0, 1.2, 0.9]),
+            "gripper_controller": np.zeros(0),
+        },
         action_age_p50_s=0.35,
         action_age_max_s=0.61,
         accepted=20,
@@ -346,10 +350,14 @@ def test_summary_table_puts_runs_side_by_side():
         "relay_ros demo: pi05, simulated inference 80 ms +/- 20 ms, dt 20.0 ms, execute horizon 25"
     )
     assert lines[2].split() == ["early", "(4", "s)", "sync", "(4", "s)"]
-    rows = {line[:28].strip(): line[28:].split() for line in lines[4:]}
+    rows = {}
+    for line in lines[4:]:
+        label, *cells = re.split(r"\s{2,}", line.strip())
+        rows[label] = " ".join(cells).split()
     assert rows["latency p50 / p99 [ms]"] == ["85", "/", "100", "80", "/", "80"]
     assert rows["stall time [s]"] == ["0.000", "(0.0%)", "0.500", "(12.5%)"]
-    assert rows["boundary step median / max"] == ["1.00", "/", "1.20", "1.00", "/", "1.20"]
+    assert rows["boundary step arm med / max"] == ["1.00", "/", "1.20", "1.00", "/", "1.20"]
+    assert rows["boundary step gripper med / max"] == ["n/a", "n/a"]
     assert rows["action age p50 / max [ms]"] == ["350", "/", "610", "350", "/", "610"]
     assert rows["rejected messages"] == ["0", "0"]
     assert rows["requests"] == ["10", "10"]
