@@ -449,7 +449,7 @@ def _required_topics(config: Any) -> dict[str, str]:
 def _resolve_url(url: str | None, model: str) -> tuple[str | None, str]:
     """(url for the node or None to start the reference server, description)."""
     if url is None:
-        return None, "reference server (started for this replay)"
+        return None, "reference server"
     if url in ("", "env", "WALLE_URL"):
         from relay_ros.env import resolve_url
 
@@ -638,7 +638,9 @@ def replay(
             bag_path,
             ctx,
             server_url=server_url,
-            url_text=url_text if node_url is not None else f"{server_url} ({url_text})",
+            url_text=url_text
+            if node_url is not None
+            else f"reference server at {server_url}, started for this replay",
             params_file=Path(params_file),
             params=params,
             required=required,
@@ -904,9 +906,7 @@ def command_gaps(
     switches = sorted([c.stamp for c in chunks] + [h.stamp for h in holds])
     diffs: dict[str, list[np.ndarray]] = {}
     for chunk in chunks:
-        later = [s for s in switches if s > chunk.stamp]
-        until = later[0] if later else math.inf
-        keep = chunk.times < until
+        keep = chunk.times < _replaced_at(chunk, switches)
         for j, name in enumerate(chunk.joint_names):
             diffs.setdefault(name, [])
             rec = joint_positions.get(name)
@@ -927,6 +927,11 @@ def command_gaps(
         else:
             gaps[name] = JointGap(name, math.nan, math.nan, 0)
     return gaps
+
+
+def _replaced_at(chunk: Chunk, switches: Sequence[float]) -> float:
+    """When the next chunk or hold replaces ``chunk`` (inf if none does), bag time s."""
+    return next((s for s in switches if s > chunk.stamp), math.inf)
 
 
 def matching_chunks(
@@ -985,6 +990,7 @@ def plot_replay(
 
     joints = list(report.gaps) or list(joint_positions)
     t0 = report.bag_start_s
+    switches = sorted([c.stamp for c in report.chunks] + [h.stamp for h in report.holds])
     fig, axes = plt.subplots(
         len(joints), 1, figsize=(10, 1.8 * len(joints) + 1), sharex=True, squeeze=False
     )
@@ -996,13 +1002,15 @@ def plot_replay(
         for k, chunk in enumerate(report.chunks):
             if joint in chunk.joint_names:
                 j = chunk.joint_names.index(joint)
+                followed = chunk.times < _replaced_at(chunk, switches)
+                t, q = chunk.times - t0, chunk.positions[:, j]
+                ax.plot(t, q, color="tab:blue", lw=0.8, alpha=0.3, ls="--")
                 ax.plot(
-                    chunk.times - t0,
-                    chunk.positions[:, j],
+                    t[followed],
+                    q[followed],
                     color="tab:blue",
-                    lw=0.9,
-                    alpha=0.8,
-                    label="commanded" if k == 0 else None,
+                    lw=1.4,
+                    label="commanded (followed part solid)" if k == 0 else None,
                 )
         for k, hold in enumerate(report.holds):
             if joint in hold.joint_names:
