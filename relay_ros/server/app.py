@@ -220,10 +220,11 @@ class _IdleWatchdog:
     """Closes one connection after ``idle_s`` without a frame, with a single timer.
 
     The handler sets :attr:`busy` when a frame arrives and calls :meth:`idle` once its
-    reply is sent; the timer, armed for the earliest possible deadline, re-arms itself when it
-    finds the connection busy or active since. So a frame costs two attribute writes
-    and one clock read, not a timeout context around every ``recv()``. As before, the
-    idle time counts from the last reply (or the metadata), not while a request runs.
+    reply is sent; the timer, armed for the earliest possible deadline, re-arms itself
+    when it finds the connection busy or active since. So a frame costs two attribute
+    writes and one clock read, not a timeout context around every ``recv()``. As before,
+    the idle time counts from the last reply (or the metadata), not while a request
+    runs; the close is code 1000 with reason ``"idle for N s"``.
     """
 
     __slots__ = ("_idle_s", "_loop", "_peer", "_timer", "_ws", "busy", "closing", "since")
