@@ -145,18 +145,39 @@ def _decode_jpeg_at_half_size(msg: Any, *, source: str | None = None) -> np.ndar
     return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
 
 
+def _halve_then_resize_with_pad(img: np.ndarray, height: int, width: int) -> np.ndarray:
+    """What-if for ``--halve-first``: shrink by exact factors of 2 (``INTER_AREA``) while
+    the frame stays at least twice the target, then the node's ``resize_with_pad``.
+
+    OpenCV's ``INTER_AREA`` is several times faster for an integer factor than for
+    640x480 -> 224x168 (factor 2.86).
+    """
+    import cv2
+
+    from relay_ros.images import resize_with_pad
+
+    while img.shape[0] >= 2 * height and img.shape[1] >= 2 * width:
+        img = cv2.resize(
+            np.ascontiguousarray(img),
+            (img.shape[1] // 2, img.shape[0] // 2),
+            interpolation=cv2.INTER_AREA,
+        )
+    return resize_with_pad(img, height, width)
+
+
 def run_node_process(
     ros_args: list[str],
     interval_s: float,
     *,
     switch_interval_s: float | None = None,
     jpeg_reduced: bool = False,
+    halve_first: bool = False,
 ) -> int:
     """``--node-process``: PolicyNode on a SingleThreadedExecutor, samples to stdout.
 
     Every ``interval_s`` one JSON line: ``{"t": monotonic s, "samples": {measure:
     [seconds, ...]}, "lost": {measure: n}, "counts": {...}, "hold": str|null}``.
-    ``switch_interval_s`` and ``jpeg_reduced`` are what-if experiments (see
+    ``switch_interval_s``, ``jpeg_reduced`` and ``halve_first`` are what-if experiments (see
     ``--help``); by default the node runs unchanged.
     """
     import rclpy
@@ -169,6 +190,8 @@ def run_node_process(
         sys.setswitchinterval(switch_interval_s)
     if jpeg_reduced:
         relay_ros.policy_node.compressed_to_rgb = _decode_jpeg_at_half_size  # type: ignore[assignment]
+    if halve_first:
+        relay_ros.policy_node.resize_with_pad = _halve_then_resize_with_pad  # type: ignore[assignment]
 
     rclpy.init(args=["pipeline-node", *ros_args])
     node: PolicyNode | None = None
@@ -271,6 +294,21 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def runqueue_wait_seconds(pid: int) -> float:
+    """Time the threads of a process spent runnable but waiting for a CPU, in seconds.
+
+    Sum over ``/proc/<pid>/task/*/schedstat`` (second field, ns); threads that ended
+    are not counted. A measure of how much other load on the machine delayed them.
+    """
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    return total / 1e9
+
+
 def write_params(path: Path, params: dict[str, Any]) -> Path:
     """A ROS 2 params file applying ``params`` to every node."""
     path.write_text(yaml.safe_dump({"/**": {"ros__parameters": params}}, sort_keys=False))
@@ -294,6 +332,7 @@ class ScenarioResult:
     holds: list[str] = field(default_factory=list)
     other_cpu: dict[str, float] = field(default_factory=dict)
     sampler_lines: int = 0
+    runqueue_wait: float = 0.0
     load_average: float = 0.0
     diagnostics: dict[str, str] = field(default_factory=dict)
 
@@ -476,6 +515,7 @@ def run_scenario(
         others = [c for c in children if c is not node and c.alive()]
         t0 = time.monotonic()
         cpu0 = cpu_seconds(node.pid)
+        wait0 = runqueue_wait_seconds(node.pid)
         others0 = [cpu_seconds(c.pid) for c in others]
         end = t0 + duration_s
         next_report = t0 + 5.0
@@ -497,6 +537,7 @@ def run_scenario(
                 )
         t1 = time.monotonic()
         cpu1 = cpu_seconds(node.pid)
+        runqueue_wait = (runqueue_wait_seconds(node.pid) - wait0) / (t1 - t0)
         other_cpu = {
             c.name: (cpu_seconds(c.pid) - before) / (t1 - t0) for c, before in zip(others, others0)
         }
@@ -527,10 +568,108 @@ def run_scenario(
         chunks_published=last["counts"]["chunks_published"] - first["counts"]["chunks_published"],
         holds=holds,
         sampler_lines=len(measured),
+        runqueue_wait=runqueue_wait,
         diagnostics=diagnostics,
         other_cpu=other_cpu,
         load_average=load,
     )
+
+
+# --------------------------------------------------------------------------- conversions
+
+
+def conversion_table(iterations: int = 300, target: tuple[int, int] = (224, 224)) -> str:
+    """Per-frame conversion time of 640x480 frames to 224x224, now and with alternatives.
+
+    In this process, without ROS: the node's conversion (``relay_ros.images``) against
+    variants that decode JPEGs at half size (``cv2.IMREAD_REDUCED_COLOR_2``), swap
+    channels after the resize, or shrink raw frames by an exact factor 2 first. Two
+    inputs: the simulated scene (smooth, small JPEGs) and the scene with Gaussian
+    sensor noise (sigma 4), whose JPEGs are the size of a real camera's. Each variant's
+    output is compared with the node's (max and mean absolute difference, 0..255).
+    """
+    from types import SimpleNamespace
+
+    import cv2
+
+    from relay_ros.images import compressed_to_rgb, image_to_rgb, resize_with_pad
+    from relay_ros.sim.scene import SceneRenderer, encode_jpeg
+
+    height, width = target
+    renderer = SceneRenderer(WIDTH, HEIGHT, seed=0, camera_name="base")
+    rng = np.random.default_rng(0)
+    scenes = [renderer.render(i / RATE_HZ) for i in range(30)]
+    noisy = [np.clip(f + rng.normal(0.0, 4.0, f.shape), 0, 255).astype(np.uint8) for f in scenes]
+
+    def raw_msg(frame: np.ndarray) -> Any:
+        return SimpleNamespace(
+            height=HEIGHT,
+            width=WIDTH,
+            encoding="rgb8",
+            is_bigendian=0,
+            step=WIDTH * 3,
+            data=frame.tobytes(),
+        )
+
+    def jpeg_msg(frame: np.ndarray) -> Any:
+        return SimpleNamespace(format="jpeg", data=encode_jpeg(frame, 90))
+
+    def raw_now(msg: Any) -> np.ndarray:
+        return resize_with_pad(image_to_rgb(msg), height, width)
+
+    def raw_halve_first(msg: Any) -> np.ndarray:
+        rgb = image_to_rgb(msg)
+        half = cv2.resize(rgb, (WIDTH // 2, HEIGHT // 2), interpolation=cv2.INTER_AREA)
+        return resize_with_pad(half, height, width)
+
+    def jpeg_now(msg: Any) -> np.ndarray:
+        return resize_with_pad(compressed_to_rgb(msg), height, width)
+
+    def jpeg_reduced(msg: Any) -> np.ndarray:
+        bgr = cv2.imdecode(np.frombuffer(msg.data, np.uint8), cv2.IMREAD_REDUCED_COLOR_2)
+        return resize_with_pad(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB), height, width)
+
+    def jpeg_reduced_swap_last(msg: Any) -> np.ndarray:
+        bgr = cv2.imdecode(np.frombuffer(msg.data, np.uint8), cv2.IMREAD_REDUCED_COLOR_2)
+        return cv2.cvtColor(resize_with_pad(bgr, height, width), cv2.COLOR_BGR2RGB)
+
+    cases = [
+        ("raw rgb8", "scene", [raw_msg(f) for f in scenes], raw_now, raw_now),
+        ("raw rgb8", "scene", [raw_msg(f) for f in scenes], raw_halve_first, raw_now),
+    ]
+    for label, frames in (("scene", scenes), ("scene + noise", noisy)):
+        msgs = [jpeg_msg(f) for f in frames]
+        cases += [
+            ("jpeg", label, msgs, jpeg_now, jpeg_now),
+            ("jpeg", label, msgs, jpeg_reduced, jpeg_now),
+            ("jpeg", label, msgs, jpeg_reduced_swap_last, jpeg_now),
+        ]
+    names = {
+        raw_now: "image_to_rgb + resize_with_pad (node now)",
+        raw_halve_first: "image_to_rgb, INTER_AREA to 320x240, resize_with_pad",
+        jpeg_now: "compressed_to_rgb + resize_with_pad (node now)",
+        jpeg_reduced: "IMREAD_REDUCED_COLOR_2, cvtColor, resize_with_pad",
+        jpeg_reduced_swap_last: "IMREAD_REDUCED_COLOR_2, resize_with_pad, cvtColor",
+    }
+    rows = [
+        "| input | frames | conversion | p50 (ms) | p99 (ms) | max / mean abs diff vs node |",
+        "|---|---|---|---:|---:|---:|",
+    ]
+    for kind, label, msgs, convert, reference in cases:
+        times = []
+        for i in range(iterations):
+            msg = msgs[i % len(msgs)]
+            start = time.perf_counter()
+            convert(msg)
+            times.append(time.perf_counter() - start)
+        diffs = [np.abs(convert(m).astype(np.int16) - reference(m).astype(np.int16)) for m in msgs]
+        size = f", {np.mean([len(m.data) for m in msgs]) / 1024:.0f} KiB" if kind == "jpeg" else ""
+        p50, p99 = np.percentile(np.asarray(times) * 1000.0, [50, 99])
+        rows.append(
+            f"| {kind}{size} | {label} | {names[convert]} | {p50:.2f} | {p99:.2f} | "
+            f"{max(int(d.max()) for d in diffs)} / {np.mean([d.mean() for d in diffs]):.2f} |"
+        )
+    return "\n".join(rows)
 
 
 # --------------------------------------------------------------------------- output
@@ -577,7 +716,8 @@ def format_table(results: Sequence[ScenarioResult]) -> str:
             f"inference latency p50 {d.get('latency_p50_ms', '?')} ms; CPU of the other "
             "processes: "
             + ", ".join(f"{name} {100 * share:.0f} %" for name, share in r.other_cpu.items())
-            + f"; 1-min load average {r.load_average:.2f}"
+            + f"; node threads waited {1000 * r.runqueue_wait:.0f} ms/s for a CPU; "
+            f"1-min load average {r.load_average:.2f}"
         )
     return "\n".join(rows) + "\n\n" + "\n".join(notes)
 
@@ -619,6 +759,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep Fast DDS's default transports (512 KiB shared-memory segments) instead of "
         "the bench's 16 MiB segment profile",
     )
+    parser.add_argument(
+        "--conversions",
+        action="store_true",
+        help="only time the frame conversion and its alternatives in this process (no ROS)",
+    )
     what_if = parser.add_argument_group(
         "what-if experiments (change the node process; not how policy_node runs)"
     )
@@ -632,6 +777,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--jpeg-reduced",
         action="store_true",
         help="decode JPEGs with cv2.IMREAD_REDUCED_COLOR_2 (half size) in the node",
+    )
+    what_if.add_argument(
+        "--halve-first",
+        action="store_true",
+        help="in the node, shrink frames by exact factors of 2 before resize_with_pad",
     )
     return parser
 
@@ -653,8 +803,16 @@ def main(argv: list[str] | None = None) -> int:
             if what_if.switch_interval_ms is None
             else what_if.switch_interval_ms / 1000.0,
             jpeg_reduced=what_if.jpeg_reduced,
+            halve_first=what_if.halve_first,
         )
     args = build_parser().parse_args(argv)
+    if args.conversions:
+        print(
+            f"conversion of one {WIDTH}x{HEIGHT} frame to 224x224 in this process "
+            f"(no ROS), {os.cpu_count()} cores\n"
+        )
+        print(conversion_table())
+        return 0
     if args.duration <= 0 or args.warmup < 0 or args.execute_horizon < 1:
         raise SystemExit("--duration must be > 0, --warmup >= 0, --execute-horizon >= 1")
 
@@ -679,6 +837,8 @@ def main(argv: list[str] | None = None) -> int:
         node_flags += ["--switch-interval-ms", f"{args.switch_interval_ms:g}"]
     if args.jpeg_reduced:
         node_flags.append("--jpeg-reduced")
+    if args.halve_first:
+        node_flags.append("--halve-first")
 
     children: list[Child] = []
     listener: DiagnosticsListener | None = None
