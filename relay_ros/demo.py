@@ -733,6 +733,7 @@ def run_demo(
     progress: Callable[[DemoProgress], None] | None = None,
     context: Any = None,
     startup_timeout_s: float = 60.0,
+    multi_threaded: bool = False,
 ) -> DemoResult:
     """Run the whole loop once and return what happened.
 
@@ -752,6 +753,9 @@ def run_demo(
             rclpy signal handlers, so Ctrl-C raises KeyboardInterrupt here) and shut
             down a private one.
         startup_timeout_s: Seconds to wait for the server and for the first chunk.
+        multi_threaded: Spin policy_node on a ``MultiThreadedExecutor`` (as its ``main()``
+            does) instead of a ``SingleThreadedExecutor``. Same behaviour (its callbacks
+            are mutually exclusive) at several times the CPU cost.
 
     Raises:
         DemoArgumentError: an argument is out of range.
@@ -838,15 +842,21 @@ def run_demo(
         )
         nodes.append(policy)
 
-        # policy_node gets the MultiThreadedExecutor its own main() uses (its callbacks
-        # share one MutuallyExclusiveCallbackGroup). The simulated robot, a separate
-        # process on a real system, spins on a SingleThreadedExecutor of its own: rclpy's
-        # MultiThreadedExecutor dispatcher costs several times more CPU per wake-up, and
-        # with every node on it the 100 Hz timers alone starve a small machine.
+        # Two executors, each spinning in its own thread: policy_node's, and the simulated
+        # robot's (a separate process on a real system). All policy_node callbacks share
+        # one MutuallyExclusiveCallbackGroup, so a MultiThreadedExecutor runs them no more
+        # concurrently than a SingleThreadedExecutor; but while one runs, rclpy's
+        # dispatcher keeps waking for the blocked ones (100 Hz joint states and ticks) and
+        # burns several times the CPU, which on a busy 2-core machine delayed
+        # /joint_states and camera frames by up to 2 s. See docs/demo.md.
         sim_executor = SingleThreadedExecutor(context=context)
         for node in (cameras, arm, recorder):
             sim_executor.add_node(node)
-        policy_executor = MultiThreadedExecutor(num_threads=2, context=context)
+        policy_executor = (
+            MultiThreadedExecutor(num_threads=2, context=context)
+            if multi_threaded
+            else SingleThreadedExecutor(context=context)
+        )
         policy_executor.add_node(policy)
         executors.extend([policy_executor, sim_executor])
 

@@ -412,16 +412,17 @@ def test_demo_loop_early_has_no_stall_sync_does(ros_context, tmp_path):
         "pi05", 4.0, request_mode="sync", latency_ms=80, jitter_ms=20, context=ros_context
     )
 
+    table = format_summary([early, sync])
     # Early requests at 80 ms latency and the default execute horizon: never holding.
     assert early.execute_horizon == 25
-    assert early.stall_time_s == 0.0
+    assert early.stall_time_s == 0.0, table
     # Synchronous requests: the arm waits for every chunk.
-    assert sync.stall_time_s > 0.0
+    assert sync.stall_time_s > 0.0, table
     for result in (early, sync):
         assert result.chunks_published >= 2
         assert result.requests >= result.chunks_received >= result.chunks_published
-        assert result.rejected == 0, result.rejection_reasons
-        assert result.refusals == 0
+        assert result.rejected == 0, (result.rejection_reasons, table)
+        assert result.refusals == 0, table
         assert set(result.joint_names) == set(limits)
         commanded = np.concatenate([c.positions for c in result.chunks])
         for j, joint in enumerate(result.joint_names):
@@ -430,7 +431,8 @@ def test_demo_loop_early_has_no_stall_sync_does(ros_context, tmp_path):
             cycle = result.commanded[:, j]
             assert lower <= cycle.min() and cycle.max() <= upper, joint
         assert result.limit_violations() == []
-        assert result.latencies_s.size == result.chunks_received
+        # The latency of a reply that arrives while the run ends may miss the last poll.
+        assert result.chunks_received - 1 <= result.latencies_s.size <= result.chunks_received
         assert result.times.size > 0 and np.all(np.isfinite(result.followed))
         # The server subprocess is gone once run_demo returns.
         assert result.server_pid is not None and _gone(result.server_pid)
