@@ -586,7 +586,11 @@ class PolicyNode(Node):
         self._hold_kind = kind
         if repeated:
             return
-        self.get_logger().warning(f"holding position: {reason}")
+        if self._counts["chunks_published"] == 0 and kind in ("missing_input", "joint_states"):
+            # Start-up: inputs not there yet is expected, not a fault.
+            self.get_logger().info(f"waiting before the first request: {reason}")
+        else:
+            self.get_logger().warning(f"holding position: {reason}")
         now = self._now()
         active = self._active
         if active is not None:

@@ -41,9 +41,23 @@ def test_next_chunk_continues_seamlessly() -> None:
     policy = SyntheticPolicy(action_horizon=16, control_hz=30.0)
     state = np.array([0.3, -0.2, 0.1, 0.5, -0.4, 0.0], np.float32)
     first = policy.chunk(state, np.random.default_rng(5))
-    # Switch after executing 8 actions: the new chunk from action 7 ends up at action 8.
+    # Action i is for t_obs + i*dt: a chunk from action 7 continues the first from there.
     second = policy.chunk(first[7], np.random.default_rng(5))
-    np.testing.assert_allclose(second[:8], first[8:], atol=1e-5)
+    np.testing.assert_allclose(second[:9], first[7:], atol=1e-5)
+
+
+def test_padding_dims_do_not_disturb_the_gripper() -> None:
+    # pi0.5: 7 joints (6 arm + gripper at dim 6) zero-padded to 32; the padding stays 0
+    # in every observed state, and the gripper must still continue seamlessly.
+    policy = SyntheticPolicy(action_horizon=50, control_hz=50.0)
+    state = np.zeros(32, np.float32)
+    state[:7] = [0.3, -0.2, 0.1, 0.5, -0.4, 0.2, 0.1]
+    first = policy.chunk(state, np.random.default_rng(1))
+    observed = np.zeros(32, np.float32)
+    observed[:7] = first[25, :7]
+    second = policy.chunk(observed, np.random.default_rng(1))
+    np.testing.assert_allclose(second[:25, :7], first[25:, :7], atol=1e-5)
+    assert np.ptp(first[:, 6]) > 0.05  # and the gripper does move
 
 
 def test_chunks_are_deterministic_given_state_and_seed() -> None:

@@ -1,20 +1,28 @@
 """The reference server's built-in policy: smooth, believable action chunks without a model.
 
 Each chunk integrates an autonomous joint-space flow from the observed state, so
-action 0 is (almost) the state, the arm visibly moves, and the next chunk, started
-from wherever the arm got to, continues the same motion (no jump at chunk switches).
+action 0 is the state, the arm visibly moves, and the next chunk, started from
+wherever the arm got to, continues the same motion (no jump at chunk switches).
 
-The flow, per pair of dimensions ``(2j, 2j+1)`` in polar coordinates ``(r, theta)``::
+The flow is driven by the first two dimensions, in polar coordinates ``(r, theta)``::
 
     dr/dt     = gain * (radius - r)      # converge to a circle of ``radius`` rad
-    dtheta/dt = direction_j * omega_j    # then go round it
+    dtheta/dt = direction * omega        # then go round it
 
-integrated in closed form at ``t = (i + 1) / control_hz`` for ``i`` in ``0..H-1``. A
-last odd dimension relaxes exponentially towards ``radius / 2``. Every action is
-clamped to ``[-limit, limit]``. The prompt and LoRA adapter pick the rotation
-directions and speeds (different tasks look different); the random generator only
-perturbs ``omega_j`` and the target radius by a few percent, so seeded calls are
-reproducible and unseeded ones differ while staying smooth.
+and every other dimension ``d`` relaxes towards a sinusoid of that phase::
+
+    target_d  = radius * sin(m_d * theta + phi_d)      # m_d in {1, 2}
+    x_d(t)    = target_d(t) + (x_d(0) - target_d(0)) * exp(-gain * t)
+
+integrated in closed form at ``t = i / control_hz`` for ``i`` in ``0..H-1``: action
+``i`` is meant for ``t_obs + i*dt``, as the streaming timeline says. Because the
+phase comes from dimensions 0 and 1 only, a dimension whose state is always zero
+(pi0's padding to 32) never disturbs the others, and a gripper at dimension 6 moves
+as smoothly across chunk switches as the arm. Every action is clamped to
+``[-limit, limit]``. The prompt picks the direction and phases (different tasks
+look different), the LoRA adapter the speed; the random generator only perturbs
+``omega`` and the radius by a few percent, so seeded calls are reproducible and
+unseeded ones differ while staying smooth.
 """
 
 from __future__ import annotations
@@ -37,16 +45,15 @@ class FlowParams:
     Attributes:
         radius: target radius of each joint pair's circle (rad).
         gain: convergence rate towards the circle (1/s).
-        omega: base angular speed round the circle (rad/s); pair ``j`` uses
-            ``omega * (1 + 0.1 * (j mod 5))``.
-        jitter: relative random perturbation of speeds and radius (0.03 = 3 %).
+        omega: angular speed round the circle (rad/s), scaled by the adapter.
+        jitter: relative random perturbation of speed and radius (0.02 = 2 %).
         limit: every action is clamped to ``[-limit, limit]`` (rad).
     """
 
     radius: float = 0.4
     gain: float = 1.5
     omega: float = 2.0 * np.pi * 0.25
-    jitter: float = 0.03
+    jitter: float = 0.02
     limit: float = 0.8
 
 
@@ -70,14 +77,13 @@ class SyntheticPolicy:
         self.action_horizon = action_horizon
         self.control_hz = float(control_hz)
         self.params = params or FlowParams()
-        # Times of the H actions after the observation (s), as a column, and the radial
-        # decay at those times: both depend only on the constructor arguments.
-        self._t = (np.arange(1, action_horizon + 1, dtype=np.float64) / self.control_hz)[:, None]
+        # Times of the H actions after the observation (s), as a column, and the decay
+        # at those times: both depend only on the constructor arguments.
+        self._t = (np.arange(action_horizon, dtype=np.float64) / self.control_hz)[:, None]
         self._decay = np.exp(-self.params.gain * self._t)
-        # Per-request work that repeats: rotation directions per (prompt, pairs) and base
-        # speeds per (pairs, speed). Bounded, so arbitrary prompts cannot grow memory.
-        self._directions: dict[tuple[str, int], np.ndarray] = {}
-        self._speeds: dict[tuple[int, float], np.ndarray] = {}
+        # Per-request work that repeats: direction and phases per (prompt, width), base
+        # speed per adapter. Bounded, so arbitrary prompts cannot grow memory.
+        self._shapes: dict[tuple[str, int], tuple[float, np.ndarray, np.ndarray]] = {}
 
     def chunk(
         self,
@@ -104,55 +110,42 @@ class SyntheticPolicy:
         """
         p = self.params
         width = state.shape[0] if action_dim is None else action_dim
-        start = np.zeros(width, dtype=np.float64)
+        start = np.zeros(max(width, 2), dtype=np.float64)
         n = min(width, state.shape[0])
         start[:n] = state[:n]
-        pairs = width // 2
         speed = 1.0
         if lora is not None:
             speed += 0.25 * lora_scale * ((zlib.crc32(lora.encode("utf-8")) % 1000) / 1000 - 0.5)
-        noise = rng.standard_normal(pairs + 1)
-        radius = p.radius * (1.0 + p.jitter * noise[pairs])
+        noise = rng.standard_normal(2)
+        radius = p.radius * (1.0 + p.jitter * noise[1])
+        direction, harmonics, phases = self._shape(prompt, width)
+        omega = direction * p.omega * speed * (1.0 + p.jitter * noise[0])
 
-        decay = self._decay
-        out = np.empty((self.action_horizon, width), dtype=np.float32)
-        if pairs:
-            omega = self._base_omega(pairs, speed) * (1.0 + p.jitter * noise[:pairs])
-            x, y = start[0 : 2 * pairs : 2], start[1 : 2 * pairs : 2]
-            r = radius + (np.hypot(x, y) - radius) * decay
-            theta = np.arctan2(y, x) + self._direction(prompt, pairs) * omega * self._t
-            # Products in float64, rounded once into the float32 output.
-            np.multiply(r, np.cos(theta), out=out[:, 0 : 2 * pairs : 2])
-            np.multiply(r, np.sin(theta), out=out[:, 1 : 2 * pairs : 2])
-        if width % 2:
-            target = radius / 2.0
-            out[:, -1] = target + (start[-1] - target) * decay[:, 0]
-        # Clamping after the float32 rounding gives the same values as before it, because
-        # float32(limit) is the rounding of every float64 value at the limit.
-        limit = np.float32(p.limit)
-        np.minimum(out, limit, out=out)
-        np.maximum(out, -limit, out=out)
-        return out
+        t, decay = self._t, self._decay
+        x, y = start[0], start[1]
+        r = radius + (np.hypot(x, y) - radius) * decay  # (H, 1)
+        theta = np.arctan2(y, x) + omega * t  # (H, 1)
+        full = np.empty((self.action_horizon, max(width, 2)), dtype=np.float64)
+        full[:, 0:1] = r * np.cos(theta)
+        full[:, 1:2] = r * np.sin(theta)
+        if width > 2:
+            target = radius * np.sin(harmonics * theta + phases)  # (H, width - 2)
+            full[:, 2:] = target + (start[2:] - target[0]) * decay
+        np.clip(full, -p.limit, p.limit, out=full)
+        return full[:, :width].astype(np.float32)
 
-    def _direction(self, prompt: str, pairs: int) -> np.ndarray:
-        """Task-dependent rotation direction (+1/-1) of each joint pair."""
-        key = (prompt, pairs)
-        direction = self._directions.get(key)
-        if direction is None:
+    def _shape(self, prompt: str, width: int) -> tuple[float, np.ndarray, np.ndarray]:
+        """Task-dependent rotation direction, harmonics and phases of the other dims."""
+        key = (prompt, width)
+        shape = self._shapes.get(key)
+        if shape is None:
             bits = zlib.crc32(prompt.encode("utf-8"))
-            direction = np.array([1.0 if (bits >> (j % 32)) & 1 else -1.0 for j in range(pairs)])
-            if len(self._directions) >= _CACHE_SIZE:
-                self._directions.clear()
-            self._directions[key] = direction
-        return direction
-
-    def _base_omega(self, pairs: int, speed: float) -> np.ndarray:
-        """Angular speed of each pair before the random perturbation (rad/s)."""
-        key = (pairs, speed)
-        base = self._speeds.get(key)
-        if base is None:
-            base = self.params.omega * speed * (1.0 + 0.1 * (np.arange(pairs) % 5))
-            if len(self._speeds) >= _CACHE_SIZE:
-                self._speeds.clear()
-            self._speeds[key] = base
-        return base
+            direction = 1.0 if bits & 1 else -1.0
+            dims = np.arange(2, max(width, 2))
+            harmonics = (1.0 + (dims % 2)).astype(np.float64)
+            phases = 2.0 * np.pi * (((bits >> 1) % 97) / 97.0 + dims / 7.0)
+            shape = (direction, harmonics, phases)
+            if len(self._shapes) >= _CACHE_SIZE:
+                self._shapes.clear()
+            self._shapes[key] = shape
+        return shape
