@@ -81,7 +81,9 @@ _CAMERA_TYPES = {"raw": "sensor_msgs/msg/Image", "compressed": "sensor_msgs/msg/
 _JOINT_STATE_TYPE = "sensor_msgs/msg/JointState"
 _TRAJECTORY_TYPE = "trajectory_msgs/msg/JointTrajectory"
 _DIAGNOSTICS_TYPE = "diagnostic_msgs/msg/DiagnosticArray"
-_NUMBER = re.compile(r"-?\d+\.\d+(e-?\d+)?")
+# Numbers that change from message to message (ages, positions, steps, counts);
+# digits inside names (joint4, base_0_rgb) are kept.
+_NUMBER = re.compile(r"(?<![\w.'])-?\d+(?:\.\d+)?(?:e-?\d+)?(?![\w'])")
 
 
 class ReplayError(RuntimeError):
@@ -939,28 +941,31 @@ def matching_chunks(
     second: Sequence[Chunk],
     joint_stamps: np.ndarray,
     *,
+    lookahead_s: float = 0.004,
     tolerance_s: float = 1e-6,
 ) -> list[tuple[Chunk, Chunk]]:
     """Pairs of chunks of two replays that were computed from the same joint state.
 
     A chunk's joint state is the last recorded joint-state message before its
     ``t_obs`` (``joint_stamps``: the bag times of those messages, absolute s,
-    sorted). The player publishes every message before a ``/clock`` that passes
-    its time, so that message had arrived. A chunk whose ``t_obs`` equals a
-    joint-state time (within ``tolerance_s``: ``/clock`` stops at the next
-    message's time, which is published just after) is skipped, as that message
-    may or may not have arrived. The policy is a function of the observation and
-    the seed, so with one seed the pairs hold the same positions for the same
-    action indices (:meth:`Chunk.action_indices`); the reference server's
-    policy uses only the state. Each chunk is paired at most once.
+    sorted): the player publishes every message before a ``/clock`` that passes
+    its time. A message just *after* ``t_obs`` may have arrived too: the player
+    publishes it on time while ``/clock`` still shows the previous step, and the
+    node's timer may run after its callback. So a chunk is skipped when a joint
+    state lies within ``[t_obs - tolerance_s, t_obs + lookahead_s]``; choose
+    ``lookahead_s`` a few ``/clock`` steps (``rate / clock_hz``). The policy is
+    a function of the observation and the seed, so with one seed the pairs hold
+    the same positions for the same action indices (:meth:`Chunk.action_indices`);
+    the reference server's policy uses only the state. Each chunk is paired at
+    most once.
     """
 
     def state_index(chunk: Chunk) -> int | None:
         i = int(np.searchsorted(joint_stamps, chunk.t_obs - tolerance_s, side="left")) - 1
         if i < 0:
             return None
-        if i + 1 < len(joint_stamps) and joint_stamps[i + 1] <= chunk.t_obs + tolerance_s:
-            return None  # a joint state at t_obs itself: arrival order unknown
+        if i + 1 < len(joint_stamps) and joint_stamps[i + 1] <= chunk.t_obs + lookahead_s:
+            return None  # a joint state at or just after t_obs: it may have arrived
         return i
 
     by_state: dict[int, Chunk] = {}
