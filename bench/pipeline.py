@@ -107,6 +107,10 @@ FASTDDS_PROFILE = """<?xml version="1.0" encoding="UTF-8" ?>
 _START = time.monotonic()
 
 
+class BenchError(RuntimeError):
+    """A part of the bench did not start or stopped early (the message has its log tail)."""
+
+
 def progress(message: str) -> None:
     """One progress line with the time since the bench started."""
     print(f"[{time.monotonic() - _START:6.1f} s] {message}", flush=True)
@@ -242,7 +246,9 @@ def run_node_process(
 class Child:
     """A subprocess in its own session (Ctrl-C reaches only the bench), log in a file."""
 
-    def __init__(self, name: str, command: list[str], log_path: Path, *, pipe: bool = False):
+    def __init__(
+        self, name: str, command: list[str], log_path: Path, *, pipe: bool = False
+    ) -> None:
         self.name = name
         self.log_path = log_path
         self._log: IO[bytes] = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
@@ -257,12 +263,15 @@ class Child:
 
     @property
     def pid(self) -> int:
+        """Process id."""
         return self.process.pid
 
     def alive(self) -> bool:
+        """True while the process runs."""
         return self.process.poll() is None
 
     def log_tail(self, lines: int = 15) -> str:
+        """The last ``lines`` lines of its log."""
         try:
             text = self.log_path.read_text(encoding="utf-8", errors="replace")
         except OSError:
@@ -337,6 +346,7 @@ class ScenarioResult:
     diagnostics: dict[str, str] = field(default_factory=dict)
 
     def percentile_ms(self, measure: str, q: float) -> float | None:
+        """The ``q``-th percentile of one measure in ms, or None without samples."""
         values = self.samples[measure]
         return float(np.percentile(values, q)) * 1000.0 if values else None
 
@@ -363,10 +373,12 @@ class NodeOutput:
                 self.lines.append(line)
 
     def snapshot(self) -> list[dict[str, Any]]:
+        """Every line read so far, oldest first."""
         with self._lock:
             return list(self.lines)
 
     def latest(self) -> dict[str, Any] | None:
+        """The newest line, or None before the first."""
         with self._lock:
             return self.lines[-1] if self.lines else None
 
@@ -406,14 +418,17 @@ class DiagnosticsListener:
                     self._latest["message"] = status.message
 
     def latest(self) -> dict[str, str]:
+        """Key/value pairs of the node's newest status ({} before the first)."""
         with self._lock:
             return dict(self._latest)
 
     def clear(self) -> None:
+        """Forget the last status (a new node is starting)."""
         with self._lock:
             self._latest = {}
 
     def close(self) -> None:
+        """Stop spinning and shut the private context down."""
         self.executor.shutdown(timeout_sec=2.0)
         self.node.destroy_node()
         self._rclpy.try_shutdown(context=self.context)
@@ -421,6 +436,7 @@ class DiagnosticsListener:
 
 
 def camera_name(key: str) -> str:
+    """``left_wrist_0_rgb`` -> ``left_wrist``: the simulated camera's name."""
     return key.removesuffix("_0_rgb")
 
 
@@ -496,7 +512,7 @@ def run_scenario(
         while True:
             for child in (node, cameras):
                 if not child.alive():
-                    raise RuntimeError(
+                    raise BenchError(
                         f"{child.name} exited with status {child.process.returncode}:\n"
                         f"{child.log_tail()}"
                     )
@@ -504,7 +520,7 @@ def run_scenario(
             if latest is not None and latest["counts"].get("chunks_published", 0) > 0:
                 break
             if time.monotonic() > deadline:
-                raise RuntimeError(
+                raise BenchError(
                     f"{scenario}: the node published no chunk within 60 s; last state "
                     f"{latest}\nnode log:\n{node.log_tail()}"
                 )
@@ -522,7 +538,7 @@ def run_scenario(
         while (now := time.monotonic()) < end:
             time.sleep(min(0.2, end - now))
             if not node.alive():
-                raise RuntimeError(f"{node.name} exited during the window:\n{node.log_tail()}")
+                raise BenchError(f"{node.name} exited during the window:\n{node.log_tail()}")
             if time.monotonic() >= next_report:
                 next_report += 5.0
                 elapsed = time.monotonic() - t0
@@ -552,7 +568,7 @@ def run_scenario(
     lines = output.snapshot()
     inside = [ln for ln in lines if t0 <= ln["t"] <= t1 + SAMPLE_INTERVAL_S]
     if len(inside) < 2:
-        raise RuntimeError(f"{scenario}: the node reported {len(inside)} samples in the window")
+        raise BenchError(f"{scenario}: the node reported {len(inside)} samples in the window")
     first, measured = inside[0], inside[1:]
     samples = {m: [v for ln in measured for v in ln["samples"][m]] for m in MEASURES}
     lost = sum(n for ln in measured for n in ln["lost"].values())
@@ -821,6 +837,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
     os.environ["RCUTILS_LOGGING_USE_STDOUT"] = "0"
     signal.signal(signal.SIGTERM, _interrupt)
+    # Also when started in the background, where SIGINT is inherited as ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     tmp_dir = tempfile.mkdtemp(prefix="relay_pipeline_")
     tmp = Path(tmp_dir)
@@ -881,7 +899,7 @@ def main(argv: list[str] | None = None) -> int:
         deadline = time.monotonic() + 30.0
         while not (port_file.exists() and port_file.read_text().strip()):
             if not server.alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"the policy server did not start:\n{server.log_tail()}")
+                raise BenchError(f"the policy server did not start:\n{server.log_tail()}")
             time.sleep(0.05)
         port = int(port_file.read_text().strip())
         progress(f"server pid {server.pid} on port {port}, sim_arm pid {arm.pid}")
