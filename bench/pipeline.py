@@ -451,6 +451,8 @@ def run_scenario(
     listener: DiagnosticsListener,
     children: list[Child],
     node_flags: Sequence[str] = (),
+    rate_hz: float = RATE_HZ,
+    node_params: dict[str, Any] | None = None,
 ) -> ScenarioResult:
     """Start cameras and node for one scenario, measure one window, stop both."""
     compressed = scenario == "compressed"
@@ -474,7 +476,7 @@ def run_scenario(
         camera_params[f"cameras.{name}.format"] = scenario
         camera_params[f"cameras.{name}.width"] = WIDTH
         camera_params[f"cameras.{name}.height"] = HEIGHT
-        camera_params[f"cameras.{name}.rate_hz"] = RATE_HZ
+        camera_params[f"cameras.{name}.rate_hz"] = rate_hz
     cameras_file = write_params(tmp / f"sim_cameras_{scenario}.yaml", camera_params)
     node_file = write_params(
         tmp / f"node_{scenario}.yaml",
@@ -483,6 +485,7 @@ def run_scenario(
             "camera_map": str(camera_map),
             "joint_states_topic": f"{TOPIC_PREFIX}/joint_states",
             "execute_horizon": execute_horizon,
+            **(node_params or {}),
         },
     )
 
@@ -764,6 +767,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--execute-horizon", type=int, default=5, help="actions per chunk (50 Hz) between requests"
     )
+    parser.add_argument("--rate-hz", type=float, default=RATE_HZ, help="frames/s per camera")
+    parser.add_argument(
+        "--joint-states-hz", type=float, default=100.0, help="rate of the simulated arm"
+    )
+    parser.add_argument(
+        "--node-param",
+        action="append",
+        default=[],
+        metavar="NAME:=VALUE",
+        help="extra policy_node parameter (YAML value), e.g. tick_hz:=50; repeatable",
+    )
     parser.add_argument(
         "--server-latency-ms", type=float, default=20.0, help="simulated inference time"
     )
@@ -829,8 +843,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(conversion_table())
         return 0
-    if args.duration <= 0 or args.warmup < 0 or args.execute_horizon < 1:
-        raise SystemExit("--duration must be > 0, --warmup >= 0, --execute-horizon >= 1")
+    if min(args.duration, args.rate_hz, args.joint_states_hz) <= 0 or args.warmup < 0:
+        raise SystemExit("--duration, --rate-hz, --joint-states-hz must be > 0, --warmup >= 0")
+    if args.execute_horizon < 1:
+        raise SystemExit(f"--execute-horizon {args.execute_horizon}: expected >= 1")
 
     domain = args.domain_id if args.domain_id is not None else random.choice(DOMAIN_IDS)
     os.environ["ROS_DOMAIN_ID"] = str(domain)
@@ -850,6 +866,12 @@ def main(argv: list[str] | None = None) -> int:
         (tmp / "fastdds.xml").write_text(FASTDDS_PROFILE)
         os.environ["FASTRTPS_DEFAULT_PROFILES_FILE"] = str(tmp / "fastdds.xml")
         transport = "Fast DDS shared memory with 16 MiB segments"
+    node_params: dict[str, Any] = {}
+    for item in args.node_param:
+        name, sep, value = item.partition(":=")
+        if not sep or not name:
+            raise SystemExit(f"--node-param {item!r}: expected NAME:=VALUE, e.g. tick_hz:=50")
+        node_params[name] = yaml.safe_load(value)
     node_flags: list[str] = []
     if args.switch_interval_ms is not None:
         node_flags += ["--switch-interval-ms", f"{args.switch_interval_ms:g}"]
@@ -864,7 +886,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         progress(
             f"ROS_DOMAIN_ID={domain}; {len(CAMERA_KEYS)} cameras {WIDTH}x{HEIGHT} at "
-            f"{RATE_HZ:g} Hz; execute_horizon {args.execute_horizon}; {transport}; logs in {tmp}"
+            f"{args.rate_hz:g} Hz; execute_horizon {args.execute_horizon}; joint states at "
+            f"{args.joint_states_hz:g} Hz; {transport}; logs in {tmp}"
+            + (f"; node parameters {node_params}" if node_params else "")
             + (f"; what-if {' '.join(node_flags)}" if node_flags else "")
         )
         port_file = tmp / "port"
@@ -889,6 +913,7 @@ def main(argv: list[str] | None = None) -> int:
                             "controllers.arm_controller.joints": [f"joint{i}" for i in range(1, 7)],
                             "joint_states_topic": f"{TOPIC_PREFIX}/joint_states",
                             "metrics_rate_hz": 0.0,
+                            "joint_states_rate_hz": args.joint_states_hz,
                         },
                     )
                 )
@@ -917,6 +942,8 @@ def main(argv: list[str] | None = None) -> int:
                     listener=listener,
                     children=children,
                     node_flags=node_flags,
+                    rate_hz=args.rate_hz,
+                    node_params=node_params,
                 )
             )
             progress(f"{scenario}: done")
@@ -937,9 +964,12 @@ def main(argv: list[str] | None = None) -> int:
 
     print()
     print(
-        f"policy_node pipeline: {len(CAMERA_KEYS)} cameras {WIDTH}x{HEIGHT} at {RATE_HZ:g} Hz, "
+        f"policy_node pipeline: {len(CAMERA_KEYS)} cameras {WIDTH}x{HEIGHT} at "
+        f"{args.rate_hz:g} Hz, "
         f"pi05, execute_horizon {args.execute_horizon} at 50 Hz, {args.duration:g} s per "
-        f"scenario after {args.warmup:g} s warm-up; {transport}; machine: {os.cpu_count()} cores"
+        f"scenario after {args.warmup:g} s warm-up; joint states at {args.joint_states_hz:g} Hz; "
+        f"{transport}; machine: {os.cpu_count()} cores"
+        + (f"; node parameters {node_params}" if node_params else "")
         + (f"; what-if {' '.join(node_flags)}" if node_flags else "")
     )
     print()
