@@ -26,11 +26,10 @@ Everything runs in one rclpy context with one ``SingleThreadedExecutor`` (rclpy
 7.1's MultiThreadedExecutor skips timer periods, see ``policy_node``).
 
 Timing is real: the player publishes at the recorded pace (scaled by ``rate``)
-and the policy answers over a real WebSocket, so *which* observations are taken
-depends on scheduling. The policy itself is deterministic for a fixed ``seed``:
-the same observation gives the same chunk. :func:`matching_chunks` pairs the
-chunks of two replays that were computed from the same recorded joint-state
-message, which is how the tests (and users) check reproducibility.
+and the policy answers over a real WebSocket, so *which* recorded samples an
+observation catches depends on scheduling (see docs/replay.md,
+"Reproducibility"). The policy itself is deterministic for a fixed ``seed``: the
+same observation gives the same chunk.
 """
 
 from __future__ import annotations
@@ -64,7 +63,6 @@ __all__ = [
     "ReplayReport",
     "command_gaps",
     "default_output_path",
-    "matching_chunks",
     "node_config",
     "plot_replay",
     "read_params_file",
@@ -934,51 +932,6 @@ def command_gaps(
 def _replaced_at(chunk: Chunk, switches: Sequence[float]) -> float:
     """When the next chunk or hold replaces ``chunk`` (inf if none does), bag time s."""
     return next((s for s in switches if s > chunk.stamp), math.inf)
-
-
-def matching_chunks(
-    first: Sequence[Chunk],
-    second: Sequence[Chunk],
-    joint_stamps: np.ndarray,
-    *,
-    lookahead_s: float = 0.004,
-    tolerance_s: float = 1e-6,
-) -> list[tuple[Chunk, Chunk]]:
-    """Pairs of chunks of two replays that were computed from the same joint state.
-
-    A chunk's joint state is the last recorded joint-state message before its
-    ``t_obs`` (``joint_stamps``: the bag times of those messages, absolute s,
-    sorted): the player publishes every message before a ``/clock`` that passes
-    its time. A message just *after* ``t_obs`` may have arrived too: the player
-    publishes it on time while ``/clock`` still shows the previous step, and the
-    node's timer may run after its callback. So a chunk is skipped when a joint
-    state lies within ``[t_obs - tolerance_s, t_obs + lookahead_s]``; choose
-    ``lookahead_s`` a few ``/clock`` steps (``rate / clock_hz``). The policy is
-    a function of the observation and the seed, so with one seed the pairs hold
-    the same positions for the same action indices (:meth:`Chunk.action_indices`);
-    the reference server's policy uses only the state. Each chunk is paired at
-    most once.
-    """
-
-    def state_index(chunk: Chunk) -> int | None:
-        i = int(np.searchsorted(joint_stamps, chunk.t_obs - tolerance_s, side="left")) - 1
-        if i < 0:
-            return None
-        if i + 1 < len(joint_stamps) and joint_stamps[i + 1] <= chunk.t_obs + lookahead_s:
-            return None  # a joint state at or just after t_obs: it may have arrived
-        return i
-
-    by_state: dict[int, Chunk] = {}
-    for chunk in second:
-        index = state_index(chunk)
-        if index is not None:
-            by_state.setdefault(index, chunk)
-    pairs = []
-    for chunk in first:
-        index = state_index(chunk)
-        if index is not None and index in by_state:
-            pairs.append((chunk, by_state.pop(index)))
-    return pairs
 
 
 def plot_replay(
