@@ -225,6 +225,7 @@ class ReplayReport:
             f"policy_node (dry run, {self.model}, seed {seed})",
             f"policy server: {self.url}",
             f"output bag: {self.output}",
+            "  recorded: " + ", ".join(f"{t} {n}" for t, n in self.recorded.items()),
             "",
             "messages played:",
         ]
@@ -346,6 +347,17 @@ def default_output_path(bag: str | os.PathLike[str], directory: Path | None = No
 def _normalise(reason: str) -> str:
     """A reason with its changing numbers (ages, positions) replaced by ``#``."""
     return _NUMBER.sub("#", reason)
+
+
+def _hold_key(reason: str) -> str:
+    """What makes two hold reasons one hold period: the text before the first ':'.
+
+    "stale observation: stale input: ..." and "stale observation: stale inputs: ..."
+    (a second camera going stale) are one period; a reason without ':' counts
+    with its changing numbers replaced (:func:`_normalise`).
+    """
+    head, sep, _rest = reason.partition(": ")
+    return head if sep else _normalise(reason)
 
 
 def _stamp_s(stamp: Any) -> float:
@@ -497,7 +509,7 @@ class _Monitor:
                 self.refusals[key] = self.refusals.get(key, 0) + new
             self._refusal_count = counts["refusals"]
             self._last_refusal = refusal
-            key = _normalise(reason) if reason is not None else None
+            key = _hold_key(reason) if reason is not None else None
             if self._open is not None and self._open[0] != key:
                 self.periods.append(HoldPeriod(self._open[1], self._open[2], max(now, 0.0)))
                 self._open = None
