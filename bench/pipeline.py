@@ -37,8 +37,18 @@ What the node measures (``PolicyNode.pipeline_timing``, ``time.perf_counter``):
 The node's CPU share is read from ``/proc/<pid>/stat`` (``utime + stime`` of all its
 threads, DDS included) over the measured window, after a warm-up. The bench also
 subscribes to ``/diagnostics`` and shows the node's own rolling p50/p99 there as a
-cross-check. Everything runs on a private ``ROS_DOMAIN_ID`` with discovery on
-localhost; every process started is stopped at the end, also on Ctrl-C.
+cross-check, and how long the node's threads waited for a CPU (``schedstat``).
+Everything runs on a private ``ROS_DOMAIN_ID`` with discovery on localhost, and with a
+Fast DDS profile whose 16 MiB shared-memory segment fits a raw 640x480 frame (the
+default 512 KiB segment lost most of them); every process started is stopped at the
+end, also on Ctrl-C.
+
+Other modes and knobs (``--help``): ``--conversions`` times the frame conversion and
+faster alternatives in this process without ROS; ``--rate-hz``, ``--joint-states-hz``
+and ``--node-param NAME:=VALUE`` change the load; the what-if flags
+``--jpeg-reduced``, ``--halve-first`` and ``--switch-interval-ms`` patch the node
+process only, to measure a proposed change before it is made. Results and their
+reading: docs/benchmarks.md, "Pipeline".
 
 Goals (issue 3): image->wire p99 under 5 ms, node CPU under 25 % of one core.
 """
