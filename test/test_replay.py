@@ -107,16 +107,17 @@ def reports(ros_context: Any, bags: dict[str, Path], out_dir: Path) -> dict[str,
 
 @pytest.fixture(scope="module")
 def rerun(ros_context: Any, bags: dict[str, Path], out_dir: Path) -> ReplayReport:
-    """The mcap bag again, against a server of our own given with ``url``."""
+    """The mcap bag again, against a server of our own named by WALLE_URL (``url=""``)."""
     with run_server_in_thread(ServerOptions(models=("pi05",))) as server:
-        report = _replay(
-            ros_context,
-            bags["mcap"],
-            out_dir / "rerun_mcap",
-            "replay_rerun",
-            url=server.url_template,
-        )
+        os.environ["WALLE_URL"] = server.url_template
+        try:
+            report = _replay(
+                ros_context, bags["mcap"], out_dir / "rerun_mcap", "replay_rerun", url=""
+            )
+        finally:
+            del os.environ["WALLE_URL"]
         assert report.url == server.url("pi05")
+        assert server.stats.frames >= report.counts["requests"]
     return report
 
 
@@ -469,13 +470,37 @@ def test_cli_replay_end_to_end(bags: dict[str, Path], tmp_path: Path) -> None:
     """The console script in a subprocess: report on stdout, progress on stderr, PNG."""
     output, plot = tmp_path / "out", tmp_path / "replay.png"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.run(
+    with run_server_in_thread(ServerOptions(models=("pi05",))) as server:
+        proc = _run_cli(bags["sqlite3"], output, plot, server.url_template, env, tmp_path)
+        requests = server.stats.frames
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert f"replayed {bags['sqlite3']} (5.99 s) at rate 2 through policy_node" in out
+    assert f"policy server: {server.url('pi05')}" in out
+    assert "seed 3" in out
+    assert f"  {BASE_TOPIC}" in out and "150 / 150" in out and "600 / 600" in out
+    assert f"{requests} requests" in out
+    assert "chunks: " in out and "latency (observation -> reply, bag time)" in out
+    assert "stale observation" in out
+    assert f"plot: {plot}" in out
+    assert "Traceback" not in proc.stderr
+    assert "bag " in proc.stderr and "%]" in proc.stderr  # progress lines
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with BagReader(output) as reader:
+        assert reader.storage == "sqlite3"
+        assert reader.topics["/policy_node/preview"].count > 0
+
+
+def _run_cli(
+    bag: Path, output: Path, plot: Path, url: str, env: dict[str, str], cwd: Path
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [
             sys.executable,
             "-m",
             "relay_ros.cli",
             "replay",
-            str(bags["sqlite3"]),
+            str(bag),
             "--output",
             str(output),
             "--plot",
@@ -486,27 +511,15 @@ def test_cli_replay_end_to_end(bags: dict[str, Path], tmp_path: Path) -> None:
             "2",
             "--storage",
             "sqlite3",
+            "--url",
+            url,
         ],
         capture_output=True,
         text=True,
         timeout=120,
         env=env,
-        cwd=tmp_path,
+        cwd=cwd,
     )
-    assert proc.returncode == 0, proc.stderr
-    out = proc.stdout
-    assert f"replayed {bags['sqlite3']} (5.99 s) at rate 2 through policy_node" in out
-    assert "seed 3" in out
-    assert f"  {BASE_TOPIC}" in out and "150 / 150" in out and "600 / 600" in out
-    assert "chunks: " in out and "latency (observation -> reply, bag time)" in out
-    assert "stale observation" in out
-    assert f"plot: {plot}" in out
-    assert "Traceback" not in proc.stderr
-    assert "bag " in proc.stderr and "%]" in proc.stderr  # progress lines
-    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    with BagReader(output) as reader:
-        assert reader.storage == "sqlite3"
-        assert reader.topics["/policy_node/preview"].count > 0
 
 
 def test_params_file_sections_merge(tmp_path: Path) -> None:
