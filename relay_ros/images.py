@@ -37,6 +37,7 @@ __all__ = [
     "SUPPORTED_ENCODINGS",
     "ImageConversionError",
     "compressed_to_rgb",
+    "jpeg_size",
     "cv_bridge_available",
     "image_to_rgb",
     "resize_with_pad",
@@ -196,16 +197,58 @@ def image_to_rgb(
     return _own_to_rgb(msg, channels)
 
 
-def compressed_to_rgb(msg: Any, *, source: str | None = None) -> np.ndarray:
+def jpeg_size(data: np.ndarray) -> tuple[int, int] | None:
+    """(height, width) from a JPEG's start-of-frame marker, or None if not found.
+
+    Reads only the marker headers (a few dozen bytes in a normal file), so the
+    decoder can be told to decode at a reduced scale before it starts.
+    """
+    n = int(data.size)
+    if n < 4 or data[0] != 0xFF or data[1] != 0xD8:
+        return None
+    i = 2
+    while i + 9 < n:
+        if data[i] != 0xFF:
+            return None
+        marker = int(data[i + 1])
+        if marker == 0xFF:  # fill byte
+            i += 1
+            continue
+        if marker in (0x01, 0xD0, 0xD1, 0xD2, 0xD3, 0xD4, 0xD5, 0xD6, 0xD7):
+            i += 2  # markers without a length
+            continue
+        length = (int(data[i + 2]) << 8) | int(data[i + 3])
+        # SOF0..SOF15 carry the size; C4 (DHT), C8 (JPG) and CC (DAC) do not.
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            height = (int(data[i + 5]) << 8) | int(data[i + 6])
+            width = (int(data[i + 7]) << 8) | int(data[i + 8])
+            return (height, width) if height and width else None
+        i += 2 + length
+    return None
+
+
+def _fit_ratio(height: int, width: int, target: tuple[int, int]) -> float:
+    """How many times larger the frame is than its aspect-kept fit into ``target``."""
+    return max(width / target[1], height / target[0])
+
+
+def compressed_to_rgb(
+    msg: Any, *, source: str | None = None, target_size: tuple[int, int] | None = None
+) -> np.ndarray:
     """Decode a ``sensor_msgs/CompressedImage`` to an (H, W, 3) uint8 RGB array.
 
     Args:
         msg: Object with ``format`` (``"jpeg"``, ``"png"``, or image_transport's
             ``"rgb8; jpeg compressed bgr8"`` form) and ``data`` (the encoded bytes).
         source: Name for the once-per-source warning about grey frames.
+        target_size: (height, width) the frame will be fitted into by
+            :func:`resize_with_pad`. A JPEG at least twice that size is decoded at
+            half scale (libjpeg skips half of the inverse DCT work): the result is
+            what ``resize_with_pad`` needs, at about half the decode time.
 
     Returns:
-        A new RGB array (OpenCV decodes to BGR; the channels are swapped).
+        A new RGB array (OpenCV decodes to BGR; the channels are swapped). With
+        ``target_size`` it may be half the encoded size.
 
     Raises:
         ImageConversionError: A format that is not JPEG/PNG (e.g. ``compressedDepth``),
@@ -223,7 +266,12 @@ def compressed_to_rgb(msg: Any, *, source: str | None = None) -> np.ndarray:
     buffer = _message_bytes(msg)
     if buffer.size == 0:
         raise ImageConversionError(f"compressed image ({fmt!r}) has no data")
-    bgr = cv2.imdecode(buffer, cv2.IMREAD_COLOR)
+    flags = cv2.IMREAD_COLOR
+    if target_size is not None:
+        size = jpeg_size(buffer)
+        if size is not None and _fit_ratio(size[0], size[1], target_size) >= 2.0:
+            flags = cv2.IMREAD_REDUCED_COLOR_2
+    bgr = cv2.imdecode(buffer, flags)
     if bgr is None:
         raise ImageConversionError(
             f"compressed image ({fmt!r}, {buffer.size} bytes) could not be decoded"
@@ -239,7 +287,10 @@ def resize_with_pad(img: np.ndarray, height: int, width: int) -> np.ndarray:
     Same geometry as ``openpi_client.image_tools.resize_with_pad``: scale by
     ``max(w / width, h / height)``, truncate the scaled size to integers, centre
     it (the padding offsets are truncated halves). Shrinking uses ``cv2.INTER_AREA``,
-    enlarging ``cv2.INTER_LINEAR``.
+    enlarging ``cv2.INTER_LINEAR``. A frame at least twice the fitted size is first
+    halved (an exact 2x2 average, about 4x cheaper per output pixel), which halves
+    the cost of a 640x480 -> 224x224 resize; pixels differ from a direct area
+    resize only by rounding at edges.
 
     Args:
         img: (H, W, 3) uint8 frame (views with any strides are fine).
@@ -271,6 +322,9 @@ def resize_with_pad(img: np.ndarray, height: int, width: int) -> np.ndarray:
     src = img
     if src.strides[2] != 1 or src.strides[1] != 3:
         src = np.ascontiguousarray(src)  # OpenCV needs packed pixels (views of rgba8, mono8)
+    while src.shape[0] >= 2 * new_height and src.shape[1] >= 2 * new_width:
+        half = (src.shape[1] // 2, src.shape[0] // 2)
+        src = cv2.resize(src, half, interpolation=cv2.INTER_AREA)
     resized = cv2.resize(src, (new_width, new_height), interpolation=interpolation)
     out = np.zeros((height, width, 3), dtype=np.uint8)
     top = (height - new_height) // 2

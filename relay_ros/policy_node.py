@@ -297,7 +297,7 @@ class PolicyNode(Node):
             return  # the target size comes with the metadata; frames before it are useless
         try:
             if entry.transport == "compressed":
-                rgb = compressed_to_rgb(msg, source=entry.topic)
+                rgb = compressed_to_rgb(msg, source=entry.topic, target_size=active.image_size)
             else:
                 rgb = image_to_rgb(msg, source=entry.topic)
             rgb = resize_with_pad(rgb, *active.image_size)

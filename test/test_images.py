@@ -45,6 +45,7 @@ from relay_ros.images import (
     compressed_to_rgb,
     cv_bridge_available,
     image_to_rgb,
+    jpeg_size,
     resize_with_pad,
 )
 
@@ -228,6 +229,40 @@ def test_compressed_jpeg_matches_rosbags(fmt):
     assert out.shape == (48, 64, 3) and out.dtype == np.uint8
     np.testing.assert_array_equal(out, compressed_image_to_cvimage(msg, "rgb8"))
     assert np.abs(out.astype(int) - rgb).mean() < 3  # JPEG is lossy, but RGB order is right
+
+
+@pytest.mark.parametrize("progressive", [False, True])
+def test_jpeg_size_reads_the_frame_header(progressive):
+    params = [cv2.IMWRITE_JPEG_PROGRESSIVE, 1] if progressive else []
+    _, jpeg = cv2.imencode(".jpg", smooth_rgb(480, 640), params)
+    assert jpeg_size(jpeg.reshape(-1)) == (480, 640)
+    assert jpeg_size(np.frombuffer(b"not a jpeg", np.uint8)) is None
+    assert jpeg_size(jpeg.reshape(-1)[:20]) is None  # truncated before the frame header
+
+
+def test_large_jpeg_is_decoded_at_half_scale_for_a_small_target():
+    rgb = smooth_rgb(480, 640)
+    _, jpeg = cv2.imencode(".jpg", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))
+    msg = compressed("jpeg", jpeg.tobytes())
+    full = compressed_to_rgb(msg)
+    half = compressed_to_rgb(msg, target_size=(224, 224))
+    assert full.shape == (480, 640, 3) and half.shape == (240, 320, 3)
+    fitted_full = resize_with_pad(full, 224, 224)
+    fitted_half = resize_with_pad(half, 224, 224)
+    assert fitted_half.shape == fitted_full.shape == (224, 224, 3)
+    assert np.abs(fitted_half.astype(int) - fitted_full).mean() < 1.5
+    # A frame less than twice the target is decoded at full size.
+    assert compressed_to_rgb(msg, target_size=(400, 400)).shape == (480, 640, 3)
+
+
+def test_resize_halves_large_frames_with_the_same_result_as_a_direct_area_resize():
+    frame = smooth_rgb(480, 640)
+    ours = resize_with_pad(frame, 224, 224)
+    direct = cv2.resize(frame, (224, 168), interpolation=cv2.INTER_AREA)
+    diff = np.abs(ours[28:196].astype(int) - direct)
+    # Rounding differences only; the blue channel's (x + y) % 256 wrap is a hard edge.
+    assert diff.mean() < 0.5 and np.percentile(diff, 99) <= 1
+    assert not ours[:28].any() and not ours[196:].any()  # the padding
 
 
 @pytest.mark.parametrize("fmt", ["png", "rgb8; png compressed bgr8"])
