@@ -52,11 +52,11 @@ from std_msgs.msg import String
 from std_srvs.srv import SetBool, Trigger
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-from relay_ros.camera_map import CameraEntry, camera_constraints, load_camera_map
+from relay_ros.camera_map import CameraEntry, CameraMapError, camera_constraints, load_camera_map
 from relay_ros.connection import InferOutcome, PolicyConnection
 from relay_ros.images import compressed_to_rgb, image_to_rgb, resize_with_pad
 from relay_ros.observation import ObservationBuilder, reply_to_chunk
-from relay_ros.outputs import OutputController, load_outputs
+from relay_ros.outputs import OutputController, OutputsError, load_outputs
 from relay_ros.params import (
     PARAMETERS,
     NodeConfig,
@@ -66,7 +66,13 @@ from relay_ros.params import (
     limit_parameter_specs,
     output_parameter_specs,
 )
-from relay_ros.safety import JointLimits, check_chunk, check_first_step, check_fresh
+from relay_ros.safety import (
+    JointLimits,
+    SafetyError,
+    check_chunk,
+    check_first_step,
+    check_fresh,
+)
 from relay_ros.scheduler import ChunkScheduler, Publication, SchedulerConfig
 from relay_ros.state import JointStateCache, MissingJointsError, StaleInputError
 from relay_ros.stats import LatencyStats
@@ -123,6 +129,14 @@ class PolicyNode(Node):
 
     def __init__(self, node_name: str = "policy_node", **kwargs: Any) -> None:
         super().__init__(node_name, **kwargs)
+        try:
+            self._setup()
+        except BaseException:
+            # A configuration error must not leave a half-built node in the graph.
+            super().destroy_node()
+            raise
+
+    def _setup(self) -> None:
         self._config = self._declare_and_load_parameters()
         cfg = self._config
         allowed, max_cameras = camera_constraints(cfg.model)
@@ -729,9 +743,9 @@ def main(args: list[str] | None = None) -> None:
         executor.spin()
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
-    except ParameterError as exc:
+    except (ParameterError, CameraMapError, OutputsError, SafetyError) as exc:
         # A configuration mistake: say what is wrong in one line, not a traceback.
-        rclpy.logging.get_logger("policy_node").fatal(str(exc))
+        rclpy.logging.get_logger("policy_node").fatal(f"{type(exc).__name__}: {exc}")
         raise SystemExit(2) from None
     finally:
         if node is not None:

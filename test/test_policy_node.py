@@ -8,14 +8,18 @@ trajectory topics (or, in the unsafe cases, that nothing does).
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 from node_rig import Rig, stamp_of, t_obs_of, tfs_of, wait_for
 from std_srvs.srv import SetBool, Trigger
 
+from relay_ros.camera_map import CameraMapError
 from relay_ros.server import ServerOptions, run_server_in_thread
 
 pytestmark = pytest.mark.ros
@@ -190,6 +194,40 @@ def test_stale_camera_stops_commanding_and_diagnostics_say_why(ros_context, serv
     assert len(hold.points) == 1 and list(hold.points[0].velocities) == [0.0] * 6
 
 
+def test_stale_joint_states_stop_commanding(ros_context, server, tmp_path):
+    overrides = {"sensor_timeout_s": 0.3}
+    with Rig(ros_context, server.url_template, overrides=overrides, tmp_path=tmp_path) as rig:
+        wait_for(lambda: len(rig.snapshot().arm) >= 2)
+        rig.joint_states_on = False
+        status = wait_for(
+            lambda: (s := rig.last_status()) and "stale" in s["hold_reason"] and s, timeout=5
+        )
+        requests = rig.node.counts["requests"]
+        time.sleep(0.8)
+        assert rig.node.counts["requests"] == requests  # no observation while stale
+    assert status["hold_reason"].startswith("joint states: joint 'joint1' is stale")
+
+
+def test_node_starts_before_the_server_and_connects_when_it_comes_up(ros_context, tmp_path):
+    with run_server_in_thread(ServerOptions(models=("pi05",))) as probe:
+        port = probe.port  # a free port, closed again below
+    url = f"ws://127.0.0.1:{port}/{{model}}"
+    with Rig(ros_context, url, tmp_path=tmp_path) as rig:
+        status = wait_for(lambda: rig.last_status(), timeout=5)
+        assert status["connected"] == "False" and status["level"] == 2  # ERROR
+        assert "not connected" in status["message"]
+        with run_server_in_thread(ServerOptions(models=("pi05",), port=port)):
+            wait_for(lambda: len(rig.snapshot().arm) >= 2, timeout=15)
+
+
+def test_bad_camera_map_fails_at_start_naming_the_entry(ros_context, server, tmp_path):
+    bad = tmp_path / "bad_cameras.yaml"
+    bad.write_text("base_0_rgb: {topic: /a}\nwrist_rgb: {topic: /b}\n")
+    with pytest.raises(CameraMapError) as info:
+        Rig(ros_context, server.url_template, overrides={"camera_map": str(bad)}, tmp_path=tmp_path)
+    assert "wrist_rgb" in str(info.value) and "left_wrist_0_rgb" in str(info.value)
+
+
 def test_missing_joint_gives_no_observation(ros_context, server, tmp_path):
     with Rig(ros_context, server.url_template, tmp_path=tmp_path) as rig:
         rig.joints[2] = "elbow_typo"
@@ -298,3 +336,23 @@ def test_destroying_the_node_leaks_no_threads_or_sockets(ros_context, server, tm
     assert [t.name for t in leaked if not t.name.startswith("ThreadPoolExecutor")] == []
     # DDS keeps a few descriptors per participant; sockets of ours would add more each run.
     assert _open_fds() <= fds_before + 2
+
+
+def test_console_script_reports_a_config_error_in_one_line(tmp_path):
+    params = Path(__file__).resolve().parents[1] / "config" / "pi05.yaml"
+    command = [
+        sys.executable,
+        "-m",
+        "relay_ros.policy_node",
+        "--ros-args",
+        "--params-file",
+        str(params),
+        "-p",
+        f"camera_map:={tmp_path / 'missing.yaml'}",
+        "-p",
+        "policy_url:=ws://127.0.0.1:9/{model}",
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2, done.stderr
+    assert "CameraMapError: camera map" in done.stderr and "missing.yaml" in done.stderr
+    assert "Traceback" not in done.stderr
