@@ -47,6 +47,7 @@ from rclpy.qos import (
     ReliabilityPolicy,
     qos_profile_sensor_data,
 )
+from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import String
 from std_srvs.srv import SetBool, Trigger
@@ -54,6 +55,7 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from relay_ros.camera_map import CameraEntry, CameraMapError, camera_constraints, load_camera_map
 from relay_ros.connection import InferOutcome, PolicyConnection
+from relay_ros.image_cdr import CdrImageError, parse_image_cdr
 from relay_ros.images import compressed_to_rgb, image_to_rgb, resize_with_pad
 from relay_ros.observation import ObservationBuilder, reply_to_chunk
 from relay_ros.outputs import OutputController, OutputsError, load_outputs
@@ -184,13 +186,16 @@ class PolicyNode(Node):
         self._group = group
         for entry in self._cameras:
             qos = qos_profile_sensor_data if entry.qos == "sensor_data" else _RELIABLE
-            msg_type = CompressedImage if entry.transport == "compressed" else Image
+            compressed = entry.transport == "compressed"
             self.create_subscription(
-                msg_type,
+                CompressedImage if compressed else Image,
                 entry.topic,
                 lambda msg, entry=entry: self._on_image(entry, msg),
                 qos,
                 callback_group=group,
+                # Raw frames are read straight from their CDR bytes (relay_ros.image_cdr):
+                # building the rclpy message would copy every 900 KiB frame once more.
+                raw=not compressed,
             )
         self.create_subscription(
             JointState,
@@ -313,7 +318,11 @@ class PolicyNode(Node):
             if entry.transport == "compressed":
                 rgb = compressed_to_rgb(msg, source=entry.topic, target_size=active.image_size)
             else:
-                rgb = image_to_rgb(msg, source=entry.topic)
+                try:
+                    image: Any = parse_image_cdr(msg)
+                except CdrImageError:
+                    image = deserialize_message(msg, Image)  # an encoding we do not parse
+                rgb = image_to_rgb(image, source=entry.topic)
             rgb = resize_with_pad(rgb, *active.image_size)
         except ValueError as exc:
             self._refuse(f"camera '{entry.key}' on {entry.topic}: {exc}", kind="frame", hold=False)
