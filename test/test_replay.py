@@ -535,7 +535,7 @@ def test_params_file_sections_merge(tmp_path: Path) -> None:
 
 
 def test_refusal_reasons_are_grouped_without_changing_numbers() -> None:
-    from relay_ros.bag.replay import _normalise
+    from relay_ros.bag.replay_monitor import _normalise
 
     limits = "joint 'joint4' (dim 3) is 0.41 at step 20, above its upper limit 0.1 (49 more)"
     assert (

@@ -1,0 +1,213 @@
+"""What ``relay-ros replay`` reads and checks before anything starts.
+
+Every input error of a replay (a missing or malformed params file, an invalid
+node parameter, a bag without a configured topic or with the wrong type, a bad
+server URL) is found here, before a server, a node or a player starts:
+
+- :func:`read_params_file` reads a ROS 2 params file without rclpy;
+- :func:`node_config` resolves the node's configuration like policy_node does;
+- :func:`required_topics` and :func:`read_bag_input` check the bag against it
+  and read the recorded joint states (a corrupt file fails here);
+- :func:`resolve_server_url` and :func:`default_output_path` settle the options.
+
+:class:`ReplayError` lives here because these checks raise it first;
+:mod:`relay_ros.bag.replay` re-exports it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from relay_ros.bag.reader import BagReader
+
+__all__ = [
+    "BagInput",
+    "ReplayError",
+    "default_output_path",
+    "node_config",
+    "read_bag_input",
+    "read_params_file",
+    "required_topics",
+    "resolve_server_url",
+]
+
+_CAMERA_TYPES = {"raw": "sensor_msgs/msg/Image", "compressed": "sensor_msgs/msg/CompressedImage"}
+_JOINT_STATE_TYPE = "sensor_msgs/msg/JointState"
+
+
+class ReplayError(RuntimeError):
+    """The replay cannot run (bad option, bag does not fit the configuration, no server)."""
+
+
+def read_params_file(path: str | os.PathLike[str], node_name: str = "policy_node") -> dict:
+    """The ``ros__parameters`` of a ROS 2 params file that apply to ``node_name``.
+
+    Sections ``/**``, ``**``, ``node_name`` and ``/node_name`` are merged in that
+    order (later wins), like rcl does for one node.
+
+    Raises:
+        ReplayError: The file is missing or is not a params file.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise ReplayError(f"params file '{p}' does not exist")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ReplayError(f"params file '{p}' is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ReplayError(
+            f"params file '{p}' is not a ROS 2 params file: expected "
+            "'<node>: {ros__parameters: {...}}' at the top level"
+        )
+    merged: dict[str, Any] = {}
+    for key in ("/**", "**", node_name, f"/{node_name}"):
+        section = data.get(key)
+        if isinstance(section, dict) and isinstance(section.get("ros__parameters"), dict):
+            merged.update(_flatten(section["ros__parameters"]))
+    return merged
+
+
+def _flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in params.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(_flatten(value, f"{name}."))
+        else:
+            out[name] = value
+    return out
+
+
+def default_output_path(bag: str | os.PathLike[str], directory: Path | None = None) -> Path:
+    """``<bag name>_replay_<YYYYmmdd-HHMMSS>`` in ``directory`` (default: working directory).
+
+    A counter is appended if that path exists (bags are never overwritten).
+    """
+    p = Path(bag)
+    name = p.stem if p.suffix in (".mcap", ".db3") else p.name
+    base = (directory or Path.cwd()) / f"{name}_replay_{datetime.now():%Y%m%d-%H%M%S}"
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}_{n}")
+    return path
+
+
+@dataclass
+class BagInput:
+    """What the replay needs from the input bag before anything starts."""
+
+    start_ns: int
+    end_ns: int
+    topics: dict[str, int]
+    types: dict[str, str]
+    joint_times: np.ndarray  # (M,) bag time, absolute seconds
+    joint_positions: dict[str, np.ndarray]  # joint -> (M,) positions, NaN where absent
+
+
+def read_bag_input(bag: Path, required: Mapping[str, str], joint_topic: str) -> BagInput:
+    """Open the bag, check the topics and types, read every joint state (and all data)."""
+    with BagReader(bag) as reader:
+        reader.require_topics(required)
+        for topic, msgtype in required.items():
+            actual = reader.topics[topic].msgtype
+            if actual != msgtype:
+                raise ReplayError(
+                    f"bag '{bag}' records topic '{topic}' as {actual}; the configuration "
+                    f"expects {msgtype}"
+                )
+        times: list[float] = []
+        rows: list[dict[str, float]] = []
+        # Read every played message once: a damaged data file fails here, not mid-replay.
+        for message in reader.messages(list(required)):
+            if message.topic != joint_topic:
+                continue
+            msg = reader.deserialize(message)
+            times.append(message.timestamp_ns / 1e9)
+            rows.append({n: float(v) for n, v in zip(msg.name, msg.position)})
+        names = list(dict.fromkeys(n for row in rows for n in row))
+        positions = {n: np.array([row.get(n, math.nan) for row in rows]) for n in names}
+        return BagInput(
+            start_ns=reader.start_ns,
+            end_ns=reader.end_ns,
+            topics={name: info.count for name, info in reader.topics.items()},
+            types={name: info.msgtype for name, info in reader.topics.items()},
+            joint_times=np.array(times),
+            joint_positions=positions,
+        )
+
+
+def node_config(file_params: Mapping[str, Any], overrides: Mapping[str, Any]) -> Any:
+    """The node's :class:`~relay_ros.params.NodeConfig` for these parameters, without rclpy.
+
+    The same resolution as policy_node: declared defaults, then the params file,
+    then ``overrides``; per-output and per-joint parameters follow ``outputs``.
+
+    Raises:
+        ParameterError: A parameter is missing or invalid (the message names it).
+    """
+    from relay_ros.params import (
+        PARAMETERS,
+        build_config,
+        limit_parameter_specs,
+        output_parameter_specs,
+    )
+
+    given = {**file_params, **overrides}
+
+    def value(name: str, default: Any) -> Any:
+        return given.get(name, default)
+
+    values = {spec.name: value(spec.name, spec.default) for spec in PARAMETERS}
+    for name in values.get("outputs") or []:
+        for spec in output_parameter_specs(name):
+            values[spec.name] = value(spec.name, spec.default)
+    commanded = [
+        joint
+        for name in values.get("outputs") or []
+        for joint in values.get(f"outputs.{name}.joints") or []
+    ]
+    for spec in limit_parameter_specs(list(dict.fromkeys(commanded))):
+        values[spec.name] = value(spec.name, spec.default)
+    return build_config(values)
+
+
+def required_topics(config: Any) -> dict[str, str]:
+    """Topic -> type the node subscribes to (cameras from the camera map, joint states)."""
+    from relay_ros.camera_map import camera_constraints, load_camera_map
+
+    allowed, max_cameras = camera_constraints(config.model)
+    cameras = load_camera_map(config.camera_map, allowed_keys=allowed, max_cameras=max_cameras)
+    required = {entry.topic: _CAMERA_TYPES[entry.transport] for entry in cameras}
+    required[config.joint_states_topic] = _JOINT_STATE_TYPE
+    return required
+
+
+def resolve_server_url(url: str | None, model: str) -> tuple[str | None, str]:
+    """(url for the node or None to start the reference server, description)."""
+    if url is None:
+        return None, "reference server"
+    if url in ("", "env", "WALLE_URL"):
+        from relay_ros.env import resolve_url
+
+        try:
+            resolved = resolve_url(model)
+        except KeyError:
+            raise ReplayError(
+                "--url without a value uses WALLE_URL, but WALLE_URL is not set in the "
+                "environment or a .env file; give the URL, e.g. --url ws://host:8000/{model}"
+            ) from None
+        return resolved, resolved
+    if not url.startswith(("ws://", "wss://")):
+        raise ReplayError(f"server URL '{url}' must start with ws:// or wss://")
+    return url, url.replace("{model}", model)

@@ -1,0 +1,314 @@
+"""The outcome of a replay: what policy_node would have commanded, and how well.
+
+:class:`ReplayReport` (formatted by :meth:`ReplayReport.format`, the text
+``relay-ros replay`` prints) holds the report types :class:`Chunk`,
+:class:`HoldCommand`, :class:`HoldPeriod` and :class:`JointGap`.
+:func:`read_preview` reads chunks and holds back from the recorded
+``~/preview`` topic; :func:`command_gaps` compares the commanded positions with
+the recorded joint states. Plain Python over the output bag, no rclpy.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from relay_ros.bag.reader import BagReader
+
+__all__ = [
+    "PREVIEW_TAG",
+    "Chunk",
+    "HoldCommand",
+    "HoldPeriod",
+    "JointGap",
+    "ReplayReport",
+    "command_gaps",
+    "read_preview",
+    "replaced_at",
+]
+
+#: Prefix of ``header.frame_id`` on the node's chunk messages (``t_obs=<seconds>``).
+PREVIEW_TAG = "t_obs="
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One chunk the node would have commanded (all controllers of one publication).
+
+    Attributes:
+        stamp: ``header.stamp``, bag time in seconds (absolute).
+        t_obs: Time of the observation it was computed from, bag time in seconds.
+        joint_names: Commanded joints, controllers in configuration order.
+        times: (N,) absolute bag time of each point (stamp + time_from_start), s.
+        positions: (N, J) commanded positions (rad, or m for prismatic joints).
+    """
+
+    stamp: float
+    t_obs: float
+    joint_names: tuple[str, ...]
+    times: np.ndarray
+    positions: np.ndarray
+
+    def action_indices(self, dt: float) -> np.ndarray:
+        """Index of each point in the policy's chunk: ``round((time - t_obs) / dt)``."""
+        return np.rint((self.times - self.t_obs) / dt).astype(int)
+
+
+@dataclass(frozen=True)
+class HoldCommand:
+    """A hold the node published (one point, zero velocity): stop at ``positions``."""
+
+    stamp: float
+    joint_names: tuple[str, ...]
+    positions: np.ndarray
+
+
+@dataclass(frozen=True)
+class HoldPeriod:
+    """An interval in which the node held position instead of streaming chunks.
+
+    ``start``/``end`` are seconds after the bag start (``end`` None: still holding
+    at the end of the bag); ``reason`` is the node's first sentence for it.
+    """
+
+    reason: str
+    start: float
+    end: float | None
+
+
+@dataclass(frozen=True)
+class JointGap:
+    """|commanded(t) - recorded(t)| for one joint over the commanded points.
+
+    Recorded joint states are interpolated linearly (by bag time) at the time
+    of every commanded point inside the recorded range. Units of the joint
+    (rad or m). ``samples`` is 0 (and the numbers NaN) if nothing overlapped.
+    """
+
+    joint: str
+    mean_abs: float
+    max_abs: float
+    samples: int
+
+
+@dataclass
+class ReplayReport:
+    """The outcome of a replay (times in seconds after the bag start unless noted).
+
+    Attributes:
+        bag: Input bag path.
+        output: Output bag path (holds ``~/preview``, controller topics, diagnostics).
+        model: Policy model ID.
+        url: Policy server URL used.
+        seed: Sampling seed (None: random sampling).
+        rate: Playback rate factor.
+        bag_start_ns: Bag time of the first message (absolute, ns).
+        duration_s: Bag length.
+        played: Messages played per topic.
+        bag_topics: Every topic of the input bag with its message count.
+        recorded: Messages recorded into the output bag per topic.
+        preview_topic: The node's preview topic.
+        dt: Control period of the chunks (s).
+        chunks: Chunks the node would have commanded, in publication order.
+        holds: Hold commands the node published.
+        hold_periods: When and why the node held position.
+        refusals: Refused chunks/frames per reason (numbers in reasons are ``#``).
+        counts: The node's counters at the end (requests, chunks_published, ...).
+        latency_ms: Latency statistics (count, mean, p50, p95, p99, max), ms.
+        gaps: Per joint gap between commanded and recorded positions.
+        diagnostics: Values of the node's last ``/diagnostics`` status.
+    """
+
+    bag: Path
+    output: Path
+    model: str
+    url: str
+    seed: int | None
+    rate: float
+    bag_start_ns: int
+    duration_s: float
+    played: dict[str, int]
+    bag_topics: dict[str, int]
+    recorded: dict[str, int]
+    preview_topic: str
+    dt: float | None
+    chunks: list[Chunk] = field(default_factory=list)
+    holds: list[HoldCommand] = field(default_factory=list)
+    hold_periods: list[HoldPeriod] = field(default_factory=list)
+    refusals: dict[str, int] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+    latency_ms: dict[str, float | None] = field(default_factory=dict)
+    gaps: dict[str, JointGap] = field(default_factory=dict)
+    diagnostics: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def bag_start_s(self) -> float:
+        """Bag time of the first message, absolute seconds."""
+        return self.bag_start_ns / 1e9
+
+    def format(self) -> str:
+        """The human-readable report ``relay-ros replay`` prints."""
+        seed = "random" if self.seed is None else str(self.seed)
+        lines = [
+            f"replayed {self.bag} ({self.duration_s:.2f} s) at rate {self.rate:g} through "
+            f"policy_node (dry run, {self.model}, seed {seed})",
+            f"policy server: {self.url}",
+            f"output bag: {self.output}",
+            "  recorded: " + ", ".join(f"{t} {n}" for t, n in self.recorded.items()),
+            "",
+            "messages played:",
+        ]
+        width = max((len(t) for t in self.bag_topics), default=10)
+        for topic, total in self.bag_topics.items():
+            if topic in self.played:
+                lines.append(f"  {topic:<{width}}  {self.played[topic]:>6} / {total}")
+            else:
+                lines.append(f"  {topic:<{width}}  {'-':>6} / {total} (not used by the node)")
+        c = self.counts
+        lines += [
+            "",
+            f"chunks: {len(self.chunks)} published on {self.preview_topic}, "
+            f"{c.get('requests', 0)} requests, {c.get('chunks_received', 0)} replies, "
+            f"{c.get('error_replies', 0)} error replies, "
+            f"{c.get('connection_errors', 0)} connection errors",
+        ]
+        if self.chunks:
+            first, last = self.chunks[0].stamp, self.chunks[-1].stamp
+            lines.append(
+                f"  first at {first - self.bag_start_s:.3f} s, last at "
+                f"{last - self.bag_start_s:.3f} s (bag time), {len(self.holds)} hold command(s)"
+            )
+        lat = self.latency_ms
+        if lat.get("count"):
+            lines.append(
+                "latency (observation -> reply, bag time): "
+                + ", ".join(
+                    f"{k} {lat[k]:.1f} ms" for k in ("p50", "p95", "p99", "max") if lat.get(k)
+                )
+                + f" over {int(lat['count'] or 0)} replies"
+            )
+        else:
+            lines.append("latency: no replies")
+        lines.append("")
+        if self.refusals:
+            lines.append(f"refusals: {sum(self.refusals.values())}")
+            for reason, n in self.refusals.items():
+                lines.append(f"  {n:>4} x {reason}")
+        else:
+            lines.append("refusals: none")
+        if self.hold_periods:
+            lines.append("holds (node held position instead of streaming):")
+            for hold in self.hold_periods:
+                end = f"{hold.end:.3f} s" if hold.end is not None else "end of bag"
+                lines.append(f"  {hold.start:7.3f} s .. {end}: {hold.reason}")
+        else:
+            lines.append("holds: none")
+        lines.append("")
+        if self.gaps:
+            lines.append("commanded vs recorded joint states, |commanded(t) - recorded(t)|:")
+            jw = max(len(j) for j in self.gaps)
+            lines.append(f"  {'joint':<{jw}}  {'mean':>8}  {'max':>8}  points")
+            for gap in self.gaps.values():
+                lines.append(
+                    f"  {gap.joint:<{jw}}  {gap.mean_abs:8.4f}  {gap.max_abs:8.4f}  {gap.samples}"
+                )
+        else:
+            lines.append("commanded vs recorded: nothing commanded")
+        return "\n".join(lines)
+
+
+def _stamp_s(stamp: Any) -> float:
+    return int(stamp.sec) + int(stamp.nanosec) * 1e-9
+
+
+def _duration_s(duration: Any) -> float:
+    return int(duration.sec) + int(duration.nanosec) * 1e-9
+
+
+def read_preview(
+    output: str | os.PathLike[str], preview_topic: str
+) -> tuple[list[Chunk], list[HoldCommand]]:
+    """Chunks and hold commands from a recorded ``~/preview`` topic.
+
+    Per-controller messages of one publication (same stamp and ``t_obs``) are
+    merged into one :class:`Chunk`. Messages without a ``t_obs=`` tag are holds.
+    """
+    chunks: list[Chunk] = []
+    holds: list[HoldCommand] = []
+    with BagReader(output) as reader:
+        if preview_topic not in reader.topics:
+            return chunks, holds
+        parts: dict[tuple[float, float], list[Any]] = {}
+        for message in reader.messages([preview_topic]):
+            msg = reader.deserialize(message)
+            stamp = _stamp_s(msg.header.stamp)
+            names = tuple(msg.joint_names)
+            if not msg.header.frame_id.startswith(PREVIEW_TAG):
+                if msg.points:
+                    holds.append(HoldCommand(stamp, names, np.array(msg.points[0].positions)))
+                continue
+            t_obs = float(msg.header.frame_id[len(PREVIEW_TAG) :])
+            parts.setdefault((stamp, t_obs), []).append(msg)
+    for (stamp, t_obs), msgs in parts.items():
+        names: tuple[str, ...] = ()
+        columns = []
+        times = np.array([stamp + _duration_s(p.time_from_start) for p in msgs[0].points])
+        for msg in msgs:
+            names += tuple(msg.joint_names)
+            columns.append(
+                np.array([list(p.positions) for p in msg.points]).reshape(len(msg.points), -1)
+            )
+        n = min(c.shape[0] for c in columns)
+        chunks.append(Chunk(stamp, t_obs, names, times[:n], np.hstack([c[:n] for c in columns])))
+    chunks.sort(key=lambda c: c.stamp)
+    holds.sort(key=lambda h: h.stamp)
+    return chunks, holds
+
+
+def command_gaps(
+    chunks: Sequence[Chunk],
+    holds: Sequence[HoldCommand],
+    joint_times: np.ndarray,
+    joint_positions: Mapping[str, np.ndarray],
+) -> dict[str, JointGap]:
+    """Per joint mean and max |commanded(t) - recorded(t)|.
+
+    commanded(t) follows joint_trajectory_controller: a chunk's points count until
+    the next chunk or hold replaces it. recorded(t) is the joint state linearly
+    interpolated at t (bag time); points outside the recorded range are skipped.
+    """
+    switches = sorted([c.stamp for c in chunks] + [h.stamp for h in holds])
+    diffs: dict[str, list[np.ndarray]] = {}
+    for chunk in chunks:
+        keep = chunk.times < replaced_at(chunk, switches)
+        for j, name in enumerate(chunk.joint_names):
+            diffs.setdefault(name, [])
+            rec = joint_positions.get(name)
+            if rec is None or len(joint_times) == 0:
+                continue
+            t = chunk.times[keep]
+            inside = (t >= joint_times[0]) & (t <= joint_times[-1])
+            valid = ~np.isnan(rec)
+            if not inside.any() or valid.sum() < 1:
+                continue
+            recorded = np.interp(t[inside], joint_times[valid], rec[valid])
+            diffs[name].append(np.abs(chunk.positions[keep, j][inside] - recorded))
+    gaps: dict[str, JointGap] = {}
+    for name, parts in diffs.items():
+        values = np.concatenate(parts) if parts else np.array([])
+        if values.size:
+            gaps[name] = JointGap(name, float(values.mean()), float(values.max()), int(values.size))
+        else:
+            gaps[name] = JointGap(name, math.nan, math.nan, 0)
+    return gaps
+
+
+def replaced_at(chunk: Chunk, switches: Sequence[float]) -> float:
+    """When the next chunk or hold replaces ``chunk`` (inf if none does), bag time s."""
+    return next((s for s in switches if s > chunk.stamp), math.inf)
