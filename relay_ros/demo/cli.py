@@ -1,0 +1,167 @@
+"""``python -m relay_ros.demo``: argument parsing, printing and exit codes only.
+
+`main` runs `run_demo` with early requests and (unless ``--no-sync``) with synchronous
+requests (openpi's ``ActionChunkBroker`` behaviour), shows the live progress line on
+stderr, prints the summary table of both side by side and writes the PNG.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import os
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from relay_ros.demo.errors import DemoError
+from relay_ros.demo.launch_plan import ARM_NODE, CAMERAS_NODE, POLICY_NODE
+from relay_ros.demo.models import DEMO_MODELS
+from relay_ros.demo.plot import plot_demo
+from relay_ros.demo.report import format_progress, format_summary
+from relay_ros.demo.result import DemoProgress, DemoResult
+from relay_ros.demo.run import run_demo
+
+__all__ = ["build_parser", "main"]
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
+
+
+def _non_negative_ms(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of milliseconds") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of milliseconds >= 0")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``python -m relay_ros.demo`` argument parser."""
+    p = argparse.ArgumentParser(
+        prog="python -m relay_ros.demo",
+        description="Run the reference policy server, simulated cameras and arm and "
+        "policy_node on this machine; compare early and synchronous requests; write a PNG.",
+    )
+    p.add_argument(
+        "--model", choices=DEMO_MODELS, default="pi05", help="policy model (default %(default)s)"
+    )
+    p.add_argument(
+        "--duration",
+        type=_positive_seconds,
+        default=20.0,
+        help="seconds to run with early requests, from the first chunk (default %(default)g)",
+    )
+    p.add_argument(
+        "--sync-duration",
+        type=_positive_seconds,
+        help="seconds to run with synchronous requests (default: the same as --duration)",
+    )
+    p.add_argument(
+        "--no-sync", action="store_true", help="skip the synchronous-requests comparison run"
+    )
+    p.add_argument(
+        "--latency-ms",
+        type=_non_negative_ms,
+        default=80.0,
+        help="simulated inference latency of the server, ms (default %(default)g)",
+    )
+    p.add_argument(
+        "--jitter-ms",
+        type=_non_negative_ms,
+        default=20.0,
+        help="uniform extra latency in [-J, +J] ms (default %(default)g)",
+    )
+    p.add_argument(
+        "--output-dir",
+        type=Path,
+        default=Path("demo_output"),
+        help="where the PNG goes (default %(default)s)",
+    )
+    p.add_argument(
+        "--visible",
+        action="store_true",
+        help="let other processes on this machine see the demo's topics (ros2 topic echo, "
+        "rviz) on ROS_DOMAIN_ID; by default the demo's ROS graph stays inside this process, "
+        "so it can never reach a real robot's controllers",
+    )
+    p.add_argument("--verbose", action="store_true", help="show the nodes' INFO logs")
+    return p
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl-C so that every part is stopped."""
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise _Terminated()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the demo; exit status 0, 1 on a demo error, 2 on bad arguments, 130 on Ctrl-C."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
+    if not args.visible:
+        # Discovery off: the nodes only see each other (same process, same participant).
+        os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "OFF"
+    if not args.verbose:
+        import rclpy.logging
+
+        for name in (POLICY_NODE, CAMERAS_NODE, ARM_NODE):
+            # The summary reports refusals and rejections; start-up holds are expected.
+            rclpy.logging.set_logger_level(name, rclpy.logging.LoggingSeverity.ERROR)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _raise_terminated)
+    err = sys.stderr
+    shown = [0]
+
+    def show(p: DemoProgress) -> None:
+        line = format_progress(p)
+        err.write("\r" + line.ljust(shown[0]))
+        err.flush()
+        shown[0] = len(line)
+
+    plan = [("early", args.duration)]
+    if not args.no_sync:
+        plan.append(("sync", args.sync_duration or args.duration))
+    results: list[DemoResult] = []
+    status = 0
+    try:
+        for mode, seconds in plan:
+            results.append(
+                run_demo(
+                    args.model,
+                    seconds,
+                    request_mode=mode,
+                    latency_ms=args.latency_ms,
+                    jitter_ms=args.jitter_ms,
+                    progress=show,
+                )
+            )
+            err.write("\n")
+            shown[0] = 0
+    except KeyboardInterrupt:
+        err.write("\ninterrupted: server, executor and nodes stopped\n")
+        status = 130
+    except DemoError as exc:
+        err.write(f"\ndemo failed: {exc}\n")
+        status = 1
+    if results:
+        sys.stdout.write(format_summary(results) + "\n")
+        png = plot_demo(results, args.output_dir / f"demo_{args.model}.png")
+        sys.stdout.write(f"\nplot: {png}\n")
+    sys.stdout.flush()
+    return status

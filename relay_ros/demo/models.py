@@ -1,0 +1,93 @@
+"""What the demo can run: its models, request modes and each model's node configuration.
+
+`load_model_config` reads ``config/<model>.yaml`` exactly as policy_node would (unset
+parameters take the node defaults), so that the launch plan, the server command and
+the run agree on joints, limits and outputs. `check_model` and `check_mode` are the
+argument checks every other demo module uses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from relay_ros.demo.errors import DemoArgumentError, DemoError
+from relay_ros.params import (
+    PARAMETERS,
+    NodeConfig,
+    build_config,
+    limit_parameter_specs,
+    output_parameter_specs,
+)
+from relay_ros.paths import config_dir, config_file
+
+__all__ = ["DEMO_MODELS", "REQUEST_MODES", "check_mode", "check_model", "load_model_config"]
+
+#: Models the demo can run (each has ``config/<model>.yaml`` and a camera map).
+DEMO_MODELS: tuple[str, ...] = ("pi05", "pi0", "groot")
+#: ``request_mode`` values of policy_node.
+REQUEST_MODES: tuple[str, ...] = ("early", "sync")
+
+
+def check_model(model: str) -> str:
+    """Return ``model`` if it is one of `DEMO_MODELS`.
+
+    Raises:
+        DemoArgumentError: it is not (names the value and the choices).
+    """
+    if model not in DEMO_MODELS:
+        raise DemoArgumentError(f"model {model!r} is not one of {list(DEMO_MODELS)}")
+    return model
+
+
+def check_mode(request_mode: str) -> str:
+    """Return ``request_mode`` if it is one of `REQUEST_MODES`.
+
+    Raises:
+        DemoArgumentError: it is not (names the value and the choices).
+    """
+    if request_mode not in REQUEST_MODES:
+        raise DemoArgumentError(
+            f"request_mode {request_mode!r} is not one of {list(REQUEST_MODES)}"
+        )
+    return request_mode
+
+
+def _read_ros_parameters(path: Path) -> dict[str, Any]:
+    """The ``ros__parameters`` of a node parameter file (first node entry)."""
+    with open(path, encoding="utf-8") as stream:
+        data = yaml.safe_load(stream)
+    if not isinstance(data, Mapping):
+        raise DemoError(f"parameter file {str(path)!r} is not a mapping of node names")
+    for entry in data.values():
+        if isinstance(entry, Mapping) and isinstance(entry.get("ros__parameters"), Mapping):
+            return dict(entry["ros__parameters"])
+    raise DemoError(f"parameter file {str(path)!r} has no 'ros__parameters' section")
+
+
+def load_model_config(model: str) -> NodeConfig:
+    """The validated policy_node configuration of ``config/<model>.yaml``.
+
+    Unset parameters take their node defaults, exactly as policy_node would.
+
+    Raises:
+        DemoArgumentError: ``model`` is not one of `DEMO_MODELS`.
+        DemoError: the file has no ``ros__parameters`` section.
+        relay_ros.params.ParameterError: the file's values are invalid.
+    """
+    path = config_file(f"{check_model(model)}.yaml")
+    given = _read_ros_parameters(path)
+    values: dict[str, Any] = {spec.name: spec.default for spec in PARAMETERS}
+    values.update(given)
+    for name in values.get("outputs") or []:
+        for spec in output_parameter_specs(name):
+            values.setdefault(spec.name, spec.default)
+    commanded = [
+        joint for name in values.get("outputs") or [] for joint in values[f"outputs.{name}.joints"]
+    ]
+    for spec in limit_parameter_specs(list(dict.fromkeys(commanded))):
+        values.setdefault(spec.name, spec.default)
+    return build_config(values, default_config_dir=config_dir)

@@ -1,0 +1,109 @@
+"""What the user reads: the live progress line and the summary table of the runs.
+
+`format_progress` is one line for a `DemoProgress`; `format_summary` puts the
+measures of one or more `DemoResult` s side by side; `stall_intervals` derives the
+holding periods from the published chunks (also drawn by `plot_demo`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from relay_ros.demo.errors import DemoArgumentError
+from relay_ros.demo.result import DemoProgress, DemoResult
+
+__all__ = ["format_ms", "format_progress", "format_summary", "stall_intervals"]
+
+
+def format_ms(value: float | None, digits: int = 0) -> str:
+    """Seconds as milliseconds with ``digits`` decimals, or ``n/a`` for None."""
+    return "n/a" if value is None else f"{value * 1000:.{digits}f}"
+
+
+def stall_intervals(result: DemoResult) -> list[tuple[float, float]]:
+    """The periods (start, end) in seconds when the arm had no future point to follow.
+
+    Derived from the published chunks: a chunk's last point to the next chunk's
+    publication (and to the end of the run after the last chunk).
+    """
+    intervals = []
+    for i, chunk in enumerate(result.chunks):
+        nxt = result.chunks[i + 1].stamp if i + 1 < len(result.chunks) else result.duration_s
+        if nxt > chunk.end:
+            intervals.append((chunk.end, nxt))
+    return intervals
+
+
+def format_progress(p: DemoProgress) -> str:
+    """One progress line (no newline), e.g.
+    ``early   6.5/20.0 s  chunks 13  latency p50 81 ms  stall 0.000 s``."""
+    if p.starting:
+        return f"{p.request_mode:<5}  starting: waiting for the first chunk ..."
+    return (
+        f"{p.request_mode:<5} {p.elapsed_s:5.1f}/{p.duration_s:.1f} s  chunks {p.chunks:3d}  "
+        f"latency p50 {format_ms(p.latency_p50_s)} ms  stall {p.stall_time_s:.3f} s"
+    )
+
+
+def _summary_rows(r: DemoResult) -> list[tuple[str, str]]:
+    share = 100.0 * r.stall_time_s / r.duration_s if r.duration_s > 0 else 0.0
+    steps = []
+    for name, ratios in r.boundary_steps.items():
+        value = "n/a" if ratios.size == 0 else f"{np.median(ratios):.2f} / {ratios.max():.2f}"
+        label = name.removesuffix("_controller")
+        steps.append((f"boundary step {label} med / max", value))
+    if r.action_age_p50_s is None:
+        age = "n/a"
+    else:
+        age = f"{format_ms(r.action_age_p50_s)} / {format_ms(r.action_age_max_s)}"
+    return [
+        ("chunks (received/published)", f"{r.chunks_received} / {r.chunks_published}"),
+        ("requests", str(r.requests)),
+        ("latency p50 / p99 [ms]", f"{format_ms(r.latency_p50_s)} / {format_ms(r.latency_p99_s)}"),
+        ("stall time [s]", f"{r.stall_time_s:.3f} ({share:.1f}%)"),
+        ("stall events", str(r.stall_events)),
+        *steps,
+        ("action age p50 / max [ms]", age),
+        ("rejected messages", str(r.rejected)),
+        ("refused by the node", str(r.refusals)),
+    ]
+
+
+def format_summary(results: Sequence[DemoResult]) -> str:
+    """The summary table of one or more runs side by side (one column per run).
+
+    Raises:
+        DemoArgumentError: ``results`` is empty.
+    """
+    if not results:
+        raise DemoArgumentError("results is empty; expected at least one DemoResult")
+    first = results[0]
+    header = (
+        f"relay_ros demo: {first.model}, simulated inference {first.latency_ms:g} ms "
+        f"+/- {first.jitter_ms:g} ms"
+    )
+    if first.dt is not None:
+        header += f", dt {first.dt * 1000:.1f} ms"
+    if first.execute_horizon is not None:
+        header += f", execute horizon {first.execute_horizon}"
+    titles = [f"{r.request_mode} ({r.duration_s:g} s)" for r in results]
+    rows = [_summary_rows(r) for r in results]
+    labels = [label for label, _ in rows[0]]
+    label_width = max(len(label) for label in labels)
+    widths = [
+        max(len(title), *(len(row[i][1]) for i in range(len(labels))))
+        for title, row in zip(titles, rows)
+    ]
+    lines = [header, ""]
+    lines.append(" " * label_width + "".join(f"  {t:>{w}}" for t, w in zip(titles, widths)))
+    lines.append("-" * (label_width + sum(w + 2 for w in widths)))
+    for i, label in enumerate(labels):
+        cells = "".join(f"  {row[i][1]:>{w}}" for row, w in zip(rows, widths))
+        lines.append(f"{label:<{label_width}}{cells}")
+    for r in results:
+        if r.rejection_reasons:
+            reasons = ", ".join(f"{k}: {v}" for k, v in sorted(r.rejection_reasons.items()))
+            lines.append(f"{r.request_mode}: rejections by reason: {reasons}")
+    return "\n".join(lines)
