@@ -150,6 +150,13 @@ PARAMETERS: tuple[ParamSpec, ...] = (
         "A camera frame or joint state older than this makes the observation stale: no "
         "request, hold position.",
     ),
+    ParamSpec(
+        "retry_delay_s",
+        "double",
+        0.25,
+        "Wait after an error reply, a refused chunk or a failed request before the next "
+        "request (s), so a misconfigured observation is not resent at the timer rate.",
+    ),
     ParamSpec("autostart", "bool", True, "Start commanding at once (else wait for ~/enable)."),
     ParamSpec("tick_hz", "double", 100.0, "Rate of the scheduling timer (Hz)."),
     ParamSpec(
@@ -237,6 +244,7 @@ class NodeConfig:
     dry_run: bool
     max_joint_step: float
     sensor_timeout_s: float
+    retry_delay_s: float
     autostart: bool
     tick_hz: float
     reconnect_max_backoff_s: float
@@ -265,6 +273,12 @@ def _need(values: Mapping[str, Any], name: str) -> Any:
 def _positive(name: str, value: float) -> float:
     if not math.isfinite(value) or value <= 0:
         raise ParameterError(f"parameter '{name}' must be a positive number, got {value!r}")
+    return float(value)
+
+
+def _non_negative(name: str, value: float) -> float:
+    if not math.isfinite(value) or value < 0:
+        raise ParameterError(f"parameter '{name}' must be >= 0 seconds, got {value!r}")
     return float(value)
 
 
@@ -396,6 +410,7 @@ def build_config(
         dry_run=bool(_value(values, "dry_run")),
         max_joint_step=_positive("max_joint_step", float(_value(values, "max_joint_step"))),
         sensor_timeout_s=_positive("sensor_timeout_s", float(_value(values, "sensor_timeout_s"))),
+        retry_delay_s=_non_negative("retry_delay_s", float(_value(values, "retry_delay_s"))),
         autostart=bool(_value(values, "autostart")),
         tick_hz=_positive("tick_hz", float(_value(values, "tick_hz"))),
         reconnect_max_backoff_s=_positive(

@@ -24,6 +24,7 @@ one process, which would stall the robot; the single-threaded one never did.
 
 from __future__ import annotations
 
+import math
 import queue
 import time
 import uuid
@@ -152,6 +153,7 @@ class PolicyNode(Node):
         self._session_id = uuid.uuid4().hex
         self._enabled = cfg.autostart
         self._active: _Active | None = None
+        self._retry_not_before = -math.inf  # node clock; set after a failed request
         self._generation = 0  # tags requests, so replies from before a reconfigure are dropped
         self._config_error: str | None = None
         self._hold_reason: str | None = None
@@ -449,6 +451,7 @@ class PolicyNode(Node):
         if outcome.connection_error is not None:
             self._counts["connection_errors"] += 1
             scheduler.request_failed(now)
+            self._back_off(now)
             self._hold(
                 f"connection lost during a request: {outcome.connection_error}", kind="connection"
             )
@@ -462,6 +465,7 @@ class PolicyNode(Node):
             if seen == 0:
                 self.get_logger().error(f"server refused the observation: {message}")
             scheduler.request_failed(now)
+            self._back_off(now)
             self._hold(f"error reply from the server: {message}", kind="error_reply")
             return
         self._latency.add(now - t_obs)
@@ -471,11 +475,13 @@ class PolicyNode(Node):
         except ValueError as exc:
             self._counts["error_replies"] += 1
             scheduler.request_failed(now)
+            self._back_off(now)
             self._refuse(f"malformed reply: {exc}", kind="malformed_reply")
             return
         result = check_chunk(chunk, active.limits, mode=self._config.limits_mode)
         if result.refusal is not None:
             scheduler.request_failed(now)
+            self._back_off(now)
             self._refuse(result.refusal.reason, kind="unsafe_chunk")
             return
         scheduler.chunk_received(result.chunk, t_obs, now)
@@ -507,7 +513,7 @@ class PolicyNode(Node):
         publication = scheduler.poll(now)
         if publication is not None:
             self._publish_chunk(publication, now)
-        if scheduler.wants_request(now):
+        if now >= self._retry_not_before and scheduler.wants_request(now):
             self._request(active, now)
 
     def _request(self, active: _Active, now: float) -> None:
@@ -551,6 +557,7 @@ class PolicyNode(Node):
                 measured, publication.positions[0], cfg.max_joint_step, cfg.commanded_joints
             )
             if refusal is not None:
+                self._back_off(now)
                 self._refuse(refusal.reason, kind="first_step")
                 return
         stamp = _time_msg(publication.stamp)
@@ -586,6 +593,10 @@ class PolicyNode(Node):
         return np.array([vector[order[j]] for j in self._config.commanded_joints])
 
     # ------------------------------------------------------------------ safety outcomes
+    def _back_off(self, now: float) -> None:
+        """No request for ``retry_delay_s``: a failing observation is not resent at 100 Hz."""
+        self._retry_not_before = now + self._config.retry_delay_s
+
     def _refuse(self, reason: str, *, kind: str, hold: bool = True) -> None:
         """A chunk or frame was refused by a safety check: count it, say why, hold."""
         self._counts["refusals"] += 1

@@ -76,6 +76,7 @@ def test_defaults_apply_when_unset():
         ({"sensor_timeout_s": -1.0}, "parameter 'sensor_timeout_s' must be a positive number"),
         ({"execute_horizon": -3}, "parameter 'execute_horizon' must be >= 1"),
         ({"blend_steps": -1}, "parameter 'blend_steps' must be >= 0, got -1"),
+        ({"retry_delay_s": -0.5}, "parameter 'retry_delay_s' must be >= 0 seconds, got -0.5"),
         (
             {"outputs.gripper.joints": ["joint1"]},
             "parameter 'outputs.*.joints' lists 'joint1' twice",
