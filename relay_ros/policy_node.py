@@ -79,7 +79,7 @@ from relay_ros.safety import (
 from relay_ros.scheduler import ChunkScheduler, Publication, SchedulerConfig
 from relay_ros.state import JointStateCache, MissingJointsError, StaleInputError
 from relay_ros.stats import LatencyStats
-from relay_ros.trajectory import build_points, seconds_to_sec_nanosec
+from relay_ros.trajectory import build_points, format_t_obs, seconds_to_sec_nanosec
 
 __all__ = ["PolicyNode", "main"]
 
@@ -563,7 +563,7 @@ class PolicyNode(Node):
         stamp = _time_msg(publication.stamp)
         # joint_trajectory_controller ignores header.frame_id; carrying the observation
         # time there lets the simulated arm (and bag readers) measure action age.
-        tag = f"t_obs={float(publication.t_obs)!r}"
+        tag = format_t_obs(publication.t_obs)
         column = 0
         for output in active.outputs:
             width = len(output.joints)

@@ -27,15 +27,40 @@ import numpy as np
 from relay_ros.scheduler import Publication
 
 __all__ = [
+    "T_OBS_PREFIX",
     "TrajectoryError",
     "TrajectoryPoints",
     "build_points",
+    "format_t_obs",
     "finite_difference_velocities",
+    "parse_t_obs",
     "seconds_to_sec_nanosec",
     "times_to_sec_nanosec",
 ]
 
 _NS_PER_S = 1_000_000_000
+
+
+#: Prefix of ``header.frame_id`` that carries a chunk's observation time
+#: (``t_obs=<seconds>``). joint_trajectory_controller ignores ``frame_id``; the
+#: simulated arm and ``relay-ros replay`` read it to measure action age.
+T_OBS_PREFIX = "t_obs="
+
+
+def format_t_obs(t_obs: float) -> str:
+    """The ``header.frame_id`` text that tags a trajectory with its observation time (s)."""
+    return f"{T_OBS_PREFIX}{float(t_obs)!r}"
+
+
+def parse_t_obs(frame_id: str) -> float | None:
+    """The observation time (s) in a ``t_obs=<float>`` frame_id, or None if untagged."""
+    if not frame_id.startswith(T_OBS_PREFIX):
+        return None
+    try:
+        value = float(frame_id[len(T_OBS_PREFIX) :])
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
 
 
 class TrajectoryError(ValueError):

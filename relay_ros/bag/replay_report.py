@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from relay_ros.bag.reader import BagReader
+from relay_ros.trajectory import T_OBS_PREFIX
 
 __all__ = [
     "PREVIEW_TAG",
@@ -34,7 +35,7 @@ __all__ = [
 ]
 
 #: Prefix of ``header.frame_id`` on the node's chunk messages (``t_obs=<seconds>``).
-PREVIEW_TAG = "t_obs="
+PREVIEW_TAG = T_OBS_PREFIX
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 from trajectory_msgs.msg import JointTrajectory
 
+from relay_ros.sim._parameters import as_parameters
 from relay_ros.sim.trajectory_follower import (
     FollowerMetrics,
     TrajectoryCommand,
@@ -120,14 +121,6 @@ class SimArmConfigError(ValueError):
     """The sim_arm parameters are inconsistent."""
 
 
-def _as_parameters(overrides: Mapping[str, Any] | Sequence[Parameter] | None) -> list[Parameter]:
-    if overrides is None:
-        return []
-    if isinstance(overrides, Mapping):
-        return [Parameter(name, value=value) for name, value in overrides.items()]
-    return list(overrides)
-
-
 class SimArmNode(Node):
     """The ``sim_arm`` node: simulated joint_trajectory_controllers and /joint_states.
 
@@ -156,7 +149,7 @@ class SimArmNode(Node):
             node_name,
             namespace=namespace,
             context=context,
-            parameter_overrides=_as_parameters(parameter_overrides),
+            parameter_overrides=as_parameters(parameter_overrides),
         )
         try:
             self._setup()

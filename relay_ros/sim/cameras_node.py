@@ -36,6 +36,7 @@ from rclpy.publisher import Publisher
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import CompressedImage, Image
 
+from relay_ros.sim._parameters import as_parameters
 from relay_ros.sim.scene import SceneError, SceneRenderer, encode_jpeg
 
 __all__ = ["CameraSettings", "SimCamerasConfigError", "SimCamerasNode", "main"]
@@ -93,14 +94,6 @@ class CameraSettings:
     frame_id: str
 
 
-def _as_parameters(overrides: Mapping[str, Any] | Sequence[Parameter] | None) -> list[Parameter]:
-    if overrides is None:
-        return []
-    if isinstance(overrides, Mapping):
-        return [Parameter(name, value=value) for name, value in overrides.items()]
-    return list(overrides)
-
-
 class SimCamerasNode(Node):
     """The ``sim_cameras`` node: one timer, renderer and publisher per camera.
 
@@ -127,7 +120,7 @@ class SimCamerasNode(Node):
             node_name,
             namespace=namespace,
             context=context,
-            parameter_overrides=_as_parameters(parameter_overrides),
+            parameter_overrides=as_parameters(parameter_overrides),
         )
         try:
             self._setup()

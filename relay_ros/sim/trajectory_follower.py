@@ -45,6 +45,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from relay_ros.trajectory import T_OBS_PREFIX, format_t_obs, parse_t_obs
+
 __all__ = [
     "REJECT_CODES",
     "T_OBS_PREFIX",
@@ -77,9 +79,6 @@ REJECT_CODES: tuple[str, ...] = (
     "ends_in_past",
 )
 
-#: Prefix of ``header.frame_id`` that carries the observation time of a trajectory.
-T_OBS_PREFIX = "t_obs="
-
 # joint_trajectory_controller compares the last velocities against float epsilon.
 _VELOCITY_EPSILON = float(np.finfo(np.float32).eps)
 # Bound on the stored action-age samples used for percentiles (about 16 min at 100 Hz).
@@ -90,29 +89,6 @@ _MAX_BOUNDARY_RECORDS = 10_000
 
 class FollowerConfigError(ValueError):
     """The follower was constructed with inconsistent joints or positions."""
-
-
-def format_t_obs(t_obs: float) -> str:
-    """Return the ``header.frame_id`` text that tags a trajectory with its observation time.
-
-    Args:
-        t_obs: Observation time in seconds on the node clock.
-
-    ``joint_trajectory_controller`` ignores ``header.frame_id``, so the tag is harmless
-    on a real robot; the simulated arm reads it to measure action age.
-    """
-    return f"{T_OBS_PREFIX}{float(t_obs)!r}"
-
-
-def parse_t_obs(frame_id: str) -> float | None:
-    """Return the observation time (s) in a ``t_obs=<float>`` frame_id, or None if untagged."""
-    if not frame_id.startswith(T_OBS_PREFIX):
-        return None
-    try:
-        value = float(frame_id[len(T_OBS_PREFIX) :])
-    except ValueError:
-        return None
-    return value if math.isfinite(value) else None
 
 
 class TrajectoryPoint(NamedTuple):
