@@ -34,7 +34,7 @@ setup(
     tests_require=["pytest"],
     entry_points={
         "console_scripts": [
-            "policy_node = relay_ros.policy_node:main",
+            "policy_node = relay_ros.node.policy_node:main",
             "relay-policy-server = relay_ros.server.__main__:main",
             "relay-ros = relay_ros.cli:main",
             "sim_cameras = relay_ros.sim.cameras_node:main",

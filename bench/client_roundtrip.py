@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from relay_ros.client import PolicyClient
+from relay_ros.wire.client import PolicyClient
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH_VENV = ROOT / ".bench-venv"
@@ -264,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
                 process.terminate()
                 process.wait(10)
 
-    payload = len(__import__("relay_ros.codec", fromlist=["packb"]).packb(observation()))
+    payload = len(__import__("relay_ros.wire.codec", fromlist=["packb"]).packb(observation()))
     print(
         f"\nπ0.5 observation: 3 x 224x224x3 uint8 + state (32,) float32 + prompt, "
         f"{payload} bytes; {args.rounds} rounds x {args.iterations} requests per pair; "

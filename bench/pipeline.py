@@ -168,7 +168,7 @@ def _halve_then_resize_with_pad(img: np.ndarray, height: int, width: int) -> np.
     """
     import cv2
 
-    from relay_ros.images import resize_with_pad
+    from relay_ros.pipeline.images import resize_with_pad
 
     while img.shape[0] >= 2 * height and img.shape[1] >= 2 * width:
         img = cv2.resize(
@@ -197,15 +197,15 @@ def run_node_process(
     import rclpy
     from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 
-    import relay_ros.policy_node
-    from relay_ros.policy_node import PolicyNode
+    import relay_ros.node.policy_node
+    from relay_ros.node.policy_node import PolicyNode
 
     if switch_interval_s is not None:
         sys.setswitchinterval(switch_interval_s)
     if jpeg_reduced:
-        relay_ros.policy_node.compressed_to_rgb = _decode_jpeg_at_half_size  # type: ignore[assignment]
+        relay_ros.node.policy_node.compressed_to_rgb = _decode_jpeg_at_half_size  # type: ignore[assignment]
     if halve_first:
-        relay_ros.policy_node.resize_with_pad = _halve_then_resize_with_pad  # type: ignore[assignment]
+        relay_ros.node.policy_node.resize_with_pad = _halve_then_resize_with_pad  # type: ignore[assignment]
 
     rclpy.init(args=["pipeline-node", *ros_args])
     node: PolicyNode | None = None
@@ -610,7 +610,7 @@ def run_scenario(
 def conversion_table(iterations: int = 300, target: tuple[int, int] = (224, 224)) -> str:
     """Per-frame conversion time of 640x480 frames to 224x224, now and with alternatives.
 
-    In this process, without ROS: the node's conversion (``relay_ros.images``) against
+    In this process, without ROS: the node's conversion (``relay_ros.pipeline.images``) against
     variants that decode JPEGs at half size (``cv2.IMREAD_REDUCED_COLOR_2``), swap
     channels after the resize, or shrink raw frames by an exact factor 2 first. Two
     inputs: the simulated scene (smooth, small JPEGs) and the scene with Gaussian
@@ -621,7 +621,7 @@ def conversion_table(iterations: int = 300, target: tuple[int, int] = (224, 224)
 
     import cv2
 
-    from relay_ros.images import compressed_to_rgb, image_to_rgb, resize_with_pad
+    from relay_ros.pipeline.images import compressed_to_rgb, image_to_rgb, resize_with_pad
     from relay_ros.sim.scene import SceneRenderer, encode_jpeg
 
     height, width = target

@@ -1,7 +1,7 @@
 """Start policy_node: ros2 launch relay_ros policy.launch.py model:=pi05 prompt:="..."
 
 Thin on purpose: the arguments and how they become parameters live in
-relay_ros.launch_args, which is tested without a ROS install.
+relay_ros.node.launch_args, which is tested without a ROS install.
 """
 
 from launch import LaunchDescription
@@ -9,7 +9,7 @@ from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
-from relay_ros.launch_args import POLICY_LAUNCH_ARGUMENTS, policy_node_parameters
+from relay_ros.node.launch_args import POLICY_LAUNCH_ARGUMENTS, policy_node_parameters
 
 
 def _policy_node(context):

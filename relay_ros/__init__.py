@@ -12,12 +12,12 @@ __all__ = ["PolicyClient"]
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from relay_ros.client import PolicyClient
+    from relay_ros.wire.client import PolicyClient
 
 
 def __getattr__(name: str) -> Any:
     if name == "PolicyClient":
-        from relay_ros.client import PolicyClient
+        from relay_ros.wire.client import PolicyClient
 
         return PolicyClient
     raise AttributeError(f"module 'relay_ros' has no attribute {name!r}")

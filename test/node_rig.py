@@ -2,7 +2,7 @@
 
 A ``Rig`` runs, in one SingleThreadedExecutor spinning on a background thread
 (as policy_node's ``main()`` does):
-the :class:`~relay_ros.policy_node.PolicyNode` under test, a feeder node that
+the :class:`~relay_ros.node.policy_node.PolicyNode` under test, a feeder node that
 publishes camera frames (one raw ``Image``, one ``CompressedImage``) and joint
 states, and recorders for everything the node publishes. Topics are prefixed
 per rig so tests in one pytest session never hear each other.
@@ -30,8 +30,8 @@ from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory
 
+from relay_ros.node.policy_node import PolicyNode
 from relay_ros.paths import config_dir
-from relay_ros.policy_node import PolicyNode
 
 _COUNTER = itertools.count()
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from relay_ros.camera_map import (
+from relay_ros.pipeline.camera_map import (
     DEFAULT_CAMERA_KEYS,
     CameraEntry,
     CameraMapError,

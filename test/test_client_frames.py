@@ -1,4 +1,4 @@
-"""The client's frame writer: msgpack byte-identical to relay_ros.codec.packb, and
+"""The client's frame writer: msgpack byte-identical to relay_ros.wire.codec.packb, and
 valid masked WebSocket frames (parsed back with websockets' own frame parser)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from websockets.frames import Frame, Opcode
 from websockets.streams import StreamReader
 
-from relay_ros.client import _encode_parts, _FrameWriter
-from relay_ros.codec import CodecError, packb
+from relay_ros.wire.client import _encode_parts, _FrameWriter
+from relay_ros.wire.codec import CodecError, packb
 
 Point = collections.namedtuple("Point", "x y")
 RNG = np.random.default_rng(3)

@@ -1,4 +1,4 @@
-"""relay_ros.codec against frames written out by hand from openpi's msgpack_numpy format.
+"""relay_ros.wire.codec against frames written out by hand from openpi's msgpack_numpy format.
 
 openpi is deliberately not imported: each expected frame below is spelled byte by
 byte from the msgpack spec and the format in docs/protocol.md, one comment per field.
@@ -11,7 +11,7 @@ import struct
 import numpy as np
 import pytest
 
-from relay_ros.codec import CodecError, packb, unpackb
+from relay_ros.wire.codec import CodecError, packb, unpackb
 
 # {"state": np.array([1.0, 2.0], dtype=np.float32)}
 STATE_FRAME = (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from relay_ros.params import PARAMETERS
+from relay_ros.node.params import PARAMETERS
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from relay_ros.env import (
+from relay_ros.wire.env import (
     MODELS,
     EnvSettingError,
     UnknownModelError,

@@ -7,8 +7,8 @@ import pytest
 from rclpy.serialization import serialize_message
 from sensor_msgs.msg import Image
 
-from relay_ros.image_cdr import CdrImageError, parse_image_cdr
-from relay_ros.images import image_to_rgb
+from relay_ros.pipeline.image_cdr import CdrImageError, parse_image_cdr
+from relay_ros.pipeline.images import image_to_rgb
 
 
 def _image(frame_id: str, encoding: str, height: int, width: int, channels: int, pad: int):

@@ -39,7 +39,7 @@ except ImportError:  # the ROS-free compat venvs (docs/compat.md): same fields, 
             self.data = b""
 
 
-from relay_ros.images import (
+from relay_ros.pipeline.images import (
     SUPPORTED_ENCODINGS,
     ImageConversionError,
     compressed_to_rgb,
@@ -155,7 +155,7 @@ def test_rosbags_messages_with_numpy_data():
 
 def test_mono8_warns_once_per_source(caplog):
     msg = ros_image("mono8", pixels(4, 4, 1))
-    with caplog.at_level(logging.WARNING, logger="relay_ros.images"):
+    with caplog.at_level(logging.WARNING, logger="relay_ros.pipeline.images"):
         image_to_rgb(msg, source="/mono_a")
         image_to_rgb(msg, source="/mono_a")
         image_to_rgb(msg, source="/mono_b")
@@ -276,7 +276,7 @@ def test_compressed_png_is_lossless(fmt):
 def test_compressed_mono_is_expanded(caplog):
     grey = pixels(10, 12, 1, seed=5)
     ok, png = cv2.imencode(".png", grey)
-    with caplog.at_level(logging.WARNING, logger="relay_ros.images"):
+    with caplog.at_level(logging.WARNING, logger="relay_ros.pipeline.images"):
         out = compressed_to_rgb(
             compressed("mono8; png compressed mono8", png.tobytes()), source="/cmono"
         )

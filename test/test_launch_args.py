@@ -1,4 +1,4 @@
-"""policy.launch.py's logic (relay_ros.launch_args) and the launch file's shape.
+"""policy.launch.py's logic (relay_ros.node.launch_args) and the launch file's shape.
 
 `launch`/`launch_ros` are not installable here, so the launch file is checked
 statically: it must declare exactly the tested arguments and delegate to the
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from relay_ros.launch_args import POLICY_LAUNCH_ARGUMENTS, parse_bool, policy_node_parameters
-from relay_ros.params import ParameterError
+from relay_ros.node.launch_args import POLICY_LAUNCH_ARGUMENTS, parse_bool, policy_node_parameters
+from relay_ros.node.params import ParameterError
 from relay_ros.paths import config_dir
 
 LAUNCH_DIR = Path(__file__).resolve().parents[1] / "launch"
@@ -98,7 +98,7 @@ def test_policy_launch_file_is_thin_and_delegates():
     imported = {
         alias.name
         for node in ast.walk(tree)
-        if isinstance(node, ast.ImportFrom) and node.module == "relay_ros.launch_args"
+        if isinstance(node, ast.ImportFrom) and node.module == "relay_ros.node.launch_args"
         for alias in node.names
     }
     assert imported == {"POLICY_LAUNCH_ARGUMENTS", "policy_node_parameters"}

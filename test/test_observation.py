@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from relay_ros.codec import packb, unpackb
-from relay_ros.observation import (
+from relay_ros.pipeline.observation import (
     ObservationBuilder,
     ObservationError,
     ReplyError,
@@ -14,6 +13,7 @@ from relay_ros.observation import (
     reply_to_chunk,
     state_layout_from_joint_groups,
 )
+from relay_ros.wire.codec import packb, unpackb
 
 PI_META = {
     "protocol": 1,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from relay_ros.outputs import OutputController, OutputsError, chunk_width, load_outputs
+from relay_ros.node.outputs import OutputController, OutputsError, chunk_width, load_outputs
 
 PI_META = {"model": "pi05", "action_horizon": 50, "action_dim": 32, "max_cameras": 3}
 GROOT_META = {

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from relay_ros.params import PARAMETERS, ParameterError, build_config, parse_lead
+from relay_ros.node.params import PARAMETERS, ParameterError, build_config, parse_lead
 from relay_ros.paths import config_dir
 
 

@@ -19,7 +19,7 @@ import pytest
 from node_rig import Rig, stamp_of, t_obs_of, tfs_of, wait_for
 from std_srvs.srv import SetBool, Trigger
 
-from relay_ros.camera_map import CameraMapError
+from relay_ros.pipeline.camera_map import CameraMapError
 from relay_ros.server import ServerOptions, run_server_in_thread
 
 pytestmark = pytest.mark.ros
@@ -347,7 +347,7 @@ def test_console_script_reports_a_config_error_in_one_line(tmp_path):
     command = [
         sys.executable,
         "-m",
-        "relay_ros.policy_node",
+        "relay_ros.node.policy_node",
         "--ros-args",
         "--params-file",
         str(params),

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from relay_ros.safety import (
+from relay_ros.pipeline.safety import (
     JointLimits,
     Refusal,
     SafetyError,

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from relay_ros.safety import Refusal
-from relay_ros.scheduler import (
+from relay_ros.pipeline.safety import Refusal
+from relay_ros.pipeline.scheduler import (
     ChunkError,
     ChunkScheduler,
     Publication,

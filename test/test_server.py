@@ -18,9 +18,9 @@ import pytest
 from websockets.exceptions import ConnectionClosed, ConnectionClosedError, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
-from relay_ros.codec import packb, unpackb
 from relay_ros.server import ServerOptions, run_server_in_thread
 from relay_ros.server.app import ServerHandle, ServerStartError
+from relay_ros.wire.codec import packb, unpackb
 
 INTERNAL = {"type": "error", "message": "Internal inference error"}
 PAYLOAD = {"type": "error", "message": "Invalid request payload"}

@@ -13,8 +13,8 @@ import pytest
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
-from relay_ros.codec import packb, unpackb
 from relay_ros.server.__main__ import build_parser, options_from_args
+from relay_ros.wire.codec import packb, unpackb
 
 TIMEOUT = 20.0
 

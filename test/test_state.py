@@ -18,7 +18,7 @@ except ImportError:  # the ROS-free compat venvs (docs/compat.md): same fields, 
             self.position: list[float] = []
 
 
-from relay_ros.state import (
+from relay_ros.pipeline.state import (
     JointStateCache,
     JointStateError,
     MissingJointsError,

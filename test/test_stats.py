@@ -8,7 +8,13 @@ import threading
 import numpy as np
 import pytest
 
-from relay_ros.stats import Counters, LatencySnapshot, LatencyStats, MessageCounter, StatsError
+from relay_ros.pipeline.stats import (
+    Counters,
+    LatencySnapshot,
+    LatencyStats,
+    MessageCounter,
+    StatsError,
+)
 
 
 def test_empty_stats() -> None:

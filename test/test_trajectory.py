@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from relay_ros.scheduler import ChunkScheduler, Publication, SchedulerConfig
-from relay_ros.trajectory import (
+from relay_ros.pipeline.scheduler import ChunkScheduler, Publication, SchedulerConfig
+from relay_ros.pipeline.trajectory import (
     TrajectoryError,
     build_points,
     finite_difference_velocities,

@@ -10,7 +10,7 @@ the whole run in one process:
    anything starts);
 2. starts the reference policy server in a thread (or uses ``url``: a given
    server, or ``WALLE_URL``);
-3. starts :class:`~relay_ros.policy_node.PolicyNode` with ``use_sim_time``,
+3. starts :class:`~relay_ros.node.policy_node.PolicyNode` with ``use_sim_time``,
    ``dry_run`` and ``autostart`` forced on, so it runs on bag time and only
    publishes on ``~/preview``;
 4. records ``~/preview``, the per-controller trajectory topics and
@@ -290,7 +290,7 @@ def _run(
 
     from relay_ros.bag.player import CLOCK_TOPIC, BagPlayer
     from relay_ros.bag.recorder import BagRecorder
-    from relay_ros.policy_node import PolicyNode
+    from relay_ros.node.policy_node import PolicyNode
 
     params = {**params, "policy_url": server_url}
     node = PolicyNode(

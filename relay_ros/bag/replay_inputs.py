@@ -148,7 +148,7 @@ def read_bag_input(bag: Path, required: Mapping[str, str], joint_topic: str) -> 
 
 
 def node_config(file_params: Mapping[str, Any], overrides: Mapping[str, Any]) -> Any:
-    """The node's :class:`~relay_ros.params.NodeConfig` for these parameters, without rclpy.
+    """The node's :class:`~relay_ros.node.params.NodeConfig` for these parameters, without rclpy.
 
     The same resolution as policy_node: declared defaults, then the params file,
     then ``overrides``; per-output and per-joint parameters follow ``outputs``.
@@ -156,7 +156,7 @@ def node_config(file_params: Mapping[str, Any], overrides: Mapping[str, Any]) ->
     Raises:
         ParameterError: A parameter is missing or invalid (the message names it).
     """
-    from relay_ros.params import (
+    from relay_ros.node.params import (
         PARAMETERS,
         build_config,
         limit_parameter_specs,
@@ -184,7 +184,7 @@ def node_config(file_params: Mapping[str, Any], overrides: Mapping[str, Any]) ->
 
 def required_topics(config: Any) -> dict[str, str]:
     """Topic -> type the node subscribes to (cameras from the camera map, joint states)."""
-    from relay_ros.camera_map import camera_constraints, load_camera_map
+    from relay_ros.pipeline.camera_map import camera_constraints, load_camera_map
 
     allowed, max_cameras = camera_constraints(config.model)
     cameras = load_camera_map(config.camera_map, allowed_keys=allowed, max_cameras=max_cameras)
@@ -198,7 +198,7 @@ def resolve_server_url(url: str | None, model: str) -> tuple[str | None, str]:
     if url is None:
         return None, "reference server"
     if url in ("", "env", "WALLE_URL"):
-        from relay_ros.env import resolve_url
+        from relay_ros.wire.env import resolve_url
 
         try:
             resolved = resolve_url(model)

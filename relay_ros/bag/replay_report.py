@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from relay_ros.bag.reader import BagReader
-from relay_ros.trajectory import T_OBS_PREFIX
+from relay_ros.pipeline.trajectory import T_OBS_PREFIX
 
 __all__ = [
     "PREVIEW_TAG",

@@ -16,7 +16,7 @@ from typing import Any
 from relay_ros.demo.errors import DemoArgumentError, DemoError
 from relay_ros.demo.models import DEMO_MODELS, check_mode, load_model_config
 from relay_ros.demo.server_process import server_command
-from relay_ros.launch_args import LaunchArgument
+from relay_ros.node.launch_args import LaunchArgument
 from relay_ros.paths import config_file
 
 __all__ = [
@@ -85,7 +85,7 @@ def demo_node_parameters(
     check_mode(request_mode)
     if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
         raise DemoArgumentError(f"port {port!r} is not an integer in [1, 65535]")
-    from relay_ros.camera_map import load_camera_map
+    from relay_ros.pipeline.camera_map import load_camera_map
 
     cameras = load_camera_map(config.camera_map, allowed_keys=None, max_cameras=None)
     camera_params: dict[str, Any] = {"cameras": [_camera_name(c.key) for c in cameras]}

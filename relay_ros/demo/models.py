@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from relay_ros.demo.errors import DemoArgumentError, DemoError
-from relay_ros.params import (
+from relay_ros.node.params import (
     PARAMETERS,
     NodeConfig,
     build_config,
@@ -76,7 +76,7 @@ def load_model_config(model: str) -> NodeConfig:
     Raises:
         DemoArgumentError: ``model`` is not one of `DEMO_MODELS`.
         DemoError: the file has no ``ros__parameters`` section.
-        relay_ros.params.ParameterError: the file's values are invalid.
+        relay_ros.node.params.ParameterError: the file's values are invalid.
     """
     path = config_file(f"{check_model(model)}.yaml")
     given = _read_ros_parameters(path)

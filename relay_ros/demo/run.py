@@ -122,7 +122,7 @@ def run_demo(
     from rclpy.task import Future
     from trajectory_msgs.msg import JointTrajectory
 
-    from relay_ros.policy_node import PolicyNode
+    from relay_ros.node.policy_node import PolicyNode
     from relay_ros.sim.arm_node import SimArmNode
     from relay_ros.sim.cameras_node import SimCamerasNode
 

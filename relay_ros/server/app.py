@@ -35,7 +35,6 @@ from websockets.asyncio.server import Request as HttpRequest
 from websockets.asyncio.server import Response, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
-from relay_ros.codec import CodecError, packb, unpackb
 from relay_ros.server.embodiment import Embodiment, load_embodiment
 from relay_ros.server.metadata import MODELS, PI_CAMERA_KEYS, build_metadata
 from relay_ros.server.synthetic import SyntheticPolicy
@@ -48,6 +47,7 @@ from relay_ros.server.validation import (
     validate_groot,
     validate_pi,
 )
+from relay_ros.wire.codec import CodecError, packb, unpackb
 
 __all__ = [
     "PolicyServer",

@@ -45,7 +45,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from relay_ros.trajectory import T_OBS_PREFIX, format_t_obs, parse_t_obs
+from relay_ros.pipeline.trajectory import T_OBS_PREFIX, format_t_obs, parse_t_obs
 
 __all__ = [
     "REJECT_CODES",

@@ -1,6 +1,6 @@
 """Output controllers: which action dimensions drive which trajectory controller.
 
-A chunk from :func:`relay_ros.observation.reply_to_chunk` is one (H, D) array. Each
+A chunk from :func:`relay_ros.pipeline.observation.reply_to_chunk` is one (H, D) array. Each
 ros2_control trajectory controller (arm, gripper, ...) gets the columns ``dims`` of it,
 published as a ``JointTrajectory`` with its ``joints`` on its ``topic``.
 
@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from relay_ros.observation import (
+from relay_ros.pipeline.observation import (
     DEFAULT_ACTION_DIM,
     MODELS,
     ObservationError,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from relay_ros.params import MODELS, ParameterError
+from relay_ros.node.params import MODELS, ParameterError
 from relay_ros.paths import config_dir
 
 __all__ = [

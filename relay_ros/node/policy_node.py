@@ -2,15 +2,15 @@
 
 This node only wires ROS to the plain modules that hold the logic:
 
-- inputs: camera topics (:mod:`relay_ros.camera_map`, :mod:`relay_ros.images`) and
-  joint states (:mod:`relay_ros.state`) are cached with their arrival time;
-- a timer drives the :class:`~relay_ros.scheduler.ChunkScheduler`; when it wants a
-  chunk, the observation (:mod:`relay_ros.observation`) is handed to
-  :class:`~relay_ros.connection.PolicyConnection`, whose worker thread talks to
+- inputs: camera topics (:mod:`relay_ros.pipeline.camera_map`, :mod:`relay_ros.pipeline.images`) and
+  joint states (:mod:`relay_ros.pipeline.state`) are cached with their arrival time;
+- a timer drives the :class:`~relay_ros.pipeline.scheduler.ChunkScheduler`; when it wants a
+  chunk, the observation (:mod:`relay_ros.pipeline.observation`) is handed to
+  :class:`~relay_ros.wire.connection.PolicyConnection`, whose worker thread talks to
   the server, so no ROS callback ever waits on the network;
-- replies come back through a queue, pass :mod:`relay_ros.safety`, are held by
+- replies come back through a queue, pass :mod:`relay_ros.pipeline.safety`, are held by
   the scheduler until their switch time and are published per controller
-  (:mod:`relay_ros.trajectory`, :mod:`relay_ros.outputs`).
+  (:mod:`relay_ros.pipeline.trajectory`, :mod:`relay_ros.node.outputs`).
 
 Threading: every subscription, timer and service callback of this node is in one
 MutuallyExclusiveCallbackGroup, so node state is only touched by one executor
@@ -54,13 +54,8 @@ from std_msgs.msg import String
 from std_srvs.srv import SetBool, Trigger
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-from relay_ros.camera_map import CameraEntry, CameraMapError, camera_constraints, load_camera_map
-from relay_ros.connection import InferOutcome, PolicyConnection
-from relay_ros.image_cdr import CdrImageError, parse_image_cdr
-from relay_ros.images import compressed_to_rgb, image_to_rgb, resize_with_pad
-from relay_ros.observation import ObservationBuilder, reply_to_chunk
-from relay_ros.outputs import OutputController, OutputsError, load_outputs
-from relay_ros.params import (
+from relay_ros.node.outputs import OutputController, OutputsError, load_outputs
+from relay_ros.node.params import (
     PARAMETERS,
     NodeConfig,
     ParameterError,
@@ -69,17 +64,27 @@ from relay_ros.params import (
     limit_parameter_specs,
     output_parameter_specs,
 )
-from relay_ros.safety import (
+from relay_ros.pipeline.camera_map import (
+    CameraEntry,
+    CameraMapError,
+    camera_constraints,
+    load_camera_map,
+)
+from relay_ros.pipeline.image_cdr import CdrImageError, parse_image_cdr
+from relay_ros.pipeline.images import compressed_to_rgb, image_to_rgb, resize_with_pad
+from relay_ros.pipeline.observation import ObservationBuilder, reply_to_chunk
+from relay_ros.pipeline.safety import (
     JointLimits,
     SafetyError,
     check_chunk,
     check_first_step,
     check_fresh,
 )
-from relay_ros.scheduler import ChunkScheduler, Publication, SchedulerConfig
-from relay_ros.state import JointStateCache, MissingJointsError, StaleInputError
-from relay_ros.stats import LatencyStats
-from relay_ros.trajectory import build_points, format_t_obs, seconds_to_sec_nanosec
+from relay_ros.pipeline.scheduler import ChunkScheduler, Publication, SchedulerConfig
+from relay_ros.pipeline.state import JointStateCache, MissingJointsError, StaleInputError
+from relay_ros.pipeline.stats import LatencyStats
+from relay_ros.pipeline.trajectory import build_points, format_t_obs, seconds_to_sec_nanosec
+from relay_ros.wire.connection import InferOutcome, PolicyConnection
 
 __all__ = ["PolicyNode", "main"]
 
@@ -195,7 +200,7 @@ class PolicyNode(Node):
                 lambda msg, entry=entry: self._on_image(entry, msg),
                 qos,
                 callback_group=group,
-                # Raw frames are read straight from their CDR bytes (relay_ros.image_cdr):
+                # Raw frames are read straight from their CDR bytes (relay_ros.pipeline.image_cdr):
                 # building the rclpy message would copy every 900 KiB frame once more.
                 raw=not compressed,
             )

@@ -4,7 +4,7 @@ rclpy's ``deserialize_message`` copies a 640x480 rgb8 frame (900 KiB) into a new
 Python message object: 0.3 ms per frame, about 3 % of a core for three cameras at
 30 Hz. policy_node subscribes to raw image topics with ``raw=True`` and reads the
 fields straight from the CDR bytes here; ``data`` is a read-only NumPy view of the
-received buffer, so :func:`relay_ros.images.image_to_rgb` converts without a copy.
+received buffer, so :func:`relay_ros.pipeline.images.image_to_rgb` converts without a copy.
 
 CDR (XCDR1, what ROS 2 RMWs put on the wire): a 4-byte encapsulation header
 (``00 00`` big endian or ``00 01`` little endian, then two option bytes), then the

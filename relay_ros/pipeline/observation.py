@@ -37,8 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from relay_ros.camera_map import DEFAULT_CAMERA_KEYS
-from relay_ros.images import ImageConversionError, resize_with_pad
+from relay_ros.pipeline.camera_map import DEFAULT_CAMERA_KEYS
+from relay_ros.pipeline.images import ImageConversionError, resize_with_pad
 
 __all__ = [
     "DEFAULT_ACTION_DIM",

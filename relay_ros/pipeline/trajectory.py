@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from relay_ros.scheduler import Publication
+from relay_ros.pipeline.scheduler import Publication
 
 __all__ = [
     "T_OBS_PREFIX",

@@ -45,8 +45,8 @@ from typing import Literal
 
 import numpy as np
 
-from relay_ros.safety import Refusal
-from relay_ros.stats import LatencyStats
+from relay_ros.pipeline.safety import Refusal
+from relay_ros.pipeline.stats import LatencyStats
 
 __all__ = [
     "MODES",

@@ -56,8 +56,8 @@ from websockets.protocol import State
 from websockets.uri import WebSocketURI, parse_uri
 
 from relay_ros import __version__
-from relay_ros.codec import packb, unpackb
-from relay_ros.env import check_model, direct_enabled, resolve_url
+from relay_ros.wire.codec import packb, unpackb
+from relay_ros.wire.env import check_model, direct_enabled, resolve_url
 
 __all__ = ["PolicyClient", "PolicyServerError", "MAX_MESSAGE_BYTES"]
 
@@ -154,7 +154,7 @@ class _Transport:
         every other write (pongs, close) goes through it on this same thread.
 
         Raises:
-            relay_ros.codec.CodecError: ``obj`` cannot be encoded (nothing was sent).
+            relay_ros.wire.codec.CodecError: ``obj`` cannot be encoded (nothing was sent).
             ConnectionClosed: the connection is closed or broke while sending.
         """
         if self._protocol.state is not State.OPEN:
@@ -335,12 +335,12 @@ class _Transport:
                 self._connection_lost()
 
 
-# msgpack of the constant parts of an openpi array map (see relay_ros.codec).
+# msgpack of the constant parts of an openpi array map (see relay_ros.wire.codec).
 _NDARRAY_HEAD = b"\x84" + packb(b"__ndarray__") + packb(True) + packb(b"data")
 _DTYPE_KEY = packb(b"dtype")
 _SHAPE_KEY = packb(b"shape")
 # Arrays and bytes at least this large are written from their own memory; smaller
-# ones and everything else go through relay_ros.codec.packb as a whole.
+# ones and everything else go through relay_ros.wire.codec.packb as a whole.
 _DIRECT_ARRAY_BYTES = 1024
 # Kinds written from their own memory: bool, signed, unsigned, float.
 _DIRECT_KINDS = frozenset("biuf")
@@ -373,7 +373,7 @@ class _TooDeep(Exception):
 
 def _encode_parts(obj: Any, parts: list[bytes | memoryview], depth: int = 0) -> None:
     """Append the msgpack encoding of ``obj`` to ``parts``, byte-identical to
-    ``relay_ros.codec.packb(obj)`` when joined, with large arrays as views.
+    ``relay_ros.wire.codec.packb(obj)`` when joined, with large arrays as views.
 
     Maps and arrays are walked here (msgpack packs dict and list/tuple subclasses
     the same way); every other value, and arrays the codec would copy or refuse,
@@ -432,7 +432,7 @@ class _FrameWriter:
         """Return a view of the complete frame for ``obj``; release it after sending.
 
         Raises:
-            relay_ros.codec.CodecError: ``obj`` cannot be encoded.
+            relay_ros.wire.codec.CodecError: ``obj`` cannot be encoded.
         """
         parts: list[bytes | memoryview] = []
         try:
@@ -624,7 +624,7 @@ class PolicyClient:
             only when ready. A timeout raises ``TimeoutError`` (an ``OSError``).
 
     Raises:
-        relay_ros.env.UnknownModelError: ``model`` is not a known model ID.
+        relay_ros.wire.env.UnknownModelError: ``model`` is not a known model ID.
         KeyError: ``WALLE_URL`` is not set (and no ``url`` was given).
         websockets.exceptions.InvalidURI: the URL is not a ``ws://``/``wss://`` URL.
         websockets.exceptions.InvalidStatus: the server refused the upgrade, e.g.
@@ -657,7 +657,7 @@ class PolicyClient:
     ) -> PolicyClient:
         """Like the constructor, but gives up (``_Cancelled``) once ``cancel`` is set.
 
-        For :class:`relay_ros.connection.PolicyConnection`, whose ``close()`` must
+        For :class:`relay_ros.wire.connection.PolicyConnection`, whose ``close()`` must
         return promptly even while the server is still loading.
         """
         client = cls.__new__(cls)
@@ -769,7 +769,7 @@ class PolicyClient:
         Raises:
             websockets.exceptions.ConnectionClosed: the connection is closed (by
                 ``close()``, the server's idle timeout or the network).
-            relay_ros.codec.CodecError: ``obs`` holds a value the encoder refuses
+            relay_ros.wire.codec.CodecError: ``obs`` holds a value the encoder refuses
                 (object, structured or complex arrays); nothing was sent.
             PolicyServerError: the reply could not be decoded.
         """

@@ -5,7 +5,7 @@ connection can take minutes (a server loading its model), and one inference
 takes tens to hundreds of milliseconds. This module gives the node a
 non-blocking front:
 
-- A worker thread owns the :class:`~relay_ros.client.PolicyClient`. It connects
+- A worker thread owns the :class:`~relay_ros.wire.client.PolicyClient`. It connects
   in the background (the node starts even when the server is not up), and after
   a failed attempt or a lost connection it reconnects with exponential backoff.
 - :meth:`PolicyConnection.submit` hands over one observation and returns at
@@ -33,9 +33,9 @@ import numpy as np
 from websockets.exceptions import ConnectionClosed
 from websockets.uri import parse_uri
 
-from relay_ros.client import PolicyClient, PolicyServerError, _Cancelled
-from relay_ros.codec import CodecError
-from relay_ros.env import check_model, resolve_url
+from relay_ros.wire.client import PolicyClient, PolicyServerError, _Cancelled
+from relay_ros.wire.codec import CodecError
+from relay_ros.wire.env import check_model, resolve_url
 
 __all__ = ["InferOutcome", "PolicyConnection"]
 
@@ -97,7 +97,7 @@ class PolicyConnection:
             detection), seconds.
 
     Raises:
-        relay_ros.env.UnknownModelError: unknown model ID.
+        relay_ros.wire.env.UnknownModelError: unknown model ID.
         KeyError: ``WALLE_URL`` is not set and no ``url`` was given.
         websockets.exceptions.InvalidURI: the URL is not a ws:// or wss:// URL.
         ValueError: a timing option is not positive.
