@@ -24,6 +24,10 @@ setup(
         "numpy>=1.22,<3",
         "pyyaml>=6",
         "python-dotenv>=1.0",
+        "rosbags>=0.10",
+        # OpenCV (cv2) and matplotlib are not listed: on a ROS install they come from
+        # rosdep (python3-opencv, python3-matplotlib) and a pip copy of OpenCV would
+        # shadow the one cv_bridge is built against; in .venv requirements/ installs them.
     ],
     zip_safe=True,
     maintainer="relay_ros maintainers",
@@ -31,7 +35,12 @@ setup(
     description="ROS 2 bridge from cameras and joint states to a remote VLA policy server "
     "and back to ros2_control trajectory controllers.",
     license="Apache-2.0",
-    tests_require=["pytest"],
+    # colcon test runs pytest only when "pytest" is a test dependency. setuptools >= 72
+    # drops tests_require (colcon then falls back to unittest: "Ran 0 tests"), so the
+    # test dependencies are the "test" extra, which colcon-core reads as well.
+    extras_require={
+        "test": ["pytest>=8", "pytest-timeout>=2.2", "rosbags-image>=0.10", "pillow"],
+    },
     entry_points={
         "console_scripts": [
             "policy_node = relay_ros.node.policy_node:main",
