@@ -6,6 +6,8 @@ robot teams can dry-run their set-up; see docs/protocol.md for what it accepts.
 
 from __future__ import annotations
 
+# relay_ros.wire checks the websockets version first: one clear line when it is too old.
+from relay_ros import wire as _wire  # noqa: F401
 from relay_ros.server.app import (
     PolicyServer,
     ServerHandle,
