@@ -3,7 +3,9 @@
 Starts the reference policy server, the simulated cameras and arm, and policy_node
 (with config/<model>.yaml pointed at that server). Thin on purpose: which
 programs run with which parameters comes from relay_ros.demo.demo_launch_plan,
-the same code `python -m relay_ros.demo` uses, tested without a ROS install.
+the same code `python -m relay_ros.demo` uses, tested without a ROS install. The
+server is started by its full path in the install's lib/relay_ros/ (found through
+the ament index by installed_executable), since colcon does not put it on PATH.
 """
 
 from launch import LaunchDescription
@@ -12,11 +14,13 @@ from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
 from relay_ros.demo import DEMO_LAUNCH_ARGUMENTS, demo_launch_plan
+from relay_ros.demo.launch_plan import installed_executable
 
 
 def _demo(context):
     plan = demo_launch_plan(
-        {arg.name: LaunchConfiguration(arg.name).perform(context) for arg in DEMO_LAUNCH_ARGUMENTS}
+        {arg.name: LaunchConfiguration(arg.name).perform(context) for arg in DEMO_LAUNCH_ARGUMENTS},
+        server_executable=[installed_executable("relay-policy-server")],
     )
     nodes = [
         Node(

@@ -5,12 +5,19 @@ arm and policy_node for a model; `demo_launch_plan` turns the launch file's stri
 arguments (`DEMO_LAUNCH_ARGUMENTS`) into the server command and those parameters.
 Both `run_demo` and the launch file use them, so the two start the same thing; none
 of it needs ROS, so it is tested without a ROS install.
+
+On a ROS install colcon puts the console scripts in ``<prefix>/lib/relay_ros/``, which
+is not on ``PATH``: `installed_executable` finds them through the ament index
+(``ament_index_python``), as ``ros2 run`` does, so the launch file can start the
+reference server by its full path.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from relay_ros.demo.errors import DemoArgumentError, DemoError
@@ -27,7 +34,11 @@ __all__ = [
     "DemoLaunchPlan",
     "demo_launch_plan",
     "demo_node_parameters",
+    "installed_executable",
 ]
+
+_PACKAGE = "relay_ros"
+_SERVER = "relay-policy-server"
 
 # A modest camera size: enough to show real image traffic, cheap on a laptop.
 _CAMERA_WIDTH = 320
@@ -156,8 +167,53 @@ class DemoLaunchPlan:
     node_parameters: dict[str, list[Any]]
 
 
-def demo_launch_plan(arguments: Mapping[str, str]) -> DemoLaunchPlan:
+def installed_executable(name: str = _SERVER, *, package: str = _PACKAGE) -> str:
+    """Full path of console script ``name`` in ``<prefix>/lib/<package>/`` of a colcon install.
+
+    The prefix comes from the ament index (``AMENT_PREFIX_PATH``, set by sourcing
+    ``install/setup.bash``), the same lookup ``ros2 run`` makes.
+
+    Raises:
+        DemoError: ament_index_python is not importable, ``package`` is not in the
+            ament index, or the file is missing or not executable; each message says
+            what to do (source the workspace, rebuild with colcon).
+    """
+    try:
+        from ament_index_python.packages import PackageNotFoundError, get_package_prefix
+    except ImportError:
+        raise DemoError(
+            f"cannot find {name!r}: ament_index_python is not importable; "
+            "source your ROS 2 install (source /opt/ros/<distro>/setup.bash)"
+        ) from None
+    try:
+        prefix = get_package_prefix(package)
+    except (PackageNotFoundError, OSError) as exc:
+        searched = os.environ.get("AMENT_PREFIX_PATH") or "(AMENT_PREFIX_PATH is not set)"
+        raise DemoError(
+            f"cannot find {name!r}: package {package!r} is not in the ament index ({exc}); "
+            f"searched {searched}. Build it with colcon and source install/setup.bash"
+        ) from None
+    path = Path(prefix) / "lib" / package / name
+    if not path.is_file() or not os.access(path, os.X_OK):
+        state = "is not executable" if path.is_file() else "does not exist"
+        raise DemoError(
+            f"{path} {state}; {package} in {prefix} is installed without its console "
+            f"scripts. Rebuild it: colcon build --packages-select {package}"
+        )
+    return str(path)
+
+
+def demo_launch_plan(
+    arguments: Mapping[str, str],
+    *,
+    server_executable: Sequence[str] = (_SERVER,),
+) -> DemoLaunchPlan:
     """Turn the launch arguments (strings, missing = default) into what the launch file starts.
+
+    Args:
+        arguments: Launch argument values by name (`DEMO_LAUNCH_ARGUMENTS`).
+        server_executable: The reference server program; ``launch/demo.launch.py``
+            passes ``[installed_executable()]`` (on a ROS install it is not on ``PATH``).
 
     Raises:
         DemoArgumentError: an unknown argument, or a value that is not a number where one
@@ -187,6 +243,12 @@ def demo_launch_plan(arguments: Mapping[str, str]) -> DemoLaunchPlan:
         raise DemoArgumentError(f"launch argument 'port' is {port!r}; expected 1..65535")
     latency_ms = number("latency_ms", float)
     jitter_ms = number("jitter_ms", float)
-    command = server_command(model, port=port, latency_ms=latency_ms, jitter_ms=jitter_ms)
+    command = server_command(
+        model,
+        port=port,
+        latency_ms=latency_ms,
+        jitter_ms=jitter_ms,
+        executable=tuple(server_executable),
+    )
     parameters = demo_node_parameters(model, port=port, request_mode=values["request_mode"].strip())
     return DemoLaunchPlan(server_cmd=command, node_parameters=parameters)
