@@ -536,8 +536,13 @@ class PolicyServer:
             logger.error("%s %s: request failed", conn.peer, conn.model, exc_info=True)
             return self._refuse(conn, INTERNAL_ERROR, None)
 
-    def _inspect(self, model: str, message: str | bytes) -> _Refusal | _Control | _Accepted:
-        """Decode and validate one client frame (runs on a worker thread: pure)."""
+    def inspect_frame(self, model: str, message: str | bytes) -> _Refusal | _Control | _Accepted:
+        """Decode and validate one client frame for ``model``: a refusal (public
+        message and log detail), a control frame, or an accepted observation.
+
+        Pure and thread-safe (the server runs it on a worker thread). Never raises
+        for any client input.
+        """
         if isinstance(message, str):
             return _Refusal(INVALID_PAYLOAD, "text frame; expected binary msgpack")
         if len(message) > self._max_message_bytes:
@@ -562,7 +567,7 @@ class PolicyServer:
 
     async def _answer(self, conn: _Connection, message: str | bytes) -> bytes:
         started = time.perf_counter()
-        verdict = await asyncio.to_thread(self._inspect, conn.model, message)
+        verdict = await asyncio.to_thread(self.inspect_frame, conn.model, message)
         if isinstance(verdict, _Refusal):
             return self._refuse(conn, verdict.message, verdict.detail)
         if isinstance(verdict, _Control):

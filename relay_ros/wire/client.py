@@ -53,7 +53,9 @@ __all__ = [
     "OpenCancelled",
     "PolicyClient",
     "PolicyServerError",
+    "Reply",
     "RequestTimeout",
+    "decode_reply",
 ]
 
 _module_logger = logging.getLogger(__name__)
@@ -104,8 +106,65 @@ def _keepalive_loop(
             lock.release()
 
 
-def _is_error_reply(reply: Any) -> bool:
-    return isinstance(reply, dict) and reply.get("type") == "error"
+@dataclasses.dataclass(frozen=True)
+class Reply:
+    """One decoded reply: exactly one of ``actions`` and ``error`` is set.
+
+    Attributes:
+        actions: π0/π0.5 a 2-D float array, GR00T a dict of float arrays.
+        error: the server's error map ``{"type": "error", "message": ...}`` (a text
+            frame, as openpi sends its traceback, becomes one too).
+        timing: the reply's ``server_timing`` map, if any.
+    """
+
+    actions: Any = None
+    error: dict[str, Any] | None = None
+    timing: dict[str, Any] | None = None
+
+
+def decode_reply(
+    model: str, message: bytes | str, limits: DecodeLimits = REPLY_LIMITS, source: str = "server"
+) -> Reply:
+    """Decode one reply to an observation and check it against the model family.
+
+    Args:
+        model: the model ID the client asked for (its family fixes the action type).
+        message: the received message.
+        limits: decode bounds (size cap, objects, nesting, lengths).
+        source: who sent it, for error texts (a redacted URL).
+
+    Raises:
+        PolicyServerError: not decodable within ``limits``, not a map with
+            ``actions`` nor an error map, or actions of the wrong type.
+    """
+    if isinstance(message, str):
+        return Reply(error={"type": "error", "message": message})
+    try:
+        reply = unpackb(message, limits)
+    except CodecError as exc:
+        raise PolicyServerError(f"{source} sent an undecodable reply: {exc}") from exc
+    if not isinstance(reply, dict):
+        raise PolicyServerError(
+            f"{source} sent {type(reply).__name__} {shorten(reply, 80)} as a reply; "
+            "expected a map with 'actions' or an error map"
+        )
+    timing = reply.get("server_timing")
+    timing = timing if isinstance(timing, dict) else None
+    if reply.get("type") == "error":
+        message_text = reply.get("message")
+        if not isinstance(message_text, str):
+            raise PolicyServerError(
+                f"{source} sent an error map whose message is {shorten(message_text, 80)}; "
+                "expected a str"
+            )
+        return Reply(error=reply, timing=timing)
+    if "actions" not in reply:
+        raise PolicyServerError(
+            f"{source} sent a map with keys {shorten(list(reply), 80)} as a reply; "
+            "expected 'actions' or an error map"
+        )
+    _check_actions(model, reply["actions"], source)
+    return Reply(actions=reply["actions"], timing=timing)
 
 
 def _check_actions(model: str, actions: Any, url: str) -> None:
@@ -362,23 +421,13 @@ class PolicyClient:
             transport = self._require_open()
             message = self._exchange(transport, obs, timeout, "infer")
             self.last_sent_at = self._sent_at
-        if isinstance(message, str):
-            reply: Any = {"type": "error", "message": message}
-        else:
-            reply = self._decode(transport, message)
+        reply = decode_reply(self.model, message, self._reply_limits, transport.display_url)
         self.last_roundtrip_s = time.perf_counter() - start
-        timing = reply.get("server_timing") if isinstance(reply, dict) else None
-        self.last_server_timing = timing if isinstance(timing, dict) else None
-        if _is_error_reply(reply):
-            self._log.debug("server refused the observation: %s", shorten(reply.get("message")))
-            return reply
-        if not (isinstance(reply, dict) and "actions" in reply):
-            raise PolicyServerError(
-                f"{transport.display_url} sent {type(reply).__name__} {shorten(reply, 80)} as "
-                "a reply; expected a map with 'actions' or an error map"
-            )
-        _check_actions(self.model, reply["actions"], transport.display_url)
-        return reply["actions"]
+        self.last_server_timing = reply.timing
+        if reply.error is not None:
+            self._log.debug("server refused the observation: %s", shorten(reply.error["message"]))
+            return reply.error
+        return reply.actions
 
     def _exchange(
         self, transport: Transport, obj: Any, timeout: float | None, what: str
@@ -408,7 +457,7 @@ class PolicyClient:
                 "the client is closed",
             ) from None
 
-    def _decode(self, transport: Transport, message: bytes) -> Any:
+    def _decode_control(self, transport: Transport, message: bytes) -> Any:
         try:
             return unpackb(message, self._reply_limits)
         except CodecError as exc:
@@ -437,7 +486,7 @@ class PolicyClient:
                 self._log.debug("reset() is a no-op: the server has no control frames (openpi)")
                 return
             message = self._exchange(transport, {"type": "reset"}, timeout, "reset")
-        reply = self._decode(transport, message) if isinstance(message, bytes) else message
+        reply = self._decode_control(transport, message) if isinstance(message, bytes) else message
         if not (isinstance(reply, dict) and reply.get("type") == "reset"):
             raise PolicyServerError(
                 f"{transport.display_url} answered reset with {shorten(reply, 80)}; "

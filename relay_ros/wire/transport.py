@@ -56,6 +56,25 @@ __all__ = ["Deadline", "FrameWriter", "Transport"]
 
 _module_logger = logging.getLogger(__name__)
 
+
+class _RedactingFilter(logging.Filter):
+    """Redacts what websockets' protocol logs at DEBUG that may hold secrets: the
+    request line's query and the ``Authorization`` header (user:password)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        if text.startswith("> GET ") and "?" in text:
+            text = redact_url("ws://h" + text[6:].split(" ")[0]).removeprefix("ws://h")
+            record.msg, record.args = f"> GET {text} HTTP/1.1", None
+        elif text.lower().startswith("> authorization:"):
+            record.msg, record.args = "> Authorization: ***", None
+        return True
+
+
+# websockets' ClientProtocol logs through this logger (its name tells whose it is).
+_protocol_logger = logging.getLogger("relay_ros.wire.websockets")
+_protocol_logger.addFilter(_RedactingFilter())
+
 # Bytes read from the socket per recv() call. Below glibc's mmap threshold so
 # that each read is a cheap heap allocation.
 _RECV_BYTES = 64 * 1024
@@ -130,7 +149,7 @@ class Transport:
         ws_uri = parse_uri(url)  # raises InvalidURI
         self.secure = ws_uri.secure
         self._max_message_bytes = max_message_bytes
-        self._protocol = ClientProtocol(ws_uri, max_size=max_message_bytes)
+        self._protocol = ClientProtocol(ws_uri, max_size=max_message_bytes, logger=_protocol_logger)
         self._messages: deque[bytes | str] = deque()
         self._fragments: list[bytes] = []
         self._fragment_text = False
