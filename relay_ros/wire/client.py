@@ -445,7 +445,7 @@ class PolicyClient:
             self._stop_keepalive.set()
             transport.abort()
             transport.close()
-            self._log.warning(
+            self._log.debug(
                 "%s: no reply to %s within %.3g s; connection closed",
                 transport.display_url,
                 what,
