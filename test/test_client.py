@@ -531,7 +531,7 @@ def test_idle_timeout_then_connection_closed_in_the_middle_of_a_run() -> None:
                 client.infer(pi_observation(metadata))
             assert info.value.rcvd is not None
             assert info.value.rcvd.code == 1000
-            # A new client and the same observation work (the seed's advice).
+            # A new client and the same observation work (the documented advice).
             with PolicyClient("pi05", url=handle.url_template) as again:
                 assert isinstance(again.infer(pi_observation(metadata)), np.ndarray)
 

@@ -1,9 +1,8 @@
 """Where the client finds its server: ``WALLE_URL`` and ``WALLE_DIRECT``.
 
-The seed says relay reads its variables from the environment, or else from a
-``.env`` file in the working directory or the nearest parent that has one, and
-that variables already set in the environment win. This module does exactly
-that with python-dotenv, *reading* the file (``dotenv_values``) so that
+relay reads its variables from the environment, or else from a ``.env`` file in
+the working directory or the nearest parent that has one; variables already set
+in the environment win. This module does that with python-dotenv, *reading* the file (``dotenv_values``) so that
 ``os.environ`` is never modified: a ``.env`` must not leak into child processes
 or into other libraries of the robot's process.
 
