@@ -25,6 +25,8 @@ Open faults (what the server does with a new connection):
 - ``stall_open``: accepts TCP and never answers the HTTP upgrade.
 - ``no_metadata``: completes the upgrade and never sends metadata.
 - ``bad_metadata``: metadata as a text frame that is not valid UTF-8.
+- ``frozen_open``: completes the upgrade, then stops reading (no metadata, no pongs),
+  like a server busy loading its model.
 
 Usable from any test module (client, connection, node): ``with FaultServer([...]) as
 server: server.url_template``.
@@ -60,7 +62,7 @@ REQUEST_FAULTS = frozenset(
         "slow",
     }
 )
-OPEN_FAULTS = frozenset({"stall_open", "no_metadata", "bad_metadata"})
+OPEN_FAULTS = frozenset({"stall_open", "no_metadata", "bad_metadata", "frozen_open"})
 AMPLIFY_COUNT = 16 * 2**20
 
 
@@ -180,6 +182,10 @@ class FaultServer:
         fault = self._next(self._open_faults)
         try:
             if fault == "no_metadata":
+                await ws.wait_closed()
+                return
+            if fault == "frozen_open":
+                ws.transport.pause_reading()
                 await ws.wait_closed()
                 return
             if fault == "bad_metadata":

@@ -209,6 +209,19 @@ def test_open_timeout_covers_the_direct_route_too() -> None:
         assert time.monotonic() - started < 2.0 + 1.5
 
 
+def test_no_pings_fail_the_open_of_a_loading_server() -> None:
+    """The wait for metadata is bounded by open_timeout only, never by pings."""
+    with FaultServer(["frozen_open"]) as server:
+        with pytest.raises(TimeoutError):
+            PolicyClient(
+                "pi05",
+                url=server.url_template,
+                open_timeout=1.0,
+                ping_interval=0.1,
+                ping_timeout=0.2,
+            )
+
+
 def test_invalid_utf8_text_metadata_raises_policy_server_error() -> None:
     with FaultServer(["bad_metadata"]) as server:
         with pytest.raises(PolicyServerError, match="not valid UTF-8"):

@@ -206,7 +206,7 @@ class PolicyClient:
             one raises ``PolicyServerError`` naming the size and the cap, and closes
             the connection.
         ping_interval: Seconds without incoming bytes, while a call waits or the
-            client is idle, before a ping is sent. None: no pings.
+            client is idle (not while opening), before a ping is sent. None: no pings.
         ping_timeout: Seconds a ping may go unanswered before the connection is
             failed (the waiting call raises ``ConnectionClosed``). None: wait for ever.
         cancel: When this event is set, opening gives up with
@@ -347,7 +347,9 @@ class PolicyClient:
     def _read_metadata(
         transport: Transport, deadline: Deadline, cancel: threading.Event | None
     ) -> dict[str, Any]:
-        message = transport.recv(deadline, cancel)
+        # No keepalive here: a server (or its proxy) that is loading its model may not
+        # answer pings, and the wait for metadata has no limit unless open_timeout.
+        message = transport.recv(deadline, cancel, keepalive=False)
         if isinstance(message, str):
             raise PolicyServerError(
                 f"{transport.display_url} sent a text frame as metadata "

@@ -230,10 +230,14 @@ class Transport:
                 self._sock.settimeout(None)
 
     def recv(
-        self, deadline: Deadline | None = None, cancel: threading.Event | None = None
+        self,
+        deadline: Deadline | None = None,
+        cancel: threading.Event | None = None,
+        *,
+        keepalive: bool = True,
     ) -> bytes | str:
-        """Return the next complete message, blocking until one arrives; pings the
-        server while waiting (see the module docstring).
+        """Return the next complete message, blocking until one arrives; with
+        ``keepalive``, pings the server while waiting (see the module docstring).
 
         Raises:
             ConnectionClosed: the connection closed (or failed) before a message arrived.
@@ -244,7 +248,7 @@ class Transport:
             OpenCancelled: ``cancel`` was set.
         """
         while not self._messages:
-            self._receive_some(deadline, cancel, keepalive=True)
+            self._receive_some(deadline, cancel, keepalive=keepalive)
         return self._messages.popleft()
 
     def poll(self) -> bool:
