@@ -11,9 +11,9 @@ buffered at all.
 
 Decoding is bounded (:data:`relay_ros.wire.codec.OBSERVATION_LIMITS`: objects,
 nesting, string, map and array lengths, checked before anything is built) and runs,
-with validation, on a worker thread (``asyncio.to_thread``), so a client sending a
-costly frame delays only its own reply. Log lines quote client values through
-:func:`relay_ros.wire.logsafe.shorten`.
+with validation, on the server's decode threads (started with the server, at most
+``DECODE_THREADS``), so a client sending a costly frame delays only its own reply.
+Log lines quote client values through :func:`relay_ros.wire.logsafe.shorten`.
 
 :func:`run_server_in_thread` runs a server on its own event loop in a background
 thread, for tests, the demo and benchmarks.
@@ -22,6 +22,7 @@ thread, for tests, the demo and benchmarks.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import dataclasses
 import functools
@@ -71,6 +72,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
+#: Threads that decode and validate frames off the event loop.
+DECODE_THREADS = 4
 
 
 class ServerStartError(RuntimeError):
@@ -344,6 +347,7 @@ class PolicyServer:
         self._stop: asyncio.Event | None = None
         self._loaded: asyncio.Event | None = None
         self._stop_requested = False
+        self._decoder: concurrent.futures.ThreadPoolExecutor | None = None
         self._build_metadata(None)
 
     # ----------------------------------------------------------------- metadata
@@ -416,6 +420,18 @@ class PolicyServer:
         if self._stop_requested:
             self._stop.set()
         opts = self.options
+        self._decoder = concurrent.futures.ThreadPoolExecutor(
+            max_workers=DECODE_THREADS, thread_name_prefix="relay-server-decode"
+        )
+        # Start the first decode thread now, not on the first request's path.
+        await self._loop.run_in_executor(self._decoder, time.perf_counter)
+        try:
+            await self._serve(opts, on_bound)
+        finally:
+            self._decoder.shutdown(wait=False, cancel_futures=True)
+
+    async def _serve(self, opts: ServerOptions, on_bound: Callable[[int], None] | None) -> None:
+        assert self._stop is not None
         async with serve(
             self._handler,
             opts.host,
@@ -567,7 +583,10 @@ class PolicyServer:
 
     async def _answer(self, conn: _Connection, message: str | bytes) -> bytes:
         started = time.perf_counter()
-        verdict = await asyncio.to_thread(self.inspect_frame, conn.model, message)
+        assert self._loop is not None and self._decoder is not None
+        verdict = await self._loop.run_in_executor(
+            self._decoder, self.inspect_frame, conn.model, message
+        )
         if isinstance(verdict, _Refusal):
             return self._refuse(conn, verdict.message, verdict.detail)
         if isinstance(verdict, _Control):

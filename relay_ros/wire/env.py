@@ -2,9 +2,9 @@
 
 relay reads its variables from the environment, or else from a ``.env`` file in
 the working directory or the nearest parent that has one; variables already set
-in the environment win. This module does that with python-dotenv, *reading* the file (``dotenv_values``) so that
-``os.environ`` is never modified: a ``.env`` must not leak into child processes
-or into other libraries of the robot's process.
+in the environment win. This module does that with python-dotenv, *reading* the
+file (``dotenv_values``) so that ``os.environ`` is never modified: a ``.env`` must
+not leak into child processes or into other libraries of the robot's process.
 
 ``WALLE_URL`` holds a ``{model}`` placeholder, e.g.
 ``wss://acme--walle-{model}.modal.run`` or ``ws://127.0.0.1:8000/{model}``;
