@@ -16,8 +16,11 @@ from typing import Any
 import msgpack
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+
+pytest.importorskip("hypothesis")  # requirements/test.txt; absent in minimal venvs
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 
 from relay_ros.server.app import PolicyServer, ServerOptions
 from relay_ros.server.validation import INTERNAL_ERROR, INVALID_PAYLOAD
