@@ -4,6 +4,7 @@ server killed and restarted now and then. Prints a table.
 Usage (from the repository root)::
 
     nice -n 10 .venv/bin/python bench/soak.py [--duration 600] [--restart-every 120] [--rate 10]
+    nice -n 10 .venv/bin/python bench/soak.py --amplification
 
 What runs: the reference server as a subprocess (``python -m relay_ros.server``,
 ``--latency-ms 20``), and in this process a ``PolicyConnection`` (the node's
@@ -16,7 +17,13 @@ the same port.
 Measured: requests answered and failed, the time from each restart (the new
 server process started) to the first new reply, and the resident memory (VmRSS)
 of this process and of the server, sampled every 10 s: first sample, last sample,
-the growth between them and the largest sample. For the client the growth is
+the growth between them and the largest sample.
+
+``--amplification`` measures instead what the ``0xdd n 0x90*n`` trick (n empty
+msgpack arrays) costs: a 16 MiB reply to a ``PolicyClient`` (in a subprocess, under
+the default 8 MiB cap and a 32 MiB cap: its peak RSS growth), and a 32 MiB frame
+to the reference server (a subprocess: its peak RSS growth, and the slowest reply
+another client got meanwhile). For the client the growth is
 also given from the 60 s sample on (the first minute includes allocator warm-up,
 not a leak); for the server, over the life of the last server process from its
 second sample on (the first is taken while it still imports).
@@ -25,6 +32,7 @@ second sample on (the first is taken while it still imports).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import queue
@@ -191,6 +199,141 @@ def report(soak: Soak, duration_s: float, restart_every_s: float, rate_hz: float
     return "\n".join(lines)
 
 
+def _amplification_frame(mib: int) -> bytes:
+    n = mib * 2**20 - 5
+    return b"\xdd" + n.to_bytes(4, "big") + b"\x90" * n
+
+
+def peak_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no VmHWM for pid {pid}")
+
+
+_CLIENT_SCRIPT = """
+import sys, numpy as np
+from pathlib import Path
+from relay_ros import PolicyClient
+from relay_ros.wire.errors import PolicyServerError
+def peak():
+    return next(int(l.split()[1]) for l in Path("/proc/self/status").read_text().splitlines()
+                if l.startswith("VmHWM:"))
+client = PolicyClient("pi05", url=sys.argv[1], max_reply_bytes=int(sys.argv[2]))
+before = peak()
+try:
+    client.infer({"state": np.zeros(32, np.float32)}, timeout=120)
+    print("accepted", 0)
+except PolicyServerError as exc:
+    print("refused", peak() - before)
+"""
+
+
+def amplification() -> str:
+    """Peak RSS growth of a client and a server sent an amplification frame."""
+    import asyncio
+    import threading
+
+    from websockets.asyncio.server import serve
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    from relay_ros.server.metadata import build_metadata
+    from relay_ros.wire.codec import packb, unpackb
+
+    rows: list[tuple[str, str]] = []
+    reply = _amplification_frame(16)
+    ready = threading.Event()
+    state: dict[str, Any] = {}
+
+    async def handler(ws: Any) -> None:
+        with contextlib.suppress(ConnectionClosed):  # the client refuses and closes
+            await ws.send(packb(build_metadata("pi05")))
+            async for _ in ws:
+                await ws.send(reply)
+
+    async def serve_replies() -> None:
+        async with serve(handler, "127.0.0.1", 0, compression=None, max_size=None) as srv:
+            state["port"] = srv.sockets[0].getsockname()[1]
+            state["stop"] = asyncio.get_running_loop().create_future()
+            state["loop"] = asyncio.get_running_loop()
+            ready.set()
+            await state["stop"]
+
+    thread = threading.Thread(target=asyncio.run, args=(serve_replies(),), daemon=True)
+    thread.start()
+    ready.wait(10)
+    url = f"ws://127.0.0.1:{state['port']}/{{model}}"
+    for cap in (8 * 2**20, 32 * 2**20):
+        out = subprocess.run(
+            [sys.executable, "-c", _CLIENT_SCRIPT, url, str(cap)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=True,
+        )
+        verdict, growth = out.stdout.split()
+        rows.append(
+            (
+                f"client, 16 MiB reply, cap {cap >> 20} MiB",
+                f"{verdict}; peak RSS +{int(growth) / 1024:.1f} MiB",
+            )
+        )
+    state["loop"].call_soon_threadsafe(state["stop"].set_result, None)
+    thread.join(10)
+
+    rng = np.random.default_rng(0)
+    obs = packb(observation(rng))
+    with tempfile.TemporaryDirectory() as tmp:
+        port_file = Path(tmp) / "port"
+        server = start_server(free_port(), port_file)
+        try:
+            while not port_file.exists():
+                time.sleep(0.05)
+            server_url = f"ws://127.0.0.1:{int(port_file.read_text())}/pi05"
+            with (
+                connect(server_url, compression=None, max_size=None) as victim,
+                connect(server_url, compression=None, max_size=None) as attacker,
+            ):
+                victim.recv(30)
+                attacker.recv(30)
+                victim.send(obs)
+                victim.recv(30)
+                before = peak_kib(server.pid)
+                answer: list[Any] = []
+                started = time.monotonic()
+                attacker.send(_amplification_frame(32))
+                waiter = threading.Thread(
+                    target=lambda: answer.append(
+                        (unpackb(attacker.recv(300)), time.monotonic() - started)
+                    )
+                )
+                waiter.start()
+                slowest, served = 0.0, 0
+                while waiter.is_alive() or not served:
+                    t0 = time.monotonic()
+                    victim.send(obs)
+                    victim.recv(30)
+                    slowest, served = max(slowest, time.monotonic() - t0), served + 1
+                waiter.join()
+                growth = (peak_kib(server.pid) - before) / 1024
+        finally:
+            server.send_signal(signal.SIGTERM)
+            server.wait(10)
+    ((message, after),) = answer
+    rows.append(
+        (
+            "server, 32 MiB frame",
+            f"{message.get('message')!r} after {after:.2f} s; peak RSS +{growth:.0f} MiB; "
+            f"other client: {served} replies meanwhile, slowest {1000 * slowest:.0f} ms",
+        )
+    )
+    width = max(len(name) for name, _ in rows)
+    lines = [f"| {'amplification'.ljust(width)} | result |", f"|{'-' * (width + 2)}|--------|"]
+    lines += [f"| {name.ljust(width)} | {value} |" for name, value in rows]
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--duration", type=float, default=600.0, help="seconds (default 600)")
@@ -201,10 +344,18 @@ def main() -> int:
         help="kill and restart the server every this many seconds, 0 = never (default 120)",
     )
     parser.add_argument("--rate", type=float, default=10.0, help="requests per second (10)")
+    parser.add_argument(
+        "--amplification",
+        action="store_true",
+        help="measure the 0xdd n 0x90*n frame against client and server instead of soaking",
+    )
     args = parser.parse_args()
     if args.duration <= 0 or args.restart_every < 0 or args.rate <= 0:
         parser.error("--duration and --rate must be > 0, --restart-every >= 0")
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
+    if args.amplification:
+        print(amplification())
+        return 0
     soak = run(args.duration, args.restart_every, args.rate)
     print(report(soak, args.duration, args.restart_every, args.rate))
     return 0
