@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from relay_ros.models import MODEL_IDS
 from relay_ros.paths import config_dir
 
 __all__ = [
@@ -31,7 +32,7 @@ __all__ = [
     "output_parameter_specs",
 ]
 
-MODELS = ("pi05", "pi0", "groot")
+MODELS = MODEL_IDS
 
 
 class ParameterError(ValueError):

@@ -20,6 +20,8 @@ from pathlib import Path
 
 from dotenv import dotenv_values, find_dotenv
 
+from relay_ros.models import MODEL_IDS as MODELS
+
 __all__ = [
     "MODELS",
     "EnvSettingError",
@@ -30,9 +32,6 @@ __all__ = [
     "get_setting",
     "resolve_url",
 ]
-
-#: The model IDs a relay server can serve; each fills ``{model}`` in ``WALLE_URL``.
-MODELS: tuple[str, ...] = ("pi05", "pi0", "groot")
 
 
 class UnknownModelError(ValueError):
