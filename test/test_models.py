@@ -106,3 +106,29 @@ def test_a_new_entry_is_served_and_streamed_end_to_end(droid: ModelSpec) -> None
         finally:
             client.close()
     assert actions.shape == (15, 8)
+
+
+def test_a_new_entry_is_accepted_by_the_node_pipeline(droid: ModelSpec, tmp_path) -> None:
+    from relay_ros.pipeline.camera_map import load_model_camera_map
+    from relay_ros.pipeline.observation import ObservationBuilder, reply_to_chunk
+    from relay_ros.pipeline.outputs import load_outputs
+    from relay_ros.pipeline.server_spec import ServerSpec
+    from relay_ros.server.metadata import build_metadata
+
+    cameras = tmp_path / "droid_cameras.yaml"
+    cameras.write_text("base_0_rgb: /cam/base\nleft_wrist_0_rgb: /cam/wrist/compressed\n")
+    entries = load_model_camera_map(cameras, "pi05_droid")
+    spec = ServerSpec.from_metadata(build_metadata("pi05_droid"), model="pi05_droid")
+    assert (spec.family, spec.action_horizon, spec.chunk_width, spec.max_cameras) == (
+        "pi",
+        15,
+        8,
+        2,
+    )
+    builder = ObservationBuilder(spec, camera_keys=[e.key for e in entries], state_joints=["a"])
+    frames = {e.key: np.zeros((48, 64, 3), np.uint8) for e in entries}
+    obs = builder.build(frames, np.ones(1), "pick", session_id=None, seed=None)
+    assert obs["state"].shape == (8,) and set(obs["images"]) == {"base_0_rgb", "left_wrist_0_rgb"}
+    outputs = load_outputs({"arm": {"topic": "/arm", "joints": ["a"], "dims": [7]}}, spec)
+    assert outputs[0].dims == (7,)
+    assert reply_to_chunk(np.zeros((15, 8), np.float32), spec).shape == (15, 8)

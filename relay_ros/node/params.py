@@ -214,7 +214,7 @@ class OutputSpec:
     action_key: str | None
 
     def as_mapping(self) -> dict[str, Any]:
-        """The dict form :func:`relay_ros.node.outputs.load_outputs` takes."""
+        """The dict form :func:`relay_ros.pipeline.outputs.load_outputs` takes."""
         entry: dict[str, Any] = {"topic": self.topic, "joints": list(self.joints)}
         if self.dims is not None:
             entry["dims"] = list(self.dims)
