@@ -4,7 +4,7 @@ A chunk is an (H, D) array computed from an observation taken at ``t_obs``;
 action ``i`` is meant for ``t_obs + i*dt``. :class:`ChunkScheduler` decides when
 to ask the policy for the next chunk and when and how to publish each chunk so
 that joint_trajectory_controller follows it without pauses or jumps (see
-``docs/streaming.md`` and the shared ``streaming.md`` spec):
+``docs/streaming.md``):
 
 - **Switch**: a chunk published at ``stamp`` with first kept index ``k``
   executes E actions, ``k .. k+E-1``; its switch time is the time of the last
