@@ -77,6 +77,7 @@ class _InFlight:
     obs: dict[str, Any]
     tag: RequestTag
     arrival: float
+    deadline: float  # the request timeout the core asked for, as PolicyConnection does
 
 
 @dataclass
@@ -109,6 +110,8 @@ class CoreRig:
         self.joint_states_on = True
         self.accept = True  # the connection takes a request
         self.connected = False
+        self.reconnect_at: float | None = None
+        self.timeouts = 0
         self.in_flight: _InFlight | None = None
         self.observations: list[dict[str, Any]] = []
         self.published: list[tuple[float, TrajectoryMessage]] = []
@@ -128,7 +131,8 @@ class CoreRig:
         if not (self.accept and self.connected) or self.in_flight is not None:
             return False
         self.observations.append(obs)
-        self.in_flight = _InFlight(obs, tag, self.now + self.latency_s)
+        timeout = self.core.request_timeout()
+        self.in_flight = _InFlight(obs, tag, self.now + self.latency_s, self.now + timeout)
         return True
 
     def _reset(self) -> None:
@@ -161,8 +165,18 @@ class CoreRig:
     def step(self) -> None:
         self.now = round(self.now + self.tick_s, 9)
         self.feed()
+        if not self.connected and self.reconnect_at is not None and self.now >= self.reconnect_at:
+            self.reconnect_at = None
+            self.connect()
         flight = self.in_flight
-        if flight is not None and self.now >= flight.arrival - 1e-9:
+        timed_out = flight is not None and flight.deadline < flight.arrival
+        if flight is not None and timed_out and self.now >= flight.deadline - 1e-9:
+            # PolicyConnection: the request failed, the connection is dropped and reopened.
+            timeout = flight.deadline - flight.tag.t_obs
+            self.timeouts += 1
+            self.disconnect(f"no reply within request_timeout_s = {timeout:.1f} s")
+            self.reconnect_at = self.now + 0.25
+        elif flight is not None and self.now >= flight.arrival - 1e-9:
             assert self.policy is not None
             reply = self.policy(flight.obs)
             self._deliver(

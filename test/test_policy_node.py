@@ -82,8 +82,11 @@ def test_trajectories_have_the_configured_joints_timing_and_velocities(
     with Rig(ros_context, server.url_template, tmp_path=tmp_path) as rig:
         wait_for(lambda: len(rig.snapshot().arm) >= 3 and rig.snapshot().gripper)
         got = rig.snapshot()
-        status = wait_for(lambda: (s := rig.last_status()) and s["image_to_wire_p99_ms"] and s)
-    assert status["message"] == "streaming" and status["connected"] == "True"
+        # OK only while the robot has points ahead (a loaded machine may stall it briefly).
+        status = wait_for(
+            lambda: (s := rig.last_status()) and s["message"] == "streaming" and s, timeout=15
+        )
+    assert status["level"] == 0 and status["connected"] == "True"
     assert float(status["latency_p50_ms"]) > 0
     for name in ("frame_processing", "request_to_wire", "image_to_wire"):
         assert float(status[f"{name}_p50_ms"]) > 0

@@ -373,3 +373,88 @@ def test_stall_time_survives_a_reconnect() -> None:
     rig.connect()
     assert rig.core.stall_time(rig.now) == pytest.approx(stalled)
     assert float(rig.health().values["stall_time_s"]) == pytest.approx(stalled, abs=1e-3)
+
+
+# ------------------------------------------------------------------ faults
+
+
+def test_nan_in_an_uncommanded_dimension_refuses_the_chunk() -> None:
+    base = ramp_policy(H)
+
+    def padding_nan(obs):
+        actions = base(obs)
+        actions[4, 20] = np.nan  # dim 20 drives no joint (pi05 pads to 32)
+        return actions
+
+    rig = streaming_rig(policy=padding_nan)
+    rig.run(1.0)
+    assert rig.published == []
+    assert rig.core.last_refusal == (
+        "action chunk has a non-finite value nan at step 4, dim 20; refusing the whole chunk"
+    )
+
+
+def test_last_refusal_and_refusal_count_agree() -> None:
+    # Waiting for the first frames and joint states is a hold, not a refusal.
+    fresh = CoreRig()
+    fresh.connect()
+    fresh.core.tick(fresh.now)
+    assert fresh.core.hold_reason == (
+        "no frame yet from camera(s) ['base_0_rgb', 'left_wrist_0_rgb']"
+    )
+    assert fresh.core.last_refusal is None and fresh.core.counts["refusals"] == 0
+    # Each refusal is counted and named.
+    rig = streaming_rig(policy=_policy("far"))
+    rig.run(0.5)
+    assert rig.core.counts["refusals"] >= 1
+    assert rig.core.last_refusal.startswith("first point moves joint 'joint1' by 0.6")
+    # A stale-input hold changes neither.
+    rig.cameras_on = False
+    rig.run_until(lambda: (rig.core.hold_reason or "").startswith("stale observation"))
+    rig.run(0.5)  # the reply in flight, if any, has come back
+    refusals, last = rig.core.counts["refusals"], rig.core.last_refusal
+    rig.run(1.0)
+    assert (rig.core.counts["refusals"], rig.core.last_refusal) == (refusals, last)
+
+
+def test_a_robot_waiting_for_a_chunk_is_warn_never_ok() -> None:
+    rig = streaming_rig()
+    rig.run_until(lambda: len(rig.chunks()) >= 2)
+    assert rig.health().level == Level.OK
+    rig.latency_s = 1e6  # the server swallows the next request
+    rig.run_until(lambda: rig.health().level == Level.WARN, timeout_s=2.0)
+    health = rig.health()
+    assert health.message.startswith("stalled, waiting for a chunk: the last trajectory ended 0.0")
+    assert "a request has been in flight for" in health.message
+    # Before anything was published it is WARN too.
+    waiting = streaming_rig(latency_s=1e6)
+    waiting.run(0.5)
+    assert waiting.health().level == Level.WARN
+    assert waiting.health().message.startswith("waiting for a chunk: nothing to follow yet")
+
+
+def test_request_timeout_follows_measured_latency() -> None:
+    rig = streaming_rig(latency_s=0.3)
+    assert rig.core.request_timeout() == 30.0  # nothing measured yet
+    rig.run_until(lambda: rig.core.latency.count >= 1)
+    assert rig.core.request_timeout() == pytest.approx(3.0)  # 10 x p99 (0.3 s)
+    fast = streaming_rig(latency_s=0.05)
+    fast.run_until(lambda: fast.core.latency.count >= 1)
+    assert fast.core.request_timeout() == 2.0  # never below 2 s
+    fixed = streaming_rig(overrides={"request_timeout_s": 0.7})
+    assert fixed.core.request_timeout() == 0.7
+
+
+def test_a_swallowed_request_times_out_holds_reconnects_and_resumes() -> None:
+    rig = streaming_rig()
+    rig.run_until(lambda: len(rig.chunks()) >= 3)
+    published = len(rig.chunks())
+    rig.latency_s = 1e6  # swallowed
+    rig.run_until(lambda: rig.timeouts == 1, timeout_s=5.0)
+    assert rig.core.hold_reason == (
+        "disconnected from the policy server: no reply within request_timeout_s = 2.0 s"
+    )
+    assert rig.holds() and rig.health().level == Level.ERROR  # not connected
+    rig.latency_s = 0.05  # the server answers again after the reconnect
+    rig.run_until(lambda: len(rig.chunks()) > published, timeout_s=2.0)
+    assert rig.core.hold_reason is None and rig.health().level == Level.OK

@@ -75,6 +75,12 @@ __all__ = [
 
 #: time_from_start of the single point of a hold trajectory, at least one control period.
 HOLD_TIME_S = 0.1
+#: Request timeout while no latency has been measured yet (s): a server's first
+#: inference after it started may take much longer than the following ones.
+FIRST_REQUEST_TIMEOUT_S = 30.0
+#: Shortest automatic request timeout (s), and the factor on the p99 latency.
+MIN_REQUEST_TIMEOUT_S = 2.0
+REQUEST_TIMEOUT_P99_FACTOR = 10.0
 #: A refused camera frame or joint state message is logged at most this often (each
 #: refusal is counted).
 _INPUT_WARNING_PERIOD_S = 5.0
@@ -152,6 +158,8 @@ class StreamingSettings(Protocol):
     @property
     def retry_delay_s(self) -> float: ...
     @property
+    def request_timeout_s(self) -> float | None: ...
+    @property
     def autostart(self) -> bool: ...
     @property
     def tick_hz(self) -> float: ...
@@ -227,7 +235,6 @@ class _Active:
     builder: ObservationBuilder
     outputs: list[OutputController]
     used_dims: np.ndarray
-    limits: JointLimits
     generation: int
 
 
@@ -321,6 +328,7 @@ class StreamingCore:
         self._counts = _Counts()
         self._latency = LatencyStats()
         self._timing = _Timing()
+        self._sent_at: float | None = None  # node clock, while a request is in flight
         self._stall_before_s = 0.0  # stall time of schedulers replaced by a reconnect
         self._dropped_before = 0
 
@@ -370,7 +378,8 @@ class StreamingCore:
 
     @property
     def last_refusal(self) -> str | None:
-        """Why the last chunk, frame or observation was refused, in a sentence."""
+        """Why the last refused chunk, frame or joint state message was refused, in a
+        sentence; it changes exactly when ``counts["refusals"]`` grows."""
         return self._last_refusal
 
     @property
@@ -390,6 +399,21 @@ class StreamingCore:
         request to the observation on the wire (``request_to_wire``), and their sum
         for the newest frame of each request (``image_to_wire``)."""
         return dict(vars(self._timing))
+
+    def request_timeout(self) -> float:
+        """Seconds one request may take before the connection drops it and reconnects.
+
+        ``request_timeout_s`` when set; automatic (None): ``max(2 s, 10 x p99)`` of
+        the measured latency, and 30 s before the first reply (a server's first
+        inference may be slow). Safe to call from the connection's worker thread.
+        """
+        fixed = self._cfg.request_timeout_s
+        if fixed is not None:
+            return fixed
+        p99 = self._latency.percentile(99)
+        if p99 is None:
+            return FIRST_REQUEST_TIMEOUT_S
+        return max(MIN_REQUEST_TIMEOUT_S, REQUEST_TIMEOUT_P99_FACTOR * p99)
 
     def stall_time(self, now: float) -> float:
         """Seconds the controllers had no future point to follow while streaming."""
@@ -482,16 +506,12 @@ class StreamingCore:
             raise StreamingConfigError(
                 f"{fixed} cannot change while the node runs; restart the node with the new values"
             )
+        try:
+            JointLimits.from_mapping(config.joint_limits, config.commanded_joints)
+        except SafetyError as exc:
+            raise StreamingConfigError(str(exc)) from None
         active = self._active
-        scheduler_config = None
-        limits = None
-        if active is not None:
-            scheduler_config = _scheduler_config(config, active.spec)
-            joints = [j for o in active.outputs for j in o.joints]
-            try:
-                limits = JointLimits.from_mapping(config.joint_limits, joints)
-            except SafetyError as exc:
-                raise StreamingConfigError(str(exc)) from None
+        scheduler_config = None if active is None else _scheduler_config(config, active.spec)
         old = self._cfg
         if config.dry_run and not old.dry_run:
             # Still routed to the controllers: stop them where they are.
@@ -501,9 +521,8 @@ class StreamingCore:
         self._cfg = config
         if config.prompt != old.prompt:
             self.set_prompt(config.prompt)
-        if active is not None and scheduler_config is not None and limits is not None:
+        if active is not None and scheduler_config is not None:
             active.scheduler.reconfigure(scheduler_config)
-            active.limits = limits
             if config.dry_run != old.dry_run:
                 active.scheduler.reset()  # the next chunk starts from the robot, not the preview
         if not config.dry_run and old.dry_run:
@@ -519,11 +538,9 @@ class StreamingCore:
             spec = ServerSpec.from_metadata(metadata, model=cfg.model)
             scheduler_config = _scheduler_config(cfg, spec)
             outputs = load_outputs({o.name: o.as_mapping() for o in cfg.outputs}, spec)
-            joints = [j for o in outputs for j in o.joints]
             builder = ObservationBuilder(
                 spec, camera_keys=self._camera_keys, state_joints=cfg.state_joints
             )
-            limits = JointLimits.from_mapping(cfg.joint_limits, joints)
         except (ServerSpecError, StreamingConfigError, OutputsError, ObservationError) as exc:
             self._config_error = f"configuration does not fit the server: {exc}"
             self._drop_active(now)
@@ -539,7 +556,6 @@ class StreamingCore:
             builder=builder,
             outputs=outputs,
             used_dims=np.array([d for o in outputs for d in o.dims], dtype=np.intp),
-            limits=limits,
             generation=self._generation,
         )
         self._log.info(
@@ -566,6 +582,7 @@ class StreamingCore:
         active = self._active
         if active is None or tag.generation != active.generation:
             return  # a reply from before a reconnect: that scheduler is gone
+        self._sent_at = None
         scheduler = active.scheduler
         if tag.session_id != self._session_id:
             # Sent before the episode reset: never execute it, but free the request slot.
@@ -599,18 +616,34 @@ class StreamingCore:
                     f"actions have {chunk.shape[1]} dimensions; the outputs use dimension "
                     f"{int(active.used_dims.max())}"
                 )
-            chunk = chunk[:, active.used_dims]
         except ValueError as exc:
             self._counts.error_replies += 1
             scheduler.request_failed(now, str(exc))
             self._refuse(f"malformed reply: {exc}", "malformed_reply", now)
             return
-        checked = check_chunk(chunk, active.limits, mode=cast(LimitsMode, self._cfg.limits_mode))
-        if checked.refusal is not None:
-            scheduler.request_failed(now, checked.refusal.reason)
-            self._refuse(checked.refusal.reason, "unsafe_chunk", now)
+        # The whole reply is checked, uncommanded (padding) dimensions included: NaN or
+        # Inf anywhere means the model output is broken. Limits bind the commanded ones.
+        checked = check_chunk(
+            chunk,
+            self._limits(active, chunk.shape[1]),
+            mode=cast(LimitsMode, self._cfg.limits_mode),
+            horizon=active.spec.action_horizon,
+        )
+        if checked.refusal is not None or checked.chunk is None:
+            reason = checked.refusal.reason if checked.refusal else "refused"
+            scheduler.request_failed(now, reason)
+            self._refuse(reason, "unsafe_chunk", now)
             return
-        scheduler.chunk_received(checked.chunk, tag.t_obs, now)
+        scheduler.chunk_received(checked.chunk[:, active.used_dims], tag.t_obs, now)
+
+    def _limits(self, active: _Active, width: int) -> JointLimits:
+        """Per-dimension limits of a ``width``-wide chunk: the configured joint limits
+        on the commanded dimensions, unbounded elsewhere."""
+        names: list[str | None] = [None] * width
+        for output in active.outputs:
+            for dim, joint in zip(output.dims, output.joints):
+                names[dim] = joint
+        return JointLimits.from_mapping(self._cfg.joint_limits, names)
 
     # ------------------------------------------------------------------ the loop
     def tick(self, now: float) -> None:
@@ -640,17 +673,17 @@ class StreamingCore:
         cfg = self._cfg
         missing = [key for key in self._camera_keys if key not in self._frames]
         if missing:
-            self._hold(f"no frame yet from camera(s) {missing}", "missing_input", now, refusal=True)
+            self._hold(f"no frame yet from camera(s) {missing}", "missing_input", now)
             return
         stamps = {f"camera '{key}'": frame.received for key, frame in self._frames.items()}
         stale = check_fresh(stamps, now, cfg.sensor_timeout_s)
         if stale is not None:
-            self._hold(f"stale observation: {stale.reason}", "stale_input", now, refusal=True)
+            self._hold(f"stale observation: {stale.reason}", "stale_input", now)
             return
         try:
             state = self._joints.vector(now, cfg.sensor_timeout_s)
         except JointStateError as exc:
-            self._hold(f"joint states: {exc}", "joint_states", now, refusal=True)
+            self._hold(f"joint states: {exc}", "joint_states", now)
             return
         observation = active.builder.build(
             {key: frame.rgb for key, frame in self._frames.items()},
@@ -663,6 +696,7 @@ class StreamingCore:
         tag = RequestTag(active.generation, self._session_id, now, started, newest.processing_s)
         if self._submit(observation, tag):
             active.scheduler.request_sent(now)
+            self._sent_at = now
             self._counts.requests += 1
 
     def _first_step_refusal(self, publication: Publication, now: float) -> Refusal | None:
@@ -710,15 +744,14 @@ class StreamingCore:
         self._last_refusal = reason
         self._hold(reason, kind, now)
 
-    def _hold(self, reason: str, kind: str, now: float, *, refusal: bool = False) -> None:
+    def _hold(self, reason: str, kind: str, now: float) -> None:
         """Stop following chunks: command the current position and say why.
 
         ``kind`` groups reasons whose text changes from tick to tick (a stale input's
         age): the log line is written when the kind changes, while :meth:`health`
-        always shows the latest reason.
+        always shows the latest reason. A hold for missing or stale inputs is not a
+        refusal: nothing was refused, no observation was taken.
         """
-        if refusal:
-            self._last_refusal = reason
         repeated = self._hold_kind == kind and self._hold_reason is not None
         self._hold_reason = reason
         self._hold_kind = kind
@@ -759,6 +792,7 @@ class StreamingCore:
 
     def _drop_active(self, now: float) -> None:
         """Forget the server; keep the stall and drop totals of its scheduler."""
+        self._sent_at = None
         active = self._active
         if active is not None:
             self._stall_before_s += active.scheduler.stall_time(now)
@@ -766,6 +800,26 @@ class StreamingCore:
         self._active = None
 
     # ------------------------------------------------------------------ health
+    def _stalled(self, now: float) -> str | None:
+        """Why the robot stands still for want of a chunk, or None while a published
+        trajectory still has points ahead."""
+        active = self._active
+        if active is None:
+            return None
+        current = active.scheduler.current
+        if current is not None and now <= current.end_time:
+            return None
+        if current is None:
+            message = "waiting for a chunk: nothing to follow yet"
+        else:
+            message = (
+                f"stalled, waiting for a chunk: the last trajectory ended "
+                f"{now - current.end_time:.2f} s ago"
+            )
+        if self._sent_at is not None:
+            message += f"; a request has been in flight for {now - self._sent_at:.2f} s"
+        return message
+
     def health(self, now: float, *, connected: bool, connection_error: str | None) -> Health:
         """The node's health for ``/diagnostics``."""
         if self._config_error is not None:
@@ -780,7 +834,8 @@ class StreamingCore:
         elif self._hold_reason is not None:
             level, message = Level.WARN, f"holding position: {self._hold_reason}"
         else:
-            level, message = Level.OK, "streaming"
+            stalled = self._stalled(now)
+            level, message = (Level.OK, "streaming") if stalled is None else (Level.WARN, stalled)
         p50 = self._latency.percentile(50)
         p99 = self._latency.percentile(99)
         values = {
