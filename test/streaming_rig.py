@@ -21,6 +21,7 @@ from relay_ros.models import family_of
 from relay_ros.node.params import NodeConfig
 from relay_ros.paths import config_dir
 from relay_ros.pipeline.camera_map import load_model_camera_map
+from relay_ros.pipeline.health import assess
 from relay_ros.pipeline.streaming import RequestTag, StreamingCore, TrajectoryMessage
 from relay_ros.server.embodiment import load_embodiment
 from relay_ros.server.metadata import build_metadata
@@ -207,4 +208,4 @@ class CoreRig:
         return [m for m in self.messages(output) if not m.frame_id]
 
     def health(self) -> Any:
-        return self.core.health(self.now, connected=self.connected, connection_error=None)
+        return assess(self.core, self.now, connected=self.connected, connection_error=None)

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from streaming_rig import CoreRig, ramp_policy
 
-from relay_ros.pipeline.streaming import Level, RequestTag, StreamingConfigError
+from relay_ros.pipeline.health import Level, assess
+from relay_ros.pipeline.streaming import RequestTag, StreamingConfigError
 from relay_ros.pipeline.trajectory import parse_t_obs
 from relay_ros.wire.connection import InferOutcome
 
@@ -211,7 +212,7 @@ def test_malformed_joint_state_message_is_refused_not_fatal() -> None:
 def test_health_is_error_until_connected_and_the_server_fits() -> None:
     rig = CoreRig()
     rig.run(0.5)
-    health = rig.core.health(rig.now, connected=False, connection_error="refused")
+    health = assess(rig.core, rig.now, connected=False, connection_error="refused")
     assert (health.level, health.message) == (
         Level.ERROR,
         "not connected to the policy server: refused",

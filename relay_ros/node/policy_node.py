@@ -56,6 +56,7 @@ from relay_ros.node.params import (
     output_parameter_specs,
 )
 from relay_ros.pipeline.camera_map import CameraEntry, CameraMapError, load_model_camera_map
+from relay_ros.pipeline.health import assess
 from relay_ros.pipeline.image_cdr import CdrImageError, parse_image_cdr
 from relay_ros.pipeline.images import compressed_to_rgb, image_to_rgb, resize_with_pad
 from relay_ros.pipeline.stats import LatencyStats
@@ -311,7 +312,8 @@ class PolicyNode(Node):
 
     def diagnostics_status(self) -> DiagnosticStatus:
         """The node's health as one DiagnosticStatus (also published at 1 Hz)."""
-        health = self.core.health(
+        health = assess(
+            self.core,
             self._now(),
             connected=self._connection.connected,
             connection_error=self._connection.last_error,

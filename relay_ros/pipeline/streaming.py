@@ -22,14 +22,13 @@ so it is tested on a synthetic clock:
   replaced schedulers is carried over).
 
 The node feeds it messages and timer ticks and turns its :class:`TrajectoryMessage`
-outputs into ``JointTrajectory`` messages and its :class:`Health` into
-``/diagnostics``. Not thread-safe: call it from one thread (the node's executor);
+outputs into ``JointTrajectory`` messages; :mod:`relay_ros.pipeline.health` reads it
+for ``/diagnostics``. Not thread-safe: call it from one thread (the node's executor);
 replies cross from the connection's worker thread through the node's queue.
 """
 
 from __future__ import annotations
 
-import enum
 import math
 import time
 import uuid
@@ -63,8 +62,6 @@ from relay_ros.pipeline.stats import LatencyStats
 from relay_ros.pipeline.trajectory import TrajectoryPoints, build_points, format_t_obs
 
 __all__ = [
-    "Health",
-    "Level",
     "OutputSettings",
     "RequestTag",
     "StreamingConfigError",
@@ -163,23 +160,6 @@ class StreamingSettings(Protocol):
     def autostart(self) -> bool: ...
     @property
     def tick_hz(self) -> float: ...
-
-
-class Level(enum.IntEnum):
-    """``diagnostic_msgs/DiagnosticStatus`` levels."""
-
-    OK = 0
-    WARN = 1
-    ERROR = 2
-
-
-@dataclass(frozen=True)
-class Health:
-    """The node's health: a level, one sentence, and the key/value details."""
-
-    level: Level
-    message: str
-    values: dict[str, str]
 
 
 @dataclass(frozen=True)
@@ -799,10 +779,15 @@ class StreamingCore:
             self._dropped_before += active.scheduler.chunks_dropped_late
         self._active = None
 
-    # ------------------------------------------------------------------ health
-    def _stalled(self, now: float) -> str | None:
+    # ------------------------------------------------------------------ what is wrong
+    @property
+    def config_error(self) -> str | None:
+        """Why the configuration does not fit the connected server, or None."""
+        return self._config_error
+
+    def stalled(self, now: float) -> str | None:
         """Why the robot stands still for want of a chunk, or None while a published
-        trajectory still has points ahead."""
+        trajectory still has points ahead (or no server is connected)."""
         active = self._active
         if active is None:
             return None
@@ -819,39 +804,3 @@ class StreamingCore:
         if self._sent_at is not None:
             message += f"; a request has been in flight for {now - self._sent_at:.2f} s"
         return message
-
-    def health(self, now: float, *, connected: bool, connection_error: str | None) -> Health:
-        """The node's health for ``/diagnostics``."""
-        if self._config_error is not None:
-            level, message = Level.ERROR, self._config_error
-        elif not connected:
-            level = Level.ERROR
-            message = "not connected to the policy server" + (
-                f": {connection_error}" if connection_error else ""
-            )
-        elif not self._enabled:
-            level, message = Level.WARN, "disabled (call ~/enable)"
-        elif self._hold_reason is not None:
-            level, message = Level.WARN, f"holding position: {self._hold_reason}"
-        else:
-            stalled = self._stalled(now)
-            level, message = (Level.OK, "streaming") if stalled is None else (Level.WARN, stalled)
-        p50 = self._latency.percentile(50)
-        p99 = self._latency.percentile(99)
-        values = {
-            "connected": str(connected),
-            "enabled": str(self._enabled),
-            "dry_run": str(self._cfg.dry_run),
-            "session_id": self._session_id,
-            "latency_p50_ms": "" if p50 is None else f"{p50 * 1000:.1f}",
-            "latency_p99_ms": "" if p99 is None else f"{p99 * 1000:.1f}",
-            "stall_time_s": f"{self.stall_time(now):.3f}",
-            "last_refusal": self._last_refusal or "",
-            "hold_reason": self._hold_reason or "",
-            **{key: str(value) for key, value in self.counts.items()},
-        }
-        for name, stats in self.pipeline_timing.items():
-            for q in (50, 99):
-                value = stats.percentile(q)
-                values[f"{name}_p{q}_ms"] = "" if value is None else f"{value * 1000:.2f}"
-        return Health(level, message, values)
