@@ -349,6 +349,13 @@ def test_apply_config_refuses_what_needs_a_restart_and_changes_nothing() -> None
     )
     with pytest.raises(StreamingConfigError, match="execute_horizon 60 must be >= 1 and <= 50"):
         rig.core.apply_config(dataclasses.replace(before, execute_horizon=60), rig.now)
+    with pytest.raises(StreamingConfigError, match=r"limits_mode 'off' is not one of"):
+        rig.core.apply_config(dataclasses.replace(before, limits_mode="off"), rig.now)
+    with pytest.raises(StreamingConfigError, match="max_joint_step 0.0 must be a number > 0"):
+        rig.core.apply_config(dataclasses.replace(before, max_joint_step=0.0), rig.now)
+    with pytest.raises(StreamingConfigError, match="joint_limits|lower < upper"):
+        limits = dict(before.joint_limits, joint1=(1.0, -1.0))
+        rig.core.apply_config(dataclasses.replace(before, joint_limits=limits), rig.now)
     assert rig.core.config is before
 
 

@@ -41,6 +41,7 @@ import numpy as np
 from relay_ros.pipeline.observation import ObservationBuilder, ObservationError, reply_to_chunk
 from relay_ros.pipeline.outputs import OutputController, OutputsError, load_outputs
 from relay_ros.pipeline.safety import (
+    LIMITS_MODES,
     JointLimits,
     LimitsMode,
     Refusal,
@@ -58,7 +59,7 @@ from relay_ros.pipeline.scheduler import (
 )
 from relay_ros.pipeline.server_spec import ServerSpec, ServerSpecError
 from relay_ros.pipeline.state import JointStateCache, JointStateError
-from relay_ros.pipeline.stats import LatencyStats
+from relay_ros.pipeline.stats import LatencyStats, MessageCounter
 from relay_ros.pipeline.trajectory import TrajectoryPoints, build_points, format_t_obs
 
 __all__ = [
@@ -258,6 +259,22 @@ def _scheduler_config(cfg: StreamingSettings, spec: ServerSpec) -> SchedulerConf
         raise StreamingConfigError(str(exc)) from None
 
 
+def _check_safety_settings(cfg: StreamingSettings) -> None:
+    """Refuse settings the safety checks would reject only when a chunk arrives."""
+    try:
+        JointLimits.from_mapping(cfg.joint_limits, cfg.commanded_joints)
+    except SafetyError as exc:
+        raise StreamingConfigError(str(exc)) from None
+    if cfg.limits_mode not in LIMITS_MODES:
+        raise StreamingConfigError(
+            f"limits_mode {cfg.limits_mode!r} is not one of {list(LIMITS_MODES)}"
+        )
+    for name in ("max_joint_step", "sensor_timeout_s"):
+        value = getattr(cfg, name)
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+            raise StreamingConfigError(f"{name} {value!r} must be a number > 0")
+
+
 class StreamingCore:
     """Decides when to request, what to publish and when to hold (see module docs).
 
@@ -283,6 +300,7 @@ class StreamingCore:
         log: Logger,
         perf_clock: Callable[[], float] = time.perf_counter,
     ) -> None:
+        _check_safety_settings(config)
         self._cfg = config
         self._camera_keys = tuple(camera_keys)
         self._submit = submit
@@ -303,7 +321,7 @@ class StreamingCore:
         self._hold_kind: str | None = None
         self._published_since_hold = False
         self._last_refusal: str | None = None
-        self._error_messages: dict[str, int] = {}
+        self._error_messages = MessageCounter()  # bounded: each distinct error logged once
         self._input_warned_at = -math.inf
         self._counts = _Counts()
         self._latency = LatencyStats()
@@ -486,10 +504,7 @@ class StreamingCore:
             raise StreamingConfigError(
                 f"{fixed} cannot change while the node runs; restart the node with the new values"
             )
-        try:
-            JointLimits.from_mapping(config.joint_limits, config.commanded_joints)
-        except SafetyError as exc:
-            raise StreamingConfigError(str(exc)) from None
+        _check_safety_settings(config)
         active = self._active
         scheduler_config = None if active is None else _scheduler_config(config, active.spec)
         old = self._cfg
@@ -523,8 +538,9 @@ class StreamingCore:
             )
         except (ServerSpecError, StreamingConfigError, OutputsError, ObservationError) as exc:
             self._config_error = f"configuration does not fit the server: {exc}"
-            self._drop_active(now)
             self._log.error(self._config_error)
+            self._hold(self._config_error, "config", now)
+            self._drop_active(now)
             return
         self._config_error = None
         self._frames.clear()
@@ -580,9 +596,7 @@ class StreamingCore:
         if isinstance(reply, dict) and reply.get("type") == "error":
             message = str(reply.get("message"))
             self._counts.error_replies += 1
-            seen = self._error_messages.get(message, 0)
-            self._error_messages[message] = seen + 1
-            if seen == 0:
+            if self._error_messages.add(message):
                 self._log.error(f"server refused the observation: {message}")
             scheduler.request_failed(now, message)
             self._hold(f"error reply from the server: {message}", "error_reply", now)
