@@ -26,6 +26,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from dotenv import dotenv_values, find_dotenv
 
+from relay_ros.models import MODEL_IDS as MODELS
+
 __all__ = [
     "MODELS",
     "EnvSettingError",
@@ -38,9 +40,6 @@ __all__ = [
     "redact_url",
     "resolve_url",
 ]
-
-#: The model IDs a relay server can serve; each fills ``{model}`` in ``WALLE_URL``.
-MODELS: tuple[str, ...] = ("pi05", "pi0", "groot")
 
 
 class UnknownModelError(ValueError):
