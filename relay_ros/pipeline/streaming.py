@@ -61,6 +61,7 @@ from relay_ros.pipeline.server_spec import ServerSpec, ServerSpecError
 from relay_ros.pipeline.state import JointStateCache, JointStateError
 from relay_ros.pipeline.stats import LatencyStats, MessageCounter
 from relay_ros.pipeline.trajectory import TrajectoryPoints, build_points, format_t_obs
+from relay_ros.wire.logsafe import shorten
 
 __all__ = [
     "OutputSettings",
@@ -594,7 +595,7 @@ class StreamingCore:
             return
         reply = outcome.reply
         if isinstance(reply, dict) and reply.get("type") == "error":
-            message = str(reply.get("message"))
+            message = shorten(reply.get("message"))  # the server's text, bounded
             self._counts.error_replies += 1
             if self._error_messages.add(message):
                 self._log.error(f"server refused the observation: {message}")
