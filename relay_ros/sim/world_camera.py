@@ -123,7 +123,7 @@ class WorldCamera:
             cv2.circle(self._background, tuple(base), radius, _ARM_RGB, -1, cv2.LINE_AA, _SHIFT)
 
     def render(self, t: float, q1: float, q2: float) -> np.ndarray:
-        """The (height, width, 3) uint8 RGB frame at absolute time ``t``, arm at ``q1, q2`` (rad)."""
+        """The (height, width, 3) uint8 RGB frame at time ``t`` (s), arm at ``q1, q2`` (rad)."""
         if self.role == "base":
             return self._render_base(t, q1, q2)
         return self._render_wrist(t, q1, q2)
