@@ -42,7 +42,7 @@ class ChunkNoise:
     offset_rad: float = 0.02
     wave_rad: float = 0.02
     switch_probability: float = 0.15
-    switch_rad: float = 0.15
+    switch_rad: float = 0.08
     switch_ramp_s: float = 0.2
 
     def __post_init__(self) -> None:

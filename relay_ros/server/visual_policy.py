@@ -38,7 +38,7 @@ import cv2
 import numpy as np
 
 from relay_ros.sim.world import PlanarArm
-from relay_ros.sim.world_camera import World
+from relay_ros.sim.world import World
 
 __all__ = ["CAMERA_KEY_ROLES", "VisualParams", "VisualPolicy", "crop_letterbox", "find_red"]
 
@@ -69,8 +69,8 @@ class VisualParams:
         min_pixels: fewest red pixels that count as "target in view".
     """
 
-    approach_s: float = 0.15
-    max_speed_rad_s: float = 1.5
+    approach_s: float = 0.2
+    max_speed_rad_s: float = 1.2
     home_s: float = 1.0
     min_pixels: int = 6
 

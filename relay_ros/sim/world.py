@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -42,8 +42,8 @@ __all__ = [
     "BaseCameraModel",
     "PlanarArm",
     "TargetSchedule",
+    "World",
     "WristCameraModel",
-    "tracking_errors",
 ]
 
 
@@ -237,9 +237,28 @@ def _waypoint(seed: int, stream: int, index: int) -> tuple[float, float]:
     return (-distance * math.sin(bearing), distance * math.cos(bearing))
 
 
-def tracking_errors(
-    arm: PlanarArm, target: TargetSchedule, times: np.ndarray, q1: np.ndarray, q2: np.ndarray
-) -> np.ndarray:
-    """Distance (m) from the end effector to the target at each time (absolute seconds)."""
-    ee = arm.end_effector(q1, q2)
-    return np.linalg.norm(ee - target.position(times), axis=-1)
+@dataclass(frozen=True)
+class World:
+    """Everything a camera and a measurement need to know about the world.
+
+    Attributes:
+        seed: fixes the target's and the distractor's waypoints.
+        arm: the arm's kinematics.
+        base: the base camera's model.
+        wrist: the wrist camera's model.
+    """
+
+    seed: int = 0
+    arm: PlanarArm = field(default_factory=PlanarArm)
+    base: BaseCameraModel = field(default_factory=BaseCameraModel)
+    wrist: WristCameraModel = field(default_factory=WristCameraModel)
+
+    @property
+    def target(self) -> TargetSchedule:
+        """The red target's schedule."""
+        return TargetSchedule(seed=self.seed, stream=0)
+
+    @property
+    def distractor(self) -> TargetSchedule:
+        """The blue distractor's schedule."""
+        return TargetSchedule(seed=self.seed, stream=1)

@@ -14,12 +14,10 @@ background computed once per camera; a 320x240 frame takes about 0.1 ms.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import cv2
 import numpy as np
 
-from relay_ros.sim.world import BaseCameraModel, PlanarArm, TargetSchedule, WristCameraModel
+from relay_ros.sim.world import World
 
 __all__ = [
     "CAMERA_ROLES",
@@ -44,33 +42,6 @@ _GRID_M = 0.1
 # fractional bits, so the disks move smoothly instead of in whole pixels.
 _SHIFT = 4
 _ONE = 1 << _SHIFT
-
-
-@dataclass(frozen=True)
-class World:
-    """Everything a camera and a measurement need to know about the world.
-
-    Attributes:
-        seed: fixes the target's and the distractor's waypoints.
-        arm: the arm's kinematics.
-        base: the base camera's model.
-        wrist: the wrist camera's model.
-    """
-
-    seed: int = 0
-    arm: PlanarArm = field(default_factory=PlanarArm)
-    base: BaseCameraModel = field(default_factory=BaseCameraModel)
-    wrist: WristCameraModel = field(default_factory=WristCameraModel)
-
-    @property
-    def target(self) -> TargetSchedule:
-        """The red target's schedule."""
-        return TargetSchedule(seed=self.seed, stream=0)
-
-    @property
-    def distractor(self) -> TargetSchedule:
-        """The blue distractor's schedule."""
-        return TargetSchedule(seed=self.seed, stream=1)
 
 
 def _fixed(points: np.ndarray) -> np.ndarray:
