@@ -45,7 +45,7 @@ class DemoPolicy:
 
     kind: str = "visual"
     chunk_noise: float = 1.0
-    smoothing: str = "none"
+    smoothing: str = "blend"
     seed: int = 0
 
     def __post_init__(self) -> None:
