@@ -101,8 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     failures = []
     for latency_ms in args.latencies_ms:
         print(f"\ninference {latency_ms} ms\n")
-        print("| smoothing | boundary step med / max | jerk RMS [rad/s^3] | "
-              "tracking error med [cm] | time on target | stall [s] |")
+        print(
+            "| smoothing | boundary step med / max | jerk RMS [rad/s^3] | "
+            "tracking error med [cm] | time on target | stall [s] |"
+        )
         print("|---|---|---|---|---|---|")
         values = {}
         first_seed: dict[str, ClosedLoopResult] = {}

@@ -56,8 +56,10 @@ class DemoPolicy:
                 f"smoothing {self.smoothing!r} is not one of {list(SMOOTHINGS)}"
             )
         noise = self.chunk_noise
-        if isinstance(noise, bool) or not isinstance(noise, (int, float)) or not (
-            math.isfinite(noise) and noise >= 0
+        if (
+            isinstance(noise, bool)
+            or not isinstance(noise, (int, float))
+            or not (math.isfinite(noise) and noise >= 0)
         ):
             raise DemoArgumentError(f"chunk_noise {noise!r} is not a finite number >= 0")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:

@@ -37,8 +37,7 @@ from typing import Any
 import cv2
 import numpy as np
 
-from relay_ros.sim.world import PlanarArm
-from relay_ros.sim.world import World
+from relay_ros.sim.world import PlanarArm, World
 
 __all__ = ["CAMERA_KEY_ROLES", "VisualParams", "VisualPolicy", "crop_letterbox", "find_red"]
 
