@@ -10,7 +10,7 @@ and seed, and prints one table row each:
 - jerk: RMS of the third difference of the commanded positions / (10 ms)^3;
 - tracking error median and time on target (end effector within 3 cm of the target).
 
-Goals (issue 12): with prefix, boundary step max <= 1.5 and jerk at least 3x lower
+Goals: with prefix, boundary step max <= 1.5 and jerk at least 3x lower
 than none. Writes a PNG with the three side by side (``--png``).
 
     .venv/bin/python bench/boundaries.py [--duration 20] [--seeds 0 1 2] [--png PATH]
