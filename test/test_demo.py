@@ -194,6 +194,12 @@ def test_run_demo_argument_errors():
 
 
 def test_demo_policy_blend_steps_follow_the_horizon():
+    from relay_ros.demo.policy_settings import BLEND_STEPS
+    from relay_ros.server.action_prefix import default_soft_steps
+    from relay_ros.server.metadata import default_action_horizon
+
+    for model, steps in BLEND_STEPS.items():
+        assert steps == default_soft_steps(default_action_horizon(model))
     assert DemoPolicy(smoothing="blend").blend_steps("pi05") == 10
     assert DemoPolicy(smoothing="blend").blend_steps("groot") == 3
     assert DemoPolicy(smoothing="prefix").blend_steps("pi05") == 0
@@ -224,8 +230,15 @@ def test_node_parameters_match_the_model_config(model):
 
     assert params["policy_node"] == [
         str(REPO / "config" / f"{model}.yaml"),
-        {"policy_url": f"ws://127.0.0.1:8123/{model}", "request_mode": "sync"},
+        {
+            "policy_url": f"ws://127.0.0.1:8123/{model}",
+            "request_mode": "sync",
+            "blend_steps": 10 if model == "pi05" else 3,
+        },
     ]
+    unsmoothed = demo_node_parameters(model, policy=DemoPolicy(smoothing="prefix", seed=4))
+    assert unsmoothed["policy_node"][1]["blend_steps"] == 0
+    assert unsmoothed["sim_cameras"][0]["seed"] == 4
 
     cameras = params["sim_cameras"][0]
     topics = {cameras[f"cameras.{name}.topic"]: name for name in cameras["cameras"]}

@@ -12,10 +12,8 @@ import math
 from dataclasses import dataclass
 
 from relay_ros.demo.errors import DemoArgumentError
-from relay_ros.server.action_prefix import default_soft_steps
-from relay_ros.server.metadata import default_action_horizon
 
-__all__ = ["FAULTS", "POLICY_KINDS", "SMOOTHINGS", "DemoPolicy", "check_fault"]
+__all__ = ["BLEND_STEPS", "FAULTS", "POLICY_KINDS", "SMOOTHINGS", "DemoPolicy", "check_fault"]
 
 #: Plans of the reference server: ``visual`` tracks the red target in the cameras,
 #: ``flow`` is a smooth motion that ignores them.
@@ -26,6 +24,12 @@ SMOOTHINGS: tuple[str, ...] = ("none", "blend", "prefix")
 #: Wiring mistakes: the camera map's base and wrist topics exchanged, or a camera
 #: driver that sends BGR pixels labelled rgb8.
 FAULTS: tuple[str, ...] = ("swap-cameras", "swap-red-blue")
+# ``blend_steps`` for smoothing "blend": the reference server's soft window for the
+# model's action horizon (``server.action_prefix.default_soft_steps``: H // 5), so
+# blend and prefix cross-fade over the same time. Written out, not imported, so that
+# importing the demo package (a launch file does) does not load the server; a test
+# checks that the two agree.
+BLEND_STEPS: dict[str, int] = {"pi05": 10, "pi0": 10, "groot": 3}
 
 
 @dataclass(frozen=True)
@@ -69,7 +73,7 @@ class DemoPolicy:
         """policy_node's ``blend_steps``: the server's soft window with ``blend``, else 0."""
         if self.smoothing != "blend":
             return 0
-        return default_soft_steps(default_action_horizon(model))
+        return BLEND_STEPS[model]
 
     def label(self) -> str:
         """Short description for tables, e.g. ``visual policy, chunk noise 1, smoothing prefix``."""

@@ -192,17 +192,18 @@ class DemoRig:
             self._context = rclpy.context.Context()
             rclpy.init(context=self._context, signal_handler_options=SignalHandlerOptions.NO)
         params = demo_node_parameters(
-            self.model, port=self.server.port or 0, request_mode=self.request_mode
+            self.model,
+            port=self.server.port or 0,
+            request_mode=self.request_mode,
+            policy=self.policy,
         )
         self._start_nodes(params)
         self._start_executors()
 
     def _node_overrides(self, params: Mapping[str, list[Any]]) -> dict[str, dict[str, Any]]:
-        """The launch plan's parameters plus the policy, world seed and fault of this run."""
+        """The launch plan's parameters plus the fault of this run."""
         cameras = dict(params["sim_cameras"][0])
-        cameras["seed"] = self.policy.seed
         policy = dict(params["policy_node"][1])
-        policy["blend_steps"] = self.policy.blend_steps(self.model)
         if self.fault == "swap-red-blue":
             cameras["swap_red_blue"] = True
         elif self.fault == "swap-cameras":
