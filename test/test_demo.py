@@ -151,6 +151,13 @@ def _result(mode: str, *, stall: float, latencies_ms: list[float]) -> DemoResult
             "argument --latency-ms: '-5' is not a number of milliseconds >= 0",
         ),
         (["--jitter-ms", "nan"], "argument --jitter-ms: 'nan' is not a number of milliseconds"),
+        (["--seed", "-1"], "argument --seed: '-1' is not an integer >= 0"),
+        (["--chunk-noise", "x"], "argument --chunk-noise: 'x' is not a number"),
+        (
+            ["--fault", "loose-cable"],
+            "argument --fault: invalid choice: 'loose-cable' (choose from swap-cameras, "
+            "swap-red-blue)",
+        ),
         (
             ["--model", "gpt"],
             "argument --model: invalid choice: 'gpt' (choose from pi05, pi0, groot)",

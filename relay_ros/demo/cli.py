@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,44 +30,30 @@ from relay_ros.demo.run import run_demo
 __all__ = ["build_parser", "main"]
 
 
-def _positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
-    return value
+def _number(
+    kind: type, what: str, *, minimum: float = 0.0, strict: bool = False
+) -> Callable[[str], Any]:
+    """An argparse type: ``kind(text)``, finite and above ``minimum`` (or at least it)."""
+    relation = "positive" if strict and minimum == 0 else f">= {minimum:g}"
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if not math.isfinite(value) or value < minimum or (strict and value == minimum):
+            if relation == "positive":
+                raise argparse.ArgumentTypeError(f"{text!r} is not a positive {what[2:]}")
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what} {relation}")
+        return value
+
+    return parse
 
 
-def _non_negative_ms(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of milliseconds") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of milliseconds >= 0")
-    return value
-
-
-def _non_negative_number(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number >= 0")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= 0")
-    return value
+_positive_seconds = _number(float, "a number of seconds", strict=True)
+_non_negative_ms = _number(float, "a number of milliseconds")
+_non_negative_number = _number(float, "a number")
+_non_negative_int = _number(int, "an integer")
 
 
 def build_parser() -> argparse.ArgumentParser:
