@@ -201,12 +201,12 @@ def test_run_demo_argument_errors():
 
 
 def test_demo_policy_blend_steps_follow_the_horizon():
-    from relay_ros.demo.policy_settings import BLEND_STEPS
+    from relay_ros.models import MODEL_IDS, get_model
     from relay_ros.server.action_prefix import default_soft_steps
-    from relay_ros.server.metadata import default_action_horizon
 
-    for model, steps in BLEND_STEPS.items():
-        assert steps == default_soft_steps(default_action_horizon(model))
+    for model in MODEL_IDS:
+        horizon = get_model(model).server_metadata["action_horizon"]
+        assert DemoPolicy(smoothing="blend").blend_steps(model) == default_soft_steps(horizon)
     assert DemoPolicy(smoothing="blend").blend_steps("pi05") == 10
     assert DemoPolicy(smoothing="blend").blend_steps("groot") == 3
     assert DemoPolicy(smoothing="prefix").blend_steps("pi05") == 0

@@ -12,8 +12,9 @@ import math
 from dataclasses import dataclass
 
 from relay_ros.demo.errors import DemoArgumentError
+from relay_ros.models import get_model
 
-__all__ = ["BLEND_STEPS", "FAULTS", "POLICY_KINDS", "SMOOTHINGS", "DemoPolicy", "check_fault"]
+__all__ = ["FAULTS", "POLICY_KINDS", "SMOOTHINGS", "DemoPolicy", "check_fault"]
 
 #: Plans of the reference server: ``visual`` tracks the red target in the cameras,
 #: ``flow`` is a smooth motion that ignores them.
@@ -24,12 +25,6 @@ SMOOTHINGS: tuple[str, ...] = ("none", "blend", "prefix")
 #: Wiring mistakes: the camera map's base and wrist topics exchanged, or a camera
 #: driver that sends BGR pixels labelled rgb8.
 FAULTS: tuple[str, ...] = ("swap-cameras", "swap-red-blue")
-# ``blend_steps`` for smoothing "blend": the reference server's soft window for the
-# model's action horizon (``server.action_prefix.default_soft_steps``: H // 5), so
-# blend and prefix cross-fade over the same time. Written out, not imported, so that
-# importing the demo package (a launch file does) does not load the server; a test
-# checks that the two agree.
-BLEND_STEPS: dict[str, int] = {"pi05": 10, "pi0": 10, "groot": 3}
 
 
 @dataclass(frozen=True)
@@ -73,7 +68,11 @@ class DemoPolicy:
         """policy_node's ``blend_steps``: the server's soft window with ``blend``, else 0."""
         if self.smoothing != "blend":
             return 0
-        return BLEND_STEPS[model]
+        # The reference server's soft window (server.action_prefix.default_soft_steps,
+        # not imported: importing the demo package must not load the server), so blend
+        # and prefix cross-fade over the same time; a test checks that the two agree.
+        horizon = int(get_model(model).server_metadata["action_horizon"])
+        return max(1, horizon // 5)
 
     def label(self) -> str:
         """Short description for tables, e.g. ``visual policy, chunk noise 1, smoothing prefix``."""

@@ -18,25 +18,12 @@ __all__ = [
     "PI_CAMERA_KEYS",
     "PROTOCOL_VERSION",
     "build_metadata",
-    "default_action_horizon",
 ]
 
 PROTOCOL_VERSION = 1
 MODELS = MODEL_IDS
 # Camera keys π0/π0.5 accept, in openpi's order (base camera first).
 PI_CAMERA_KEYS = get_model("pi05").camera_keys
-
-
-def default_action_horizon(model: str) -> int:
-    """The reference server's ``action_horizon`` for ``model`` (π0/π0.5 50, GR00T 16).
-
-    Raises:
-        ValueError: unknown model.
-    """
-    if model not in MODELS:
-        raise ValueError(f"model {model!r} is not one of {list(MODELS)!r}")
-    defaults = _GROOT_DEFAULTS if model == "groot" else _PI_DEFAULTS
-    return int(defaults["action_horizon"])
 
 
 def build_metadata(

@@ -184,6 +184,7 @@ def run_closed_loop(settings: LoopSettings | None = None) -> ClosedLoopResult:
             cameras.capture(now, q)
             next_frame += camera_period
         if in_flight is not None and now >= in_flight[1] - 1e-9:
+            scheduler.latencies.add(now - in_flight[0])  # the caller records, as the node does
             scheduler.chunk_received(in_flight[2], in_flight[0], now)
             in_flight = None
         if in_flight is None and scheduler.wants_request(now):
