@@ -207,8 +207,8 @@ def test_demo_policy_blend_steps_follow_the_horizon():
     for model in MODEL_IDS:
         horizon = get_model(model).server_metadata["action_horizon"]
         assert DemoPolicy(smoothing="blend").blend_steps(model) == default_soft_steps(horizon)
-    assert DemoPolicy(smoothing="blend").blend_steps("pi05") == 10
-    assert DemoPolicy(smoothing="blend").blend_steps("groot") == 3
+    assert DemoPolicy(smoothing="blend").blend_steps("pi05") == 20
+    assert DemoPolicy(smoothing="blend").blend_steps("groot") == 6
     assert DemoPolicy(smoothing="prefix").blend_steps("pi05") == 0
 
 
@@ -240,12 +240,12 @@ def test_node_parameters_match_the_model_config(model):
         {
             "policy_url": f"ws://127.0.0.1:8123/{model}",
             "request_mode": "sync",
-            "blend_steps": 10 if model == "pi05" else 3,
+            "blend_steps": 0,  # the default smoothing is the server's action prefix
         },
     ]
-    unsmoothed = demo_node_parameters(model, policy=DemoPolicy(smoothing="prefix", seed=4))
-    assert unsmoothed["policy_node"][1]["blend_steps"] == 0
-    assert unsmoothed["sim_cameras"][0]["seed"] == 4
+    blended = demo_node_parameters(model, policy=DemoPolicy(smoothing="blend", seed=4))
+    assert blended["policy_node"][1]["blend_steps"] == (20 if model == "pi05" else 6)
+    assert blended["sim_cameras"][0]["seed"] == 4
 
     cameras = params["sim_cameras"][0]
     topics = {cameras[f"cameras.{name}.topic"]: name for name in cameras["cameras"]}
@@ -291,13 +291,13 @@ def test_server_command():
         "python", "-m", "relay_ros.server", "--host", "127.0.0.1", "--port", "0",
         "--model", "groot", "--latency-ms", "80", "--jitter-ms", "12.5",
         "--log-level", "WARNING", "--synthetic", "visual", "--chunk-noise", "1",
-        "--seed", "0", "--port-file", "/tmp/p",
+        "--seed", "0", "--action-prefix", "--port-file", "/tmp/p",
     ]  # fmt: skip
     prefix = server_command(
-        "pi05", policy=DemoPolicy(kind="flow", chunk_noise=0.5, smoothing="prefix", seed=3)
+        "pi05", policy=DemoPolicy(kind="flow", chunk_noise=0.5, smoothing="blend", seed=3)
     )
     assert prefix[prefix.index("--synthetic") :] == [
-        "--synthetic", "flow", "--chunk-noise", "0.5", "--seed", "3", "--action-prefix",
+        "--synthetic", "flow", "--chunk-noise", "0.5", "--seed", "3",
     ]  # fmt: skip
     with pytest.raises(DemoArgumentError) as info:
         server_command("pi05", jitter_ms=float("inf"))
@@ -408,7 +408,7 @@ def test_summary_table_puts_runs_side_by_side():
     assert lines[0] == (
         "relay_ros demo: pi05, simulated inference 80 ms +/- 20 ms, dt 20.0 ms, execute horizon 25"
     )
-    assert lines[1] == "visual policy, chunk noise 1, smoothing blend, seed 0"
+    assert lines[1] == "visual policy, chunk noise 1, smoothing prefix, seed 0"
     assert lines[3].split() == ["early", "(4", "s)", "sync", "(4", "s)"]
     rows = {}
     for line in lines[5:]:
@@ -501,9 +501,15 @@ def test_demo_loop_early_has_no_stall_sync_does(ros_context, tmp_path):
         assert result.server_pid is not None and _gone(result.server_pid)
     assert seen and not seen[-1].starting and seen[-1].elapsed_s == pytest.approx(5.0)
 
-    # The visual task: the arm tracks the target (measured from the followed joints).
-    assert early.task is not None and early.task.on_target_share > 0.2, table
+    # The visual task: the arm tracks the target (measured from the followed joints;
+    # the run includes the first approach from the start pose).
+    assert early.task is not None and early.task.median_m is not None
+    assert early.task.median_m < 0.06 and early.task.on_target_share > 0.15, table
     assert early.jerk_rms is not None
+    # Default smoothing: the server continues the committed actions (action_prefix),
+    # so the typical switch is about as smooth as the motion itself (~1; the first
+    # point lies up to two steps after the take-over). Without it the median is ~10.
+    assert float(np.median(early.boundary_steps["arm_controller"])) < 3.0, table
 
     path = plot_demo([early, sync], tmp_path / "demo_pi05.png")
     assert path.read_bytes()[:8] == PNG_SIGNATURE
@@ -521,7 +527,7 @@ def test_demo_wiring_faults_fail_the_task(ros_context, fault):
     assert result.rejected == 0 and result.error_replies == 0, table
     assert result.task is not None
     assert result.task.on_target_share < 0.1, table
-    assert result.task.median_m > 0.08, table
+    assert result.task.median_m > 0.1, table
 
 
 @pytest.mark.slow

@@ -115,7 +115,8 @@ def test_apply_prefix_keeps_the_committed_rows_and_blends_smoothly():
     ramp = np.arange(4, dtype=np.float64)[:, None] * np.array([[0.1, 0.0]])
     out = apply_prefix(np.zeros((20, 2)), ramp, committed_steps=4, soft_steps=1)
     assert out[4, 0] == pytest.approx(0.5 * 0.4)
-    assert default_soft_steps(50) == 10 and default_soft_steps(4) == 1
+    assert default_soft_steps(50) == 20 and default_soft_steps(16) == 6
+    assert default_soft_steps(2) == 1
     with pytest.raises(ValueError, match=r"committed_steps 7 is not in \[0, 6\]"):
         apply_prefix(plan, prefix, committed_steps=7, soft_steps=1)
     with pytest.raises(ValueError, match=r"prefix has shape \(6, 3\); expected \(P, 2\)"):

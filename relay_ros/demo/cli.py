@@ -110,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--smoothing",
         choices=SMOOTHINGS,
-        default="blend",
+        default="prefix",
         help="chunk boundaries: none, blend (policy_node blend_steps) or prefix (the server "
         "continues the committed actions, real-time chunking); default %(default)s",
     )

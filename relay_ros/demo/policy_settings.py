@@ -44,7 +44,7 @@ class DemoPolicy:
 
     kind: str = "visual"
     chunk_noise: float = 1.0
-    smoothing: str = "blend"
+    smoothing: str = "prefix"
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -72,7 +72,7 @@ class DemoPolicy:
         # not imported: importing the demo package must not load the server), so blend
         # and prefix cross-fade over the same time; a test checks that the two agree.
         horizon = int(get_model(model).server_metadata["action_horizon"])
-        return max(1, horizon // 5)
+        return max(1, 2 * horizon // 5)
 
     def label(self) -> str:
         """Short description for tables, e.g. ``visual policy, chunk noise 1, smoothing prefix``."""

@@ -65,7 +65,7 @@ def run_demo(
             does) instead of a ``SingleThreadedExecutor``. Same behaviour (its callbacks
             are mutually exclusive) at several times the CPU cost.
         policy: The reference policy, its noise, the smoothing and the world seed
-            (None = `DemoPolicy` defaults: visual, noise 1, no smoothing, seed 0).
+            (None = `DemoPolicy` defaults: visual, noise 1, smoothing prefix, seed 0).
         fault: None, or a wiring mistake to make on purpose (`FAULTS`).
 
     Raises:

@@ -28,8 +28,13 @@ __all__ = ["apply_prefix", "default_soft_steps"]
 
 
 def default_soft_steps(action_horizon: int) -> int:
-    """The reference server's soft window: a fifth of the horizon, at least 1 (50 -> 10)."""
-    return max(1, action_horizon // 5)
+    """The reference server's soft window: two fifths of the horizon, at least 1 (50 -> 20).
+
+    Long enough that a reply published a few steps later than the committed ones (a
+    latency spike) still lands early in the cross-fade, where it differs little from
+    the old plan; short enough to leave most of the executed part to the new plan.
+    """
+    return max(1, 2 * action_horizon // 5)
 
 
 def apply_prefix(
