@@ -375,8 +375,13 @@ class PolicyClient:
     @property
     def url(self) -> str:
         """The URL of the connection in use (the direct URL when the route was taken).
-        It may hold secrets: pass it through ``redact_url`` before showing it."""
+        It may hold secrets: show :attr:`display_url` instead."""
         return self._require_open().url
+
+    @property
+    def display_url(self) -> str:
+        """:attr:`url` with user info and query values replaced by ``***``."""
+        return self._require_open().display_url
 
     def infer(
         self, obs: dict[str, Any], timeout: float | None = None
