@@ -39,7 +39,13 @@ setup(
     # drops tests_require (colcon then falls back to unittest: "Ran 0 tests"), so the
     # test dependencies are the "test" extra, which colcon-core reads as well.
     extras_require={
-        "test": ["pytest>=8", "pytest-timeout>=2.2", "rosbags-image>=0.10", "pillow"],
+        "test": [
+            "pytest>=8",
+            "pytest-timeout>=2.2",
+            "hypothesis>=6.100",
+            "rosbags-image>=0.10",
+            "pillow",
+        ],
     },
     entry_points={
         "console_scripts": [

@@ -63,6 +63,7 @@ RUNTIME_KEYS = {
 }
 TEST_KEYS = {
     "pytest": "python3-pytest",
+    "hypothesis": "python3-hypothesis",
     "PIL": "python3-pil",
     "catkin_pkg": "python3-catkin-pkg",
 }
