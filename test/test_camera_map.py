@@ -33,9 +33,9 @@ def test_shipped_pi_maps(name):
     keys, max_cameras = camera_constraints(name.split("_")[0])
     entries = load_camera_map(CONFIG / name, allowed_keys=keys, max_cameras=max_cameras)
     assert entries == [
-        CameraEntry("base_0_rgb", "/camera/base/image_raw", "raw", "sensor_data"),
+        CameraEntry("base_0_rgb", "camera/base/image_raw", "raw", "sensor_data"),
         CameraEntry(
-            "left_wrist_0_rgb", "/camera/wrist/image_raw/compressed", "compressed", "sensor_data"
+            "left_wrist_0_rgb", "camera/wrist/image_raw/compressed", "compressed", "sensor_data"
         ),
     ]
 

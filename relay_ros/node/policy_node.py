@@ -36,12 +36,9 @@ import rclpy
 from builtin_interfaces.msg import Duration as DurationMsg
 from builtin_interfaces.msg import Time as TimeMsg
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.exceptions import ParameterUninitializedException
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
-from rclpy.parameter import Parameter
 from rclpy.qos import (
     HistoryPolicy,
     QoSProfile,
@@ -55,15 +52,8 @@ from std_srvs.srv import SetBool, Trigger
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from relay_ros.node.outputs import OutputController, OutputsError, load_outputs
-from relay_ros.node.params import (
-    PARAMETERS,
-    NodeConfig,
-    ParameterError,
-    ParamSpec,
-    build_config,
-    limit_parameter_specs,
-    output_parameter_specs,
-)
+from relay_ros.node.params import NodeConfig, ParameterError
+from relay_ros.node.ros_params import declare_parameters
 from relay_ros.pipeline.camera_map import (
     CameraEntry,
     CameraMapError,
@@ -87,16 +77,6 @@ from relay_ros.pipeline.trajectory import build_points, format_t_obs, seconds_to
 from relay_ros.wire.connection import InferOutcome, PolicyConnection
 
 __all__ = ["PolicyNode", "main"]
-
-_PARAM_TYPES = {
-    "string": Parameter.Type.STRING,
-    "int": Parameter.Type.INTEGER,
-    "double": Parameter.Type.DOUBLE,
-    "bool": Parameter.Type.BOOL,
-    "string_array": Parameter.Type.STRING_ARRAY,
-    "int_array": Parameter.Type.INTEGER_ARRAY,
-    "double_array": Parameter.Type.DOUBLE_ARRAY,
-}
 
 _HOLD_TIME_S = 0.1  # time_from_start of the single point of a hold trajectory
 
@@ -250,30 +230,8 @@ class PolicyNode(Node):
         )
 
     # ------------------------------------------------------------------ parameters
-    def _declare(self, spec: ParamSpec) -> Any:
-        descriptor = ParameterDescriptor(
-            description=spec.description, dynamic_typing=spec.type == "string_or_double"
-        )
-        value = _PARAM_TYPES[spec.type] if spec.default is None else spec.default
-        self.declare_parameter(spec.name, value, descriptor)
-        try:
-            return self.get_parameter(spec.name).value
-        except ParameterUninitializedException:
-            return None
-
     def _declare_and_load_parameters(self) -> NodeConfig:
-        values = {spec.name: self._declare(spec) for spec in PARAMETERS}
-        for name in values.get("outputs") or []:
-            for spec in output_parameter_specs(name):
-                values[spec.name] = self._declare(spec)
-        commanded = [
-            joint
-            for name in values.get("outputs") or []
-            for joint in values[f"outputs.{name}.joints"] or []
-        ]
-        for spec in limit_parameter_specs(list(dict.fromkeys(commanded))):
-            values[spec.name] = self._declare(spec)
-        return build_config(values)
+        return declare_parameters(self)
 
     @property
     def config(self) -> NodeConfig:
