@@ -205,7 +205,7 @@ def test_the_live_parameters_are_the_ones_safe_to_change_while_running():
     for name in ("model", "policy_url", "camera_map", "joint_states_topic", "outputs"):
         assert spec_for(name).read_only, name
     assert spec_for("outputs.arm.topic").read_only
-    assert spec_for("joint_limits.joint1").read_only
+    assert spec_for("joint_limits.joint1").live
 
 
 def test_spec_for_finds_per_output_and_per_joint_rows():
@@ -281,6 +281,7 @@ def config():
         ("max_joint_step", 0.5, "max_joint_step", 0.5),
         ("sensor_timeout_s", 1.5, "sensor_timeout_s", 1.5),
         ("retry_delay_s", 0.0, "retry_delay_s", 0.0),
+        ("request_mode", "sync", "request_mode", "sync"),
     ],
 )
 def test_validate_change_applies_live_values(config, name, value, field, expected):
@@ -305,7 +306,14 @@ def test_validate_change_applies_live_values(config, name, value, field, expecte
         ("dry_run", 1, "parameter 'dry_run' is 1 (int); expected true or false"),
         ("model", "not_a_model", "parameter 'model' is read-only: it is read at start only"),
         ("outputs.arm.topic", "/x", "parameter 'outputs.arm.topic' is read-only"),
-        ("joint_limits.joint1", [-1.0, 1.0], "parameter 'joint_limits.joint1' is read-only"),
+        (
+            "joint_limits.joint1",
+            [1.0, -1.0],
+            "parameter 'joint_limits.joint1' is [1.0, -1.0]; expected finite lower < upper",
+        ),
+        ("joint_limits.joint1", [-1, 1], "parameter 'joint_limits.joint1' is [-1, 1] (list)"),
+        ("joint_limits.elbow", [-1.0, 1.0], "parameter 'joint_limits.elbow': no output drives"),
+        ("request_mode", "eager", "parameter 'request_mode' is 'eager'; expected one of"),
         ("tick_hz", 50.0, "parameter 'tick_hz' is read-only"),
         ("colour", "red", "parameter 'colour' is not a policy_node parameter"),
     ],
@@ -325,3 +333,10 @@ def test_validate_change_uses_the_start_rules():
         with pytest.raises(ParameterError) as live:
             validate_change(build_config(_flat("pi05")), name, value)
         assert str(at_start.value) == str(live.value)
+
+
+def test_validate_change_of_one_joint_limit_keeps_the_others(config):
+    changed = validate_change(config, "joint_limits.joint2", [-1.0, 1.0])
+    assert changed.joint_limits["joint2"] == (-1.0, 1.0)
+    assert changed.joint_limits["joint1"] == config.joint_limits["joint1"] == (-2.9, 2.9)
+    assert config.joint_limits["joint2"] == (-1.8, 1.8)

@@ -377,6 +377,7 @@ PARAMETERS: tuple[ParamSpec, ...] = (
         "early",
         "'early': request the next chunk ahead of time (streaming). 'sync': ask only when "
         "the executed part is used up (openpi ActionChunkBroker behaviour, for comparison).",
+        live=True,
         choices=("early", "sync"),
     ),
     ParamSpec(
@@ -492,7 +493,7 @@ def output_parameter_specs(name: str) -> tuple[ParamSpec, ...]:
 
 
 def limit_parameter_specs(joints: Sequence[str]) -> tuple[ParamSpec, ...]:
-    """One read-only ``joint_limits.<joint>`` = [lower, upper] per commanded joint."""
+    """One live ``joint_limits.<joint>`` = [lower, upper] per commanded joint."""
     return tuple(
         ParamSpec(
             f"joint_limits.{joint}",
@@ -500,6 +501,7 @@ def limit_parameter_specs(joints: Sequence[str]) -> tuple[ParamSpec, ...]:
             None,
             "[lower, upper] position limits (rad or m); every commanded joint needs one.",
             required=True,
+            live=True,
             convert=_limits,
         )
         for joint in joints
@@ -689,12 +691,25 @@ def validate_change(config: NodeConfig, name: str, value: Any) -> NodeConfig:
     """``config`` with parameter ``name`` set to ``value`` while the node runs.
 
     The value passes the same validator as at start. Only the parameters in
-    :data:`LIVE_PARAMETERS` change live; the others are read at start.
+    :data:`LIVE_PARAMETERS` and ``joint_limits.<joint>`` change live; the others
+    are read at start. Whether the running node can use the value (e.g. an
+    ``execute_horizon`` within the server's ``action_horizon``) is checked by the
+    node when it applies the new configuration.
 
     Raises:
         ParameterError: ``name`` is not live (or unknown) or ``value`` is invalid;
             the message names the parameter, the value and what is expected.
     """
+    if name.startswith("joint_limits."):
+        joint = name[len("joint_limits.") :]
+        if joint not in config.joint_limits:
+            raise ParameterError(
+                f"parameter '{name}': no output drives joint {joint!r}; limits are set for "
+                f"{list(config.joint_limits)}"
+            )
+        (spec,) = limit_parameter_specs([joint])
+        limits = {**config.joint_limits, joint: spec.check(value)}
+        return dataclasses.replace(config, joint_limits=limits)
     spec = _BY_NAME.get(name)
     if spec is None:
         if spec_for(name) is not None:
