@@ -375,3 +375,46 @@ def test_descriptors_carry_ranges_and_the_read_only_flag(ros_context, recording,
     assert model.read_only and "one of ['pi05', 'pi0', 'groot']" in model.additional_constraints
     assert lead.dynamic_typing and not lead.read_only
     assert not limits.read_only
+
+
+# ---------------------------------------------------------------- at start
+
+
+def _start(context, **overrides: Any) -> Any:
+    from relay_ros.node.policy_node import PolicyNode
+    from relay_ros.paths import config_dir
+
+    values = {"policy_url": "ws://127.0.0.1:9/{model}", "autostart": False, **overrides}
+    return PolicyNode(
+        "policy_node_start",
+        context=context,
+        cli_args=["--ros-args", "--params-file", str(config_dir() / "pi05.yaml")],
+        parameter_overrides=[Parameter(k, value=v) for k, v in values.items()],
+    )
+
+
+@pytest.mark.parametrize(
+    "name, value, message",
+    [
+        ("max_joint_step", 1, "parameter 'max_joint_step' is 1 (int); expected a double"),
+        ("execute_horizon", -5, "parameter 'execute_horizon' is -5; expected an integer from 0"),
+        ("model", "not_a_model", "parameter 'model' is 'not_a_model'; expected one of"),
+        ("request_lead_s", "soon", "parameter 'request_lead_s' is 'soon'; expected 'auto'"),
+    ],
+)
+def test_bad_values_at_start_are_named_like_live_ones(ros_context, name, value, message):
+    from relay_ros.node.params import ParameterError
+
+    with pytest.raises(ParameterError) as info:
+        _start(ros_context, **{name: value})
+    assert message in str(info.value)
+
+
+def test_parameters_the_node_does_not_know_are_named_in_a_warning(ros_context, capfd):
+    node = _start(ros_context, exceute_horizon=10, **{"outputs.wrist.topic": "x"})
+    try:
+        assert node.has_parameter("execute_horizon") and not node.has_parameter("exceute_horizon")
+    finally:
+        node.destroy_node()
+    err = wait_for(lambda: (text := capfd.readouterr().err) and "ignoring" in text and text)
+    assert "ignoring parameters ['exceute_horizon', 'outputs.wrist.topic']" in err

@@ -58,6 +58,10 @@ _PARAM_TYPES = {
 }
 
 
+#: Parameters rclpy itself may declare later (QoS overrides of publishers).
+_RCLPY_PREFIXES = ("qos_overrides.",)
+
+
 def descriptor(spec: ParamSpec) -> ParameterDescriptor:
     """The ROS descriptor of one parameter row."""
     constraints = []
@@ -108,10 +112,25 @@ def _declare(node: Node, spec: ParamSpec) -> Any:
 def declare_parameters(node: Node) -> NodeConfig:
     """Declare every policy_node parameter on ``node`` and validate their values.
 
+    A parameter given to the node (params file, ``-p``, overrides) that it does
+    not declare would be ignored without a word: each one is named in a warning
+    (not an error: a ``/**`` section may hold other nodes' parameters).
+
     Raises:
         ParameterError: A value is missing or invalid (the message names it).
     """
-    return build_config(collect_values(lambda spec: _declare(node, spec)))
+    config = build_config(collect_values(lambda spec: _declare(node, spec)))
+    unknown = sorted(
+        name
+        for name in getattr(node, "_parameter_overrides", {})
+        if not node.has_parameter(name) and not name.startswith(_RCLPY_PREFIXES)
+    )
+    if unknown:
+        node.get_logger().warning(
+            f"ignoring parameters {unknown}: not policy_node parameters (a typo? an output "
+            "not in 'outputs'?); see docs/node.md"
+        )
+    return config
 
 
 class LiveParameters:
