@@ -140,7 +140,7 @@ class ParamSpec:
     live: bool = False
     minimum: float | None = None
     maximum: float | None = None
-    choices: tuple[str, ...] = ()
+    choices: Sequence[str] = ()
     convert: Callable[[ParamSpec, Any], Any] | None = None
 
     def __post_init__(self) -> None:
