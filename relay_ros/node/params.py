@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from relay_ros.models import MODEL_IDS, family_of
 from relay_ros.paths import config_dir
 
 __all__ = [
@@ -51,7 +52,7 @@ __all__ = [
     "validate_change",
 ]
 
-MODELS = ("pi05", "pi0", "groot")
+MODELS = MODEL_IDS
 
 #: Parameter types, as ROS names them (``string_or_double``: dynamically typed).
 TYPES = (
@@ -428,6 +429,18 @@ PARAMETERS: tuple[ParamSpec, ...] = (
         maximum=60.0,
     ),
     ParamSpec(
+        "request_timeout_s",
+        "double",
+        0.0,
+        "Longest a request may take (s); then the connection is dropped and reopened and "
+        "the robot holds. 0: automatic, max(2 s, 10 x p99 of the measured latency), 30 s "
+        "until the first reply.",
+        live=True,
+        minimum=0.0,
+        maximum=600.0,
+        convert=_zero_is_none,
+    ),
+    ParamSpec(
         "autostart",
         "bool",
         True,
@@ -534,7 +547,7 @@ class OutputSpec:
     action_key: str | None
 
     def as_mapping(self) -> dict[str, Any]:
-        """The dict form :func:`relay_ros.node.outputs.load_outputs` takes."""
+        """The dict form :func:`relay_ros.pipeline.outputs.load_outputs` takes."""
         entry: dict[str, Any] = {"topic": self.topic, "joints": list(self.joints)}
         if self.dims is not None:
             entry["dims"] = list(self.dims)
@@ -566,6 +579,7 @@ class NodeConfig:
     max_joint_step: float
     sensor_timeout_s: float
     retry_delay_s: float
+    request_timeout_s: float | None
     autostart: bool
     tick_hz: float
     reconnect_max_backoff_s: float
@@ -634,12 +648,13 @@ def _output(values: Mapping[str, Any], name: str, model: str) -> OutputSpec:
     raw_dims = values.get(dims_spec.name)
     dims = tuple(dims_spec.check(raw_dims)) if raw_dims else None
     action_key = key_spec.check(values.get(key_spec.name) or "") or None
-    if model == "groot" and action_key is None:
+    groot = family_of(model) == "groot"
+    if groot and action_key is None:
         raise ParameterError(
-            f"output '{name}' needs parameter '{prefix}action_key' for model groot "
+            f"output '{name}' needs parameter '{prefix}action_key' for model {model} "
             "(the action group, e.g. 'action.single_arm')"
         )
-    if model != "groot" and dims is None:
+    if not groot and dims is None:
         raise ParameterError(
             f"output '{name}' needs parameter '{prefix}dims' for model {model} "
             "(indices into the action vector, one per joint)"
