@@ -340,3 +340,12 @@ def test_validate_change_of_one_joint_limit_keeps_the_others(config):
     assert changed.joint_limits["joint2"] == (-1.0, 1.0)
     assert changed.joint_limits["joint1"] == config.joint_limits["joint1"] == (-2.9, 2.9)
     assert config.joint_limits["joint2"] == (-1.8, 1.8)
+
+
+def test_read_only_parameters_are_what_the_streaming_core_cannot_change_live():
+    from relay_ros.pipeline.settings import FIXED_SETTINGS
+
+    read_only = {spec.name for spec in PARAMETERS if spec.read_only}
+    assert set(FIXED_SETTINGS) <= read_only
+    # Read only beyond those: autostart only means something at start.
+    assert read_only - set(FIXED_SETTINGS) == {"autostart"}
