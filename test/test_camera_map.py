@@ -37,9 +37,9 @@ def load(mapping, max_cameras=3):
 def test_shipped_pi_maps(name):
     entries = load_model_camera_map(CONFIG / name, name.split("_")[0])
     assert entries == [
-        CameraEntry("base_0_rgb", "/camera/base/image_raw", "raw", "sensor_data"),
+        CameraEntry("base_0_rgb", "camera/base/image_raw", "raw", "sensor_data"),
         CameraEntry(
-            "left_wrist_0_rgb", "/camera/wrist/image_raw/compressed", "compressed", "sensor_data"
+            "left_wrist_0_rgb", "camera/wrist/image_raw/compressed", "compressed", "sensor_data"
         ),
     ]
 

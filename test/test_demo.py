@@ -270,8 +270,8 @@ def test_node_parameters_match_the_model_config(model):
         for joint, value in zip(node[f"outputs.{output}.joints"], initial):
             lower, upper = node[f"joint_limits.{joint}"]
             assert lower <= value <= upper
-    assert arm["controllers.arm_controller.topic"] == "/arm_controller/joint_trajectory"
-    assert arm["controllers.gripper_controller.topic"] == "/gripper_controller/joint_trajectory"
+    assert arm["controllers.arm_controller.topic"] == "arm_controller/joint_trajectory"
+    assert arm["controllers.gripper_controller.topic"] == "gripper_controller/joint_trajectory"
 
 
 def test_node_parameter_errors():

@@ -51,6 +51,42 @@ def test_given_arguments_override_the_file(tmp_path: Path):
     ]
 
 
+def test_relative_files_resolve_against_the_current_directory_first(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "my_cameras.yaml").write_text("base_0_rgb: {topic: cam}\n")
+    (tmp_path / "robot.yaml").write_text("/**:\n  ros__parameters: {}\n")
+    # A file of the same name as a shipped one: the one in the current directory wins.
+    (tmp_path / "pi05_cameras.yaml").write_text("base_0_rgb: {topic: mine}\n")
+    for camera_map, expected in [
+        ("my_cameras.yaml", tmp_path / "my_cameras.yaml"),
+        ("pi05_cameras.yaml", tmp_path / "pi05_cameras.yaml"),
+        ("groot_cameras.yaml", config_dir() / "groot_cameras.yaml"),  # from config/
+    ]:
+        params = policy_node_parameters({"params_file": "robot.yaml", "camera_map": camera_map})
+        assert params[0] == str(tmp_path / "robot.yaml")
+        assert params[1]["camera_map"] == str(expected)
+        assert Path(params[1]["camera_map"]).is_absolute()
+
+
+def test_shipped_params_file_by_name_and_default_ignores_the_current_directory(
+    tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pi05.yaml").write_text("/**:\n  ros__parameters: {}\n")
+    assert policy_node_parameters({})[0] == str(config_dir() / "pi05.yaml")
+    assert policy_node_parameters({"params_file": "groot.yaml"})[0] == str(
+        config_dir() / "groot.yaml"
+    )
+
+
+def test_home_is_expanded(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "c.yaml").write_text("base_0_rgb: {topic: cam}\n")
+    assert policy_node_parameters({"camera_map": "~/c.yaml"})[1]["camera_map"] == str(
+        tmp_path / "c.yaml"
+    )
+
+
 def test_model_picks_its_config():
     assert policy_node_parameters({"model": "groot"})[0] == str(config_dir() / "groot.yaml")
 
@@ -64,9 +100,17 @@ def test_model_picks_its_config():
         ),
         (
             {"params_file": "/nonexistent/p.yaml"},
-            "params_file '/nonexistent/p.yaml' does not exist",
+            "launch argument 'params_file': no file '/nonexistent/p.yaml'",
         ),
-        ({"camera_map": "/nonexistent/c.yaml"}, "camera_map '/nonexistent/c.yaml' does not exist"),
+        (
+            {"camera_map": "/nonexistent/c.yaml"},
+            "launch argument 'camera_map': no file '/nonexistent/c.yaml'",
+        ),
+        (
+            {"camera_map": "nonexistent_cameras.yaml"},
+            f"launch argument 'camera_map': no file '{Path.cwd() / 'nonexistent_cameras.yaml'}' "
+            f"or '{config_dir() / 'nonexistent_cameras.yaml'}'",
+        ),
         ({"dry_run": "maybe"}, "launch argument 'dry_run' is 'maybe'; expected true or false"),
         ({"modle": "pi0"}, "unknown launch arguments ['modle']"),
     ],

@@ -310,7 +310,7 @@ def _run(
         preview_topic = f"/{node.get_name()}/preview"
         record_topics = {preview_topic: _TRAJECTORY_TYPE}
         for out in config.outputs:
-            record_topics[out.topic] = _TRAJECTORY_TYPE
+            record_topics[node.resolve_topic_name(out.topic)] = _TRAJECTORY_TYPE
         record_topics["/diagnostics"] = _DIAGNOSTICS_TYPE
 
         monitor_node = Node(

@@ -28,6 +28,7 @@ import numpy as np
 import yaml
 
 from relay_ros.bag.reader import BagReader
+from relay_ros.node.topic_names import expand_topic_name
 
 __all__ = [
     "BagInput",
@@ -117,6 +118,7 @@ class BagInput:
 
 def read_bag_input(bag: Path, required: Mapping[str, str], joint_topic: str) -> BagInput:
     """Open the bag, check the topics and types, read every joint state (and all data)."""
+    joint_topic = expand_topic_name(joint_topic)
     with BagReader(bag) as reader:
         reader.require_topics(required)
         for topic, msgtype in required.items():
@@ -156,30 +158,9 @@ def node_config(file_params: Mapping[str, Any], overrides: Mapping[str, Any]) ->
     Raises:
         ParameterError: A parameter is missing or invalid (the message names it).
     """
-    from relay_ros.node.params import (
-        PARAMETERS,
-        build_config,
-        limit_parameter_specs,
-        output_parameter_specs,
-    )
+    from relay_ros.node.params import config_from_parameters
 
-    given = {**file_params, **overrides}
-
-    def value(name: str, default: Any) -> Any:
-        return given.get(name, default)
-
-    values = {spec.name: value(spec.name, spec.default) for spec in PARAMETERS}
-    for name in values.get("outputs") or []:
-        for spec in output_parameter_specs(name):
-            values[spec.name] = value(spec.name, spec.default)
-    commanded = [
-        joint
-        for name in values.get("outputs") or []
-        for joint in values.get(f"outputs.{name}.joints") or []
-    ]
-    for spec in limit_parameter_specs(list(dict.fromkeys(commanded))):
-        values[spec.name] = value(spec.name, spec.default)
-    return build_config(values)
+    return config_from_parameters({**file_params, **overrides})
 
 
 def required_topics(config: Any) -> dict[str, str]:
@@ -188,8 +169,9 @@ def required_topics(config: Any) -> dict[str, str]:
 
     allowed, max_cameras = camera_constraints(config.model)
     cameras = load_camera_map(config.camera_map, allowed_keys=allowed, max_cameras=max_cameras)
-    required = {entry.topic: _CAMERA_TYPES[entry.transport] for entry in cameras}
-    required[config.joint_states_topic] = _JOINT_STATE_TYPE
+    # Relative names resolve in the root namespace, where replay runs the node.
+    required = {expand_topic_name(e.topic): _CAMERA_TYPES[e.transport] for e in cameras}
+    required[expand_topic_name(config.joint_states_topic)] = _JOINT_STATE_TYPE
     return required
 
 

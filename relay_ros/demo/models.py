@@ -16,13 +16,7 @@ import yaml
 
 from relay_ros.demo.errors import DemoArgumentError, DemoError
 from relay_ros.models import MODEL_IDS
-from relay_ros.node.params import (
-    PARAMETERS,
-    NodeConfig,
-    build_config,
-    limit_parameter_specs,
-    output_parameter_specs,
-)
+from relay_ros.node.params import NodeConfig, config_from_parameters
 from relay_ros.paths import config_dir, config_file
 
 __all__ = ["DEMO_MODELS", "REQUEST_MODES", "check_mode", "check_model", "load_model_config"]
@@ -81,14 +75,4 @@ def load_model_config(model: str) -> NodeConfig:
     """
     path = config_file(f"{check_model(model)}.yaml")
     given = _read_ros_parameters(path)
-    values: dict[str, Any] = {spec.name: spec.default for spec in PARAMETERS}
-    values.update(given)
-    for name in values.get("outputs") or []:
-        for spec in output_parameter_specs(name):
-            values.setdefault(spec.name, spec.default)
-    commanded = [
-        joint for name in values.get("outputs") or [] for joint in values[f"outputs.{name}.joints"]
-    ]
-    for spec in limit_parameter_specs(list(dict.fromkeys(commanded))):
-        values.setdefault(spec.name, spec.default)
-    return build_config(values, default_config_dir=config_dir)
+    return config_from_parameters(given, default_config_dir=config_dir)

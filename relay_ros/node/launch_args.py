@@ -20,6 +20,7 @@ __all__ = [
     "LaunchArgument",
     "parse_bool",
     "policy_node_parameters",
+    "resolve_file",
 ]
 
 
@@ -37,13 +38,15 @@ POLICY_LAUNCH_ARGUMENTS: tuple[LaunchArgument, ...] = (
     LaunchArgument(
         "params_file",
         "",
-        "Node parameter YAML. Empty: the package's config/<model>.yaml.",
+        "Node parameter YAML (relative: from the current directory, else the package's "
+        "config/). Empty: the package's config/<model>.yaml.",
     ),
     LaunchArgument(
         "camera_map",
         "",
-        "Camera map YAML (model camera key -> topic). Empty: the params file's camera_map, "
-        "else config/<model>_cameras.yaml.",
+        "Camera map YAML (model camera key -> topic; relative: from the current directory, "
+        "else the package's config/). Empty: the params file's camera_map, else "
+        "config/<model>_cameras.yaml.",
     ),
     LaunchArgument("prompt", "", "Task instruction. Empty: the params file's prompt."),
     LaunchArgument(
@@ -67,6 +70,26 @@ def parse_bool(name: str, text: str) -> bool:
     raise ParameterError(f"launch argument '{name}' is {text!r}; expected true or false")
 
 
+def resolve_file(argument: str, text: str, directory: Path) -> Path:
+    """The absolute path of a file named by a launch argument.
+
+    ``~`` is expanded; an absolute path is used as it is. A relative path is looked
+    up first in the current directory (where ``ros2 launch`` runs), then in the
+    package's ``config/`` (``directory``), so ``camera_map:=my_cameras.yaml`` finds
+    a file next to you and ``params_file:=groot.yaml`` the shipped one.
+
+    Raises:
+        ParameterError: No such file (the message lists where it looked).
+    """
+    path = Path(text).expanduser()
+    candidates = [path] if path.is_absolute() else [Path.cwd() / path, directory / path]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate.absolute()
+    looked = " or ".join(repr(str(c)) for c in candidates)
+    raise ParameterError(f"launch argument '{argument}': no file {looked}")
+
+
 def policy_node_parameters(
     arguments: Mapping[str, str], *, default_config_dir: Path | None = None
 ) -> list[Any]:
@@ -74,7 +97,8 @@ def policy_node_parameters(
 
     Returns the params file path first, then a dict of overrides for the
     arguments that were given (empty strings mean "keep the file's value"), so
-    command-line arguments win over the file as ROS users expect.
+    command-line arguments win over the file as ROS users expect. ``params_file``
+    and ``camera_map`` are passed on as absolute paths (:func:`resolve_file`).
     """
     unknown = sorted(set(arguments) - {arg.name for arg in POLICY_LAUNCH_ARGUMENTS})
     if unknown:
@@ -86,20 +110,22 @@ def policy_node_parameters(
             f"launch argument 'model' is {model!r}; expected one of {list(MODELS)}"
         )
 
+    directory = default_config_dir or config_dir()
     params_file = str(arguments.get("params_file") or "").strip()
     if params_file:
-        path = Path(params_file).expanduser()
+        path = resolve_file("params_file", params_file, directory)
     else:
-        path = (default_config_dir or config_dir()) / f"{model}.yaml"
-    if not path.is_file():
-        raise ParameterError(f"params_file {str(path)!r} does not exist")
+        path = directory / f"{model}.yaml"  # the shipped one, never a file in the cwd
+        if not path.is_file():
+            raise ParameterError(f"params_file {str(path)!r} does not exist")
 
     overrides: dict[str, Any] = {"model": model}
-    for name in ("camera_map", "prompt", "policy_url"):
+    for name in ("prompt", "policy_url"):
         value = str(arguments.get(name) or "")
         if value:
-            overrides[name] = str(Path(value).expanduser()) if name == "camera_map" else value
-    if "camera_map" in overrides and not Path(overrides["camera_map"]).is_file():
-        raise ParameterError(f"camera_map {overrides['camera_map']!r} does not exist")
+            overrides[name] = value
+    camera_map = str(arguments.get("camera_map") or "").strip()
+    if camera_map:
+        overrides["camera_map"] = str(resolve_file("camera_map", camera_map, directory))
     overrides["dry_run"] = parse_bool("dry_run", arguments.get("dry_run", "false"))
     return [str(path), overrides]

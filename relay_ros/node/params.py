@@ -1,26 +1,41 @@
-"""Every policy_node parameter in one place, and the validated configuration built from them.
+"""Every policy_node parameter in one table, with its validator, and the NodeConfig built from them.
 
-The node declares exactly the parameters listed in :data:`PARAMETERS` (with their
-descriptions, so ``ros2 param describe`` is useful), plus the per-output and
-per-joint parameters whose names depend on other parameters (see
-:func:`output_parameter_specs` and :func:`limit_parameter_specs`). Turning the raw
-values into a :class:`NodeConfig` is plain Python, so it is tested without rclpy
-and every mistake a robot team can make in a YAML file gets a sentence that names
-the parameter, the bad value and what was expected.
+Each :class:`ParamSpec` of :data:`PARAMETERS` holds what ROS needs to declare the
+parameter (type, default, description, range, read-only flag) and the rule that
+turns a raw value into the :class:`NodeConfig` field of the same name. The names
+of the per-output and per-joint parameters depend on other parameters' values
+(``outputs.<name>.topic``, ``joint_limits.<joint>``); :func:`output_parameter_specs`
+and :func:`limit_parameter_specs` build those rows.
+
+One table serves everyone:
+
+- the node declares exactly these parameters (descriptors from the same rows,
+  see :mod:`relay_ros.node.ros_params`) and gets its values through
+  :func:`collect_values`;
+- replay and the demo read a params file and call :func:`config_from_parameters`;
+- a live ``ros2 param set`` is checked by :func:`validate_change` with the rules
+  used at start; parameters that only take effect at start are read-only;
+- the table in docs/node.md is rendered from it (:mod:`relay_ros.node.params_doc`).
+
+Plain Python (no rclpy): every mistake a robot team can make in a YAML file or a
+``ros2 param set`` gets a sentence naming the parameter, the bad value and what
+was expected.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from relay_ros.models import MODEL_IDS
+from relay_ros.models import MODEL_IDS, family_of
 from relay_ros.paths import config_dir
 
 __all__ = [
+    "LIVE_PARAMETERS",
     "MODELS",
     "PARAMETERS",
     "NodeConfig",
@@ -28,54 +43,278 @@ __all__ = [
     "ParamSpec",
     "ParameterError",
     "build_config",
+    "collect_values",
+    "config_from_parameters",
     "limit_parameter_specs",
     "output_parameter_specs",
+    "parse_lead",
+    "spec_for",
+    "validate_change",
 ]
 
 MODELS = MODEL_IDS
+
+#: Parameter types, as ROS names them (``string_or_double``: dynamically typed).
+TYPES = (
+    "string",
+    "int",
+    "double",
+    "bool",
+    "string_array",
+    "int_array",
+    "double_array",
+    "string_or_double",
+)
+
+_MAX_SEED = 2**31 - 1
+_MAX_LEAD_S = 10.0
 
 
 class ParameterError(ValueError):
     """A node parameter is missing or has a value the node cannot use."""
 
 
+def _type_error(name: str, value: Any, expected: str) -> ParameterError:
+    return ParameterError(
+        f"parameter '{name}' is {value!r} ({type(value).__name__}); expected {expected}"
+    )
+
+
+def _is_list(value: Any) -> bool:
+    """A list, tuple or array.array (what rclpy returns for numeric arrays)."""
+    return isinstance(value, Sequence) and not isinstance(value, (str, bytes))
+
+
+def _check_type(name: str, kind: str, value: Any) -> Any:
+    """``value`` if it has ROS type ``kind`` (no conversions: ROS makes none either)."""
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise _type_error(name, value, "true or false")
+    elif kind == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _type_error(name, value, "an integer")
+    elif kind == "double":
+        if not isinstance(value, float):
+            hint = f", e.g. {float(value)!r}" if isinstance(value, int) else ""
+            raise _type_error(name, value, f"a double (with a decimal point{hint})")
+    elif kind == "string":
+        if not isinstance(value, str):
+            raise _type_error(name, value, "a string")
+    elif kind == "string_or_double":
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise _type_error(name, value, "a string or a number")
+    else:
+        item = {"string_array": str, "int_array": int, "double_array": float}[kind]
+        if not _is_list(value) or any(
+            isinstance(v, bool) or not isinstance(v, item) for v in value
+        ):
+            label = {str: "strings", int: "integers", float: "doubles"}[item]
+            raise _type_error(name, value, f"a list of {label}")
+        return list(value)
+    return value
+
+
 @dataclass(frozen=True)
 class ParamSpec:
-    """One ROS parameter: name, type name, default (None = required), description."""
+    """One ROS parameter and its validator.
+
+    Attributes:
+        name: Parameter name (the NodeConfig field of the same name, for the scalars).
+        type: One of :data:`TYPES`.
+        default: Value when unset; ``None``: no default (declared by type only).
+        required: A value must be given (only for rows without a default).
+        description: One or two sentences, shown by ``ros2 param describe`` and docs/node.md.
+        live: ``True``: a ``ros2 param set`` takes effect at once. ``False``: read-only,
+            the value is read at start only.
+        minimum: Smallest allowed number (inclusive), also the descriptor's range.
+        maximum: Largest allowed number (inclusive), also the descriptor's range.
+        choices: The allowed strings, if only some are.
+        convert: Turns the checked value into the NodeConfig field value (e.g. -1 ->
+            None); may raise :class:`ParameterError` for rules a range cannot say.
+    """
 
     name: str
-    # string | int | double | bool | string_array | int_array | double_array, or
-    # string_or_double (dynamically typed, e.g. request_lead_s: auto | 0.15)
     type: str
     default: Any
     description: str
+    required: bool = False
+    live: bool = False
+    minimum: float | None = None
+    maximum: float | None = None
+    choices: Sequence[str] = ()
+    convert: Callable[[ParamSpec, Any], Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.type not in TYPES:
+            raise ValueError(f"ParamSpec '{self.name}': type {self.type!r} is not one of {TYPES}")
+
+    @property
+    def read_only(self) -> bool:
+        """Read at start only: ROS refuses a ``ros2 param set`` for it."""
+        return not self.live
+
+    @property
+    def has_range(self) -> bool:
+        return self.minimum is not None and self.maximum is not None
+
+    def expected(self) -> str:
+        """What a valid value looks like, in words (for error messages and the docs)."""
+        if self.choices:
+            return f"one of {list(self.choices)}"
+        if self.has_range:
+            kind = "an integer" if self.type == "int" else "a number"
+            return f"{kind} from {self.minimum!r} to {self.maximum!r}"
+        return {
+            "string": "a string",
+            "bool": "true or false",
+            "string_array": "a list of strings",
+            "int_array": "a list of integers",
+            "double_array": "a list of doubles",
+        }.get(self.type, "a value")
+
+    def check(self, value: Any) -> Any:
+        """The NodeConfig value for ``value``, or :class:`ParameterError` naming what is wrong."""
+        value = _check_type(self.name, self.type, value)
+        if self.choices and value not in self.choices:
+            raise ParameterError(
+                f"parameter '{self.name}' is {value!r}; expected {self.expected()}"
+            )
+        if self.has_range and self.type in ("int", "double"):
+            assert self.minimum is not None and self.maximum is not None
+            if not (math.isfinite(value) and self.minimum <= value <= self.maximum):
+                raise ParameterError(
+                    f"parameter '{self.name}' is {value!r}; expected {self.expected()}"
+                )
+        return value if self.convert is None else self.convert(self, value)
 
 
+# ---------------------------------------------------------------- converters
+def _zero_is_none(spec: ParamSpec, value: Any) -> Any:
+    return None if value == 0 else value
+
+
+def _negative_is_none(spec: ParamSpec, value: int) -> int | None:
+    return None if value < 0 else value
+
+
+def _empty_is_none(spec: ParamSpec, value: str) -> str | None:
+    return value or None
+
+
+def _url(spec: ParamSpec, value: str) -> str | None:
+    if value and not value.startswith(("ws://", "wss://")):
+        raise ParameterError(
+            f"parameter '{spec.name}' is {value!r}; expected a ws:// or wss:// URL, "
+            "e.g. ws://127.0.0.1:8000/{model}"
+        )
+    return value or None
+
+
+def _topic(spec: ParamSpec, value: str) -> str:
+    if not value or any(ch.isspace() for ch in value):
+        raise ParameterError(
+            f"parameter '{spec.name}' is {value!r}; expected a topic name without spaces, "
+            "e.g. 'joint_states'"
+        )
+    return value
+
+
+def _names(spec: ParamSpec, value: list[str]) -> tuple[str, ...]:
+    if not value:
+        raise ParameterError(f"parameter '{spec.name}' is required ({spec.description})")
+    return _unique(spec.name, value)
+
+
+def _lead(spec: ParamSpec, value: Any) -> float | None:
+    return parse_lead(value)
+
+
+def _limits(spec: ParamSpec, value: list[float]) -> tuple[float, float]:
+    if len(value) != 2:
+        raise ParameterError(f"parameter '{spec.name}' is {value!r}; expected [lower, upper]")
+    lower, upper = value
+    if not (math.isfinite(lower) and math.isfinite(upper) and lower < upper):
+        raise ParameterError(f"parameter '{spec.name}' is {value!r}; expected finite lower < upper")
+    return (lower, upper)
+
+
+def _unique(name: str, items: Sequence[str]) -> tuple[str, ...]:
+    seen: set[str] = set()
+    for item in items:
+        if item in seen:
+            raise ParameterError(f"parameter '{name}' lists {item!r} twice")
+        seen.add(item)
+    return tuple(items)
+
+
+def parse_lead(value: Any) -> float | None:
+    """``'auto'`` -> None, else seconds from 0 to 10 (a number or a numeric string)."""
+    text = str(value).strip().lower()
+    if text == "auto":
+        return None
+    try:
+        lead = float(text)
+    except ValueError:
+        raise ParameterError(
+            f"parameter 'request_lead_s' is {value!r}; expected 'auto' or seconds, e.g. '0.15'"
+        ) from None
+    if not (math.isfinite(lead) and 0.0 <= lead <= _MAX_LEAD_S):
+        raise ParameterError(
+            f"parameter 'request_lead_s' is {value!r}; expected 'auto' or seconds from 0 "
+            f"to {_MAX_LEAD_S}"
+        )
+    return lead
+
+
+# ---------------------------------------------------------------- the table
 PARAMETERS: tuple[ParamSpec, ...] = (
-    ParamSpec("model", "string", "pi05", "Policy model ID: pi05, pi0 or groot."),
+    ParamSpec(
+        "model",
+        "string",
+        "pi05",
+        "Policy model ID.",
+        choices=MODELS,
+    ),
     ParamSpec(
         "policy_url",
         "string",
         "",
         "Server URL; '{model}' is replaced by the model ID. Empty: WALLE_URL from the "
         "environment or a .env file.",
+        convert=_url,
     ),
     ParamSpec(
         "camera_map",
         "string",
         "",
-        "Path of the camera map YAML (model camera key -> topic). Empty: the package's "
-        "config/<model>_cameras.yaml.",
+        "Path of the camera map YAML (model camera key -> topic, see camera_map.md). "
+        "Empty: the package's config/<model>_cameras.yaml.",
     ),
-    ParamSpec("prompt", "string", "", "Task instruction sent with every observation."),
+    ParamSpec(
+        "prompt",
+        "string",
+        "",
+        "Task instruction sent with every observation; the ~/prompt topic sets it too.",
+        live=True,
+    ),
     ParamSpec(
         "seed",
         "int",
         -1,
         "Sampling seed sent with every observation (same observation + seed -> same "
         "actions). -1: no seed, sampling is random.",
+        live=True,
+        minimum=-1,
+        maximum=_MAX_SEED,
+        convert=_negative_is_none,
     ),
-    ParamSpec("joint_states_topic", "string", "/joint_states", "sensor_msgs/JointState input."),
+    ParamSpec(
+        "joint_states_topic",
+        "string",
+        "joint_states",
+        "sensor_msgs/JointState input (relative: follows the node's namespace).",
+        convert=_topic,
+    ),
     ParamSpec(
         "state_joints",
         "string_array",
@@ -83,6 +322,8 @@ PARAMETERS: tuple[ParamSpec, ...] = (
         "Joint names in the order the checkpoint expects its state vector. pi0/pi05: "
         "zero-padded to the server's action_dim. groot: split into the server's state "
         "groups by their widths, in metadata order.",
+        required=True,
+        convert=_names,
     ),
     ParamSpec(
         "outputs",
@@ -90,6 +331,8 @@ PARAMETERS: tuple[ParamSpec, ...] = (
         None,
         "Names of the output controllers; each has outputs.<name>.topic, .joints and "
         ".dims (pi0/pi05) or .action_key (+ optional .dims) (groot).",
+        required=True,
+        convert=_names,
     ),
     ParamSpec(
         "limits_mode",
@@ -97,26 +340,37 @@ PARAMETERS: tuple[ParamSpec, ...] = (
         "refuse",
         "What to do with actions outside joint_limits: 'refuse' the whole chunk and hold "
         "(default), or 'clamp' them into the limits.",
+        live=True,
+        choices=("refuse", "clamp"),
     ),
     ParamSpec(
         "control_hz",
         "double",
         0.0,
         "Rate the actions are meant for (Hz). 0: control_hz from the server metadata.",
+        minimum=0.0,
+        maximum=1000.0,
+        convert=_zero_is_none,
     ),
     ParamSpec(
         "execute_horizon",
         "int",
         0,
-        "Actions of each chunk executed before the next chunk takes over (1..H). "
-        "0: half the server's action_horizon.",
+        "Actions of each chunk executed before the next chunk takes over (at most the "
+        "server's action_horizon). 0: half the server's action_horizon.",
+        live=True,
+        minimum=0,
+        maximum=1000,
+        convert=_zero_is_none,
     ),
     ParamSpec(
         "request_lead_s",
         "string_or_double",
         "auto",
-        "How long before the switch time the next observation is sent (seconds), or "
-        "'auto': p95 of measured latency plus a margin.",
+        "How long before the switch time the next observation is sent (seconds, 0 to 10), "
+        "or 'auto': p95 of measured latency plus a margin.",
+        live=True,
+        convert=_lead,
     ),
     ParamSpec(
         "request_mode",
@@ -124,18 +378,25 @@ PARAMETERS: tuple[ParamSpec, ...] = (
         "early",
         "'early': request the next chunk ahead of time (streaming). 'sync': ask only when "
         "the executed part is used up (openpi ActionChunkBroker behaviour, for comparison).",
+        live=True,
+        choices=("early", "sync"),
     ),
     ParamSpec(
         "blend_steps",
         "int",
         0,
         "Actions over which a new chunk is cross-faded from the old one (0 = off).",
+        live=True,
+        minimum=0,
+        maximum=1000,
     ),
     ParamSpec(
         "dry_run",
         "bool",
         False,
-        "Publish trajectories only on ~/preview, never to the controllers.",
+        "Publish trajectories only on ~/preview, never to the controllers. Set true while "
+        "running: the controllers get one hold at the commanded position, then nothing.",
+        live=True,
     ),
     ParamSpec(
         "max_joint_step",
@@ -143,13 +404,19 @@ PARAMETERS: tuple[ParamSpec, ...] = (
         0.25,
         "Largest allowed distance (rad or m) between the measured joint state and the "
         "first point of a new chunk; a larger jump refuses the chunk.",
+        live=True,
+        minimum=0.001,
+        maximum=10.0,
     ),
     ParamSpec(
         "sensor_timeout_s",
         "double",
         0.5,
-        "A camera frame or joint state older than this makes the observation stale: no "
-        "request, hold position.",
+        "A camera frame or joint state older than this (s) makes the observation stale: "
+        "no request, hold position.",
+        live=True,
+        minimum=0.01,
+        maximum=60.0,
     ),
     ParamSpec(
         "retry_delay_s",
@@ -157,60 +424,118 @@ PARAMETERS: tuple[ParamSpec, ...] = (
         0.25,
         "Wait after an error reply, a refused chunk or a failed request before the next "
         "request (s), so a misconfigured observation is not resent at the timer rate.",
+        live=True,
+        minimum=0.0,
+        maximum=60.0,
     ),
     ParamSpec(
         "request_timeout_s",
         "double",
         0.0,
         "Longest a request may take (s); then the connection is dropped and reopened and "
-        "the robot holds. 0 or negative: automatic, max(2 s, 10 x p99 of the measured "
-        "latency), 30 s until the first reply.",
+        "the robot holds. 0: automatic, max(2 s, 10 x p99 of the measured latency), 30 s "
+        "until the first reply.",
+        live=True,
+        minimum=0.0,
+        maximum=600.0,
+        convert=_zero_is_none,
     ),
-    ParamSpec("autostart", "bool", True, "Start commanding at once (else wait for ~/enable)."),
-    ParamSpec("tick_hz", "double", 100.0, "Rate of the scheduling timer (Hz)."),
+    ParamSpec(
+        "autostart",
+        "bool",
+        True,
+        "Start commanding at once (else wait for ~/enable).",
+    ),
+    ParamSpec(
+        "tick_hz",
+        "double",
+        100.0,
+        "Rate of the scheduling timer (Hz).",
+        minimum=1.0,
+        maximum=1000.0,
+    ),
     ParamSpec(
         "reconnect_max_backoff_s",
         "double",
         5.0,
         "Longest wait between reconnection attempts (s); the backoff doubles from 0.25 s.",
+        minimum=0.25,
+        maximum=300.0,
     ),
 )
 
 _BY_NAME = {spec.name: spec for spec in PARAMETERS}
 
+#: Names of the parameters a ``ros2 param set`` changes while the node runs.
+LIVE_PARAMETERS: tuple[str, ...] = tuple(spec.name for spec in PARAMETERS if spec.live)
+
 
 def output_parameter_specs(name: str) -> tuple[ParamSpec, ...]:
-    """The parameters of one output controller ``outputs.<name>.*``."""
+    """The parameters of one output controller ``outputs.<name>.*`` (read-only)."""
     prefix = f"outputs.{name}."
     return (
-        ParamSpec(prefix + "topic", "string", "", "JointTrajectory topic of this controller."),
-        ParamSpec(prefix + "joints", "string_array", None, "Joint names this controller drives."),
+        ParamSpec(
+            prefix + "topic",
+            "string",
+            "",
+            "JointTrajectory topic of this controller (relative: follows the node's "
+            "namespace), e.g. arm_controller/joint_trajectory.",
+        ),
+        ParamSpec(
+            prefix + "joints",
+            "string_array",
+            None,
+            "Joint names this controller drives.",
+            required=True,
+        ),
         ParamSpec(
             prefix + "dims",
             "int_array",
             None,
-            "Action dimensions driving the joints, in joint order (pi0/pi05: indices into "
-            "the action vector; groot: indices within action_key's group, default all).",
+            "Action dimensions driving the joints, in joint order (pi0/pi05: required, "
+            "indices into the action vector; groot: indices within action_key's group, "
+            "default all).",
         ),
         ParamSpec(
-            prefix + "action_key", "string", "", "groot: the action group, e.g. action.gripper."
+            prefix + "action_key",
+            "string",
+            "",
+            "groot: the action group, e.g. action.gripper (required for groot).",
         ),
     )
 
 
 def limit_parameter_specs(joints: Sequence[str]) -> tuple[ParamSpec, ...]:
-    """One ``joint_limits.<joint>`` = [lower, upper] parameter per commanded joint."""
+    """One live ``joint_limits.<joint>`` = [lower, upper] per commanded joint."""
     return tuple(
         ParamSpec(
             f"joint_limits.{joint}",
             "double_array",
             None,
-            f"[lower, upper] position limits of {joint}; every commanded joint needs one.",
+            "[lower, upper] position limits (rad or m); every commanded joint needs one.",
+            required=True,
+            live=True,
+            convert=_limits,
         )
         for joint in joints
     )
 
 
+def spec_for(name: str) -> ParamSpec | None:
+    """The row of parameter ``name``, including per-output and per-joint ones."""
+    if name in _BY_NAME:
+        return _BY_NAME[name]
+    if name.startswith("outputs.") and name.count(".") >= 2:
+        output, _, field = name[len("outputs.") :].rpartition(".")
+        return next(
+            (s for s in output_parameter_specs(output) if s.name.endswith("." + field)), None
+        )
+    if name.startswith("joint_limits.") and len(name) > len("joint_limits."):
+        return limit_parameter_specs([name[len("joint_limits.") :]])[0]
+    return None
+
+
+# ---------------------------------------------------------------- the configuration
 @dataclass(frozen=True)
 class OutputSpec:
     """One output controller as configured (validated against metadata later)."""
@@ -265,71 +590,76 @@ class NodeConfig:
         return tuple(joint for output in self.outputs for joint in output.joints)
 
 
-def _value(values: Mapping[str, Any], name: str) -> Any:
-    """The parameter's value, or its declared default when unset."""
-    value = values.get(name)
-    return _BY_NAME[name].default if value is None else value
+def collect_values(lookup: Callable[[ParamSpec], Any]) -> dict[str, Any]:
+    """Raw value of every node parameter (name -> value, unset = None), asked of ``lookup``.
+
+    ``lookup`` gets each :class:`ParamSpec` once, in declaration order: first
+    :data:`PARAMETERS`, then ``outputs.<name>.*`` for every listed output, then
+    ``joint_limits.<joint>`` for every joint those outputs drive (their names
+    depend on the values before). policy_node's lookup declares the parameter and
+    reads it; :func:`config_from_parameters` reads a mapping.
+    """
+    values = {spec.name: lookup(spec) for spec in PARAMETERS}
+    outputs = values.get("outputs")
+    output_names = [str(n) for n in outputs] if _is_list(outputs) else []
+    for name in output_names:
+        for spec in output_parameter_specs(name):
+            values[spec.name] = lookup(spec)
+    commanded: list[str] = []
+    for name in output_names:
+        joints = values.get(f"outputs.{name}.joints")
+        if _is_list(joints):
+            commanded.extend(str(j) for j in joints)
+    for spec in limit_parameter_specs(list(dict.fromkeys(commanded))):
+        values[spec.name] = lookup(spec)
+    return values
 
 
-def _need(values: Mapping[str, Any], name: str) -> Any:
-    value = values.get(name)
-    if value is None or value == "" or (isinstance(value, (list, tuple)) and not value):
-        spec = _BY_NAME.get(name)
-        hint = f" ({spec.description})" if spec else ""
-        raise ParameterError(f"parameter '{name}' is required{hint}")
-    return value
+def config_from_parameters(
+    given: Mapping[str, Any],
+    *,
+    default_config_dir: Callable[[], Path] = config_dir,
+) -> NodeConfig:
+    """The NodeConfig for parameters given as a mapping (e.g. a params file plus overrides).
+
+    Resolved like policy_node resolves them: declared defaults, then ``given``.
+    """
+    values = collect_values(lambda spec: given.get(spec.name, spec.default))
+    return build_config(values, default_config_dir=default_config_dir)
 
 
-def _positive(name: str, value: float) -> float:
-    if not math.isfinite(value) or value <= 0:
-        raise ParameterError(f"parameter '{name}' must be a positive number, got {value!r}")
-    return float(value)
+def _check(values: Mapping[str, Any], spec: ParamSpec) -> Any:
+    value = values.get(spec.name)
+    if value is None:
+        if spec.required:
+            raise ParameterError(f"parameter '{spec.name}' is required ({spec.description})")
+        value = spec.default
+    return spec.check(value)
 
 
-def _non_negative(name: str, value: float) -> float:
-    if not math.isfinite(value) or value < 0:
-        raise ParameterError(f"parameter '{name}' must be >= 0 seconds, got {value!r}")
-    return float(value)
-
-
-def _timeout_or_auto(value: float) -> float | None:
-    """``request_timeout_s``: seconds, or None (automatic) for 0 or less."""
-    if math.isnan(value) or math.isinf(value):
+def _output(values: Mapping[str, Any], name: str, model: str) -> OutputSpec:
+    prefix = f"outputs.{name}."
+    topic_spec, joints_spec, dims_spec, key_spec = output_parameter_specs(name)
+    topic = topic_spec.check(values.get(topic_spec.name) or "")
+    if not topic:
+        raise ParameterError(f"output '{name}' needs parameter '{prefix}topic'")
+    _topic(topic_spec, topic)
+    joints = _names(joints_spec, joints_spec.check(values.get(joints_spec.name) or []))
+    raw_dims = values.get(dims_spec.name)
+    dims = tuple(dims_spec.check(raw_dims)) if raw_dims else None
+    action_key = key_spec.check(values.get(key_spec.name) or "") or None
+    groot = family_of(model) == "groot"
+    if groot and action_key is None:
         raise ParameterError(
-            f"parameter 'request_timeout_s' is {value!r}; expected seconds, or 0 for automatic"
+            f"output '{name}' needs parameter '{prefix}action_key' for model {model} "
+            "(the action group, e.g. 'action.single_arm')"
         )
-    return value if value > 0 else None
-
-
-def _choice(name: str, value: str, allowed: Sequence[str]) -> str:
-    if value not in allowed:
-        raise ParameterError(f"parameter '{name}' is {value!r}; expected one of {list(allowed)}")
-    return value
-
-
-def _unique(name: str, items: Sequence[str]) -> tuple[str, ...]:
-    seen: set[str] = set()
-    for item in items:
-        if item in seen:
-            raise ParameterError(f"parameter '{name}' lists {item!r} twice")
-        seen.add(item)
-    return tuple(items)
-
-
-def parse_lead(value: str) -> float | None:
-    """``'auto'`` -> None, else a non-negative number of seconds."""
-    text = str(value).strip().lower()
-    if text == "auto":
-        return None
-    try:
-        lead = float(text)
-    except ValueError:
+    if not groot and dims is None:
         raise ParameterError(
-            f"parameter 'request_lead_s' is {value!r}; expected 'auto' or seconds, e.g. '0.15'"
-        ) from None
-    if not math.isfinite(lead) or lead < 0:
-        raise ParameterError(f"parameter 'request_lead_s' must be >= 0 seconds, got {value!r}")
-    return lead
+            f"output '{name}' needs parameter '{prefix}dims' for model {model} "
+            "(indices into the action vector, one per joint)"
+        )
+    return OutputSpec(name, topic, joints, dims, action_key)
 
 
 def build_config(
@@ -340,100 +670,72 @@ def build_config(
     """Validate raw parameter values (name -> value, unset = None) into a NodeConfig.
 
     ``values`` holds the :data:`PARAMETERS`, the ``outputs.<name>.*`` parameters of
-    every listed output and ``joint_limits.<joint>`` of every commanded joint.
+    every listed output and ``joint_limits.<joint>`` of every commanded joint
+    (what :func:`collect_values` returns). Each value passes its row's validator;
+    then the rules that tie parameters together (outputs, limits, model) apply.
     """
-    model = _choice("model", str(_value(values, "model")), MODELS)
-    state_joints = _unique("state_joints", list(_need(values, "state_joints")))
-    output_names = _unique("outputs", list(_need(values, "outputs")))
-
-    outputs = []
-    for name in output_names:
-        prefix = f"outputs.{name}."
-        topic = str(values.get(prefix + "topic") or "")
-        if not topic:
-            raise ParameterError(f"output '{name}' needs parameter '{prefix}topic'")
-        joints = _unique(prefix + "joints", list(_need(values, prefix + "joints")))
-        dims_value = values.get(prefix + "dims")
-        dims = tuple(int(d) for d in dims_value) if dims_value else None
-        action_key = str(values.get(prefix + "action_key") or "") or None
-        if model == "groot" and action_key is None:
-            raise ParameterError(
-                f"output '{name}' needs parameter '{prefix}action_key' for model groot "
-                "(the action group, e.g. 'action.single_arm')"
-            )
-        if model != "groot" and dims is None:
-            raise ParameterError(
-                f"output '{name}' needs parameter '{prefix}dims' for model {model} "
-                "(indices into the action vector, one per joint)"
-            )
-        outputs.append(OutputSpec(name, topic, joints, dims, action_key))
-
+    fields = {spec.name: _check(values, spec) for spec in PARAMETERS}
+    model = fields["model"]
+    outputs = tuple(_output(values, name, model) for name in fields["outputs"])
     commanded = [joint for output in outputs for joint in output.joints]
     _unique("outputs.*.joints", commanded)
     limits: dict[str, tuple[float, float]] = {}
     missing = []
-    for joint in commanded:
-        pair = values.get(f"joint_limits.{joint}")
-        if pair is None or len(pair) == 0:
-            missing.append(joint)
+    for spec in limit_parameter_specs(commanded):
+        if not values.get(spec.name):
+            missing.append(spec.name[len("joint_limits.") :])
             continue
-        if len(pair) != 2:
-            raise ParameterError(
-                f"parameter 'joint_limits.{joint}' is {list(pair)!r}; expected [lower, upper]"
-            )
-        lower, upper = float(pair[0]), float(pair[1])
-        if not (math.isfinite(lower) and math.isfinite(upper) and lower < upper):
-            raise ParameterError(
-                f"parameter 'joint_limits.{joint}' is {list(pair)!r}; expected finite lower < upper"
-            )
-        limits[joint] = (lower, upper)
+        limits[spec.name[len("joint_limits.") :]] = spec.check(values[spec.name])
     if missing:
         raise ParameterError(
             f"joints {missing} have no 'joint_limits.<joint>' parameter; every commanded "
             "joint needs [lower, upper] limits"
         )
-
-    camera_map = str(_value(values, "camera_map"))
-    camera_path = Path(camera_map) if camera_map else default_config_dir() / f"{model}_cameras.yaml"
-
-    control_hz = float(_value(values, "control_hz"))
-    execute_horizon = int(_value(values, "execute_horizon"))
-    if execute_horizon < 0:
-        raise ParameterError(
-            f"parameter 'execute_horizon' must be >= 1 (0 = half the horizon), "
-            f"got {execute_horizon}"
-        )
-    blend_steps = int(_value(values, "blend_steps"))
-    if blend_steps < 0:
-        raise ParameterError(f"parameter 'blend_steps' must be >= 0, got {blend_steps}")
-    seed = int(_value(values, "seed"))
-
-    return NodeConfig(
-        model=model,
-        policy_url=str(_value(values, "policy_url")) or None,
-        camera_map=camera_path,
-        prompt=str(_value(values, "prompt")),
-        seed=None if seed < 0 else seed,
-        joint_states_topic=str(_value(values, "joint_states_topic")),
-        state_joints=state_joints,
-        outputs=tuple(outputs),
-        joint_limits=limits,
-        limits_mode=_choice("limits_mode", str(_value(values, "limits_mode")), ("refuse", "clamp")),
-        control_hz=None if control_hz == 0 else _positive("control_hz", control_hz),
-        execute_horizon=execute_horizon or None,
-        request_lead_s=parse_lead(str(_value(values, "request_lead_s"))),
-        request_mode=_choice(
-            "request_mode", str(_value(values, "request_mode")), ("early", "sync")
-        ),
-        blend_steps=blend_steps,
-        dry_run=bool(_value(values, "dry_run")),
-        max_joint_step=_positive("max_joint_step", float(_value(values, "max_joint_step"))),
-        sensor_timeout_s=_positive("sensor_timeout_s", float(_value(values, "sensor_timeout_s"))),
-        retry_delay_s=_non_negative("retry_delay_s", float(_value(values, "retry_delay_s"))),
-        request_timeout_s=_timeout_or_auto(float(_value(values, "request_timeout_s"))),
-        autostart=bool(_value(values, "autostart")),
-        tick_hz=_positive("tick_hz", float(_value(values, "tick_hz"))),
-        reconnect_max_backoff_s=_positive(
-            "reconnect_max_backoff_s", float(_value(values, "reconnect_max_backoff_s"))
-        ),
+    camera_map = fields["camera_map"]
+    fields["camera_map"] = (
+        Path(camera_map).expanduser()
+        if camera_map
+        else default_config_dir() / f"{model}_cameras.yaml"
     )
+    fields["outputs"] = outputs
+    fields["joint_limits"] = limits
+    return NodeConfig(**fields)
+
+
+def validate_change(config: NodeConfig, name: str, value: Any) -> NodeConfig:
+    """``config`` with parameter ``name`` set to ``value`` while the node runs.
+
+    The value passes the same validator as at start. Only the parameters in
+    :data:`LIVE_PARAMETERS` and ``joint_limits.<joint>`` change live; the others
+    are read at start. Whether the running node can use the value (e.g. an
+    ``execute_horizon`` within the server's ``action_horizon``) is checked by the
+    node when it applies the new configuration.
+
+    Raises:
+        ParameterError: ``name`` is not live (or unknown) or ``value`` is invalid;
+            the message names the parameter, the value and what is expected.
+    """
+    if name.startswith("joint_limits."):
+        joint = name[len("joint_limits.") :]
+        if joint not in config.joint_limits:
+            raise ParameterError(
+                f"parameter '{name}': no output drives joint {joint!r}; limits are set for "
+                f"{list(config.joint_limits)}"
+            )
+        (spec,) = limit_parameter_specs([joint])
+        limits = {**config.joint_limits, joint: spec.check(value)}
+        return dataclasses.replace(config, joint_limits=limits)
+    spec = _BY_NAME.get(name)
+    if spec is None:
+        if spec_for(name) is not None:
+            raise ParameterError(
+                f"parameter '{name}' is read-only: it is read at start only; restart the "
+                "node to change it"
+            )
+        raise ParameterError(f"parameter '{name}' is not a policy_node parameter")
+    if not spec.live:
+        raise ParameterError(
+            f"parameter '{name}' is read-only: it is read at start only; restart the node "
+            f"to change it (live parameters: {', '.join(LIVE_PARAMETERS)})"
+        )
+    return dataclasses.replace(config, **{name: spec.check(value)})

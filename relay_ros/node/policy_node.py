@@ -33,9 +33,6 @@ import rclpy
 from builtin_interfaces.msg import Duration as DurationMsg
 from builtin_interfaces.msg import Time as TimeMsg
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from rcl_interfaces.msg import ParameterDescriptor
-from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.exceptions import ParameterUninitializedException
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -46,16 +43,9 @@ from std_msgs.msg import String
 from std_srvs.srv import SetBool, Trigger
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-from relay_ros.node.params import (
-    PARAMETERS,
-    NodeConfig,
-    ParameterError,
-    ParamSpec,
-    build_config,
-    limit_parameter_specs,
-    output_parameter_specs,
-)
+from relay_ros.node.params import NodeConfig, ParameterError
 from relay_ros.node.ros_logging import node_logger
+from relay_ros.node.ros_params import LiveParameters, declare_parameters
 from relay_ros.pipeline.camera_map import CameraEntry, CameraMapError, load_model_camera_map
 from relay_ros.pipeline.health import assess
 from relay_ros.pipeline.image_cdr import CdrImageError, parse_image_cdr
@@ -65,16 +55,6 @@ from relay_ros.pipeline.streaming import StreamingCore, TrajectoryMessage
 from relay_ros.wire.connection import PolicyConnection
 
 __all__ = ["PolicyNode", "main"]
-
-_PARAM_TYPES = {
-    "string": Parameter.Type.STRING,
-    "int": Parameter.Type.INTEGER,
-    "double": Parameter.Type.DOUBLE,
-    "bool": Parameter.Type.BOOL,
-    "string_array": Parameter.Type.STRING_ARRAY,
-    "int_array": Parameter.Type.INTEGER_ARRAY,
-    "double_array": Parameter.Type.DOUBLE_ARRAY,
-}
 
 _RELIABLE = QoSProfile(
     depth=10, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE
@@ -131,7 +111,9 @@ class PolicyNode(Node):
             log=self.get_logger(),
         )
 
-        group = MutuallyExclusiveCallbackGroup()
+        # Parameter services run in the default group: sharing it keeps a live
+        # parameter change from running beside a tick, whatever executor spins the node.
+        group = self.default_callback_group
         for entry in self._cameras:
             compressed = entry.transport == "compressed"
             self.create_subscription(
@@ -154,7 +136,7 @@ class PolicyNode(Node):
         self.create_subscription(
             String,
             "~/prompt",
-            lambda msg: self.core.set_prompt(msg.data),
+            self._on_prompt,
             _RELIABLE,
             callback_group=group,
         )
@@ -162,6 +144,7 @@ class PolicyNode(Node):
         self.create_service(SetBool, "~/enable", self._on_enable, callback_group=group)
         self._tick_timer = self.create_timer(1.0 / cfg.tick_hz, self._tick, callback_group=group)
         self._diag_timer = self.create_timer(1.0, self._publish_diagnostics, callback_group=group)
+        self._live = LiveParameters(self, cfg, self._apply_config)
         self.get_logger().info(
             f"policy_node for {cfg.model}: {len(self._cameras)} camera(s), outputs "
             f"{[o.name for o in cfg.outputs]}, {'dry run' if cfg.dry_run else 'commanding'}, "
@@ -169,30 +152,19 @@ class PolicyNode(Node):
         )
 
     # ------------------------------------------------------------------ parameters
-    def _declare(self, spec: ParamSpec) -> Any:
-        descriptor = ParameterDescriptor(
-            description=spec.description, dynamic_typing=spec.type == "string_or_double"
-        )
-        value = _PARAM_TYPES[spec.type] if spec.default is None else spec.default
-        self.declare_parameter(spec.name, value, descriptor)
-        try:
-            return self.get_parameter(spec.name).value
-        except ParameterUninitializedException:
-            return None
-
     def _declare_and_load_parameters(self) -> NodeConfig:
-        values = {spec.name: self._declare(spec) for spec in PARAMETERS}
-        for name in values.get("outputs") or []:
-            for spec in output_parameter_specs(name):
-                values[spec.name] = self._declare(spec)
-        commanded = [
-            joint
-            for name in values.get("outputs") or []
-            for joint in values[f"outputs.{name}.joints"] or []
-        ]
-        for spec in limit_parameter_specs(list(dict.fromkeys(commanded))):
-            values[spec.name] = self._declare(spec)
-        return build_config(values)
+        return declare_parameters(self)
+
+    def _apply_config(self, config: NodeConfig) -> None:
+        """A live parameter change (validated by LiveParameters), in force when this returns."""
+        self.core.apply_config(config, self._now())
+        self._config = config
+
+    def _on_prompt(self, msg: String) -> None:
+        # Through the parameter, so `ros2 param get prompt` shows the prompt in use.
+        result = self.set_parameters([Parameter("prompt", value=msg.data)])[0]
+        if not result.successful:
+            self.get_logger().warning(f"~/prompt refused: {result.reason}")
 
     @property
     def config(self) -> NodeConfig:

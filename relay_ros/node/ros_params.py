@@ -1,0 +1,186 @@
+"""policy_node's parameters on the ROS side: declaration with descriptors, and live changes.
+
+The table and every rule live in :mod:`relay_ros.node.params` (plain Python);
+this module only translates them for rclpy:
+
+- :func:`descriptor` turns a :class:`~relay_ros.node.params.ParamSpec` into a
+  ``ParameterDescriptor``: description, read-only flag (parameters read at start
+  only, so ``ros2 param set`` refuses them with a reason), the numeric range
+  (``IntegerRange`` / ``FloatingPointRange``) and the allowed values in words;
+- :func:`declare_parameters` declares every parameter on a node and returns the
+  validated :class:`~relay_ros.node.params.NodeConfig`;
+- :class:`LiveParameters` is the on-set-parameters callback: a change to a live
+  parameter is validated with the rules used at start and handed to the node's
+  ``apply`` function before the set call returns; anything else is refused with
+  the sentence the validator wrote.
+"""
+
+from __future__ import annotations
+
+import array
+from collections.abc import Callable
+from typing import Any
+
+from rcl_interfaces.msg import (
+    FloatingPointRange,
+    IntegerRange,
+    ParameterDescriptor,
+    SetParametersResult,
+)
+from rclpy.exceptions import (
+    InvalidParameterTypeException,
+    InvalidParameterValueException,
+    ParameterUninitializedException,
+)
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+
+from relay_ros.node.params import (
+    NodeConfig,
+    ParameterError,
+    ParamSpec,
+    build_config,
+    collect_values,
+    spec_for,
+    validate_change,
+)
+
+__all__ = ["LiveParameters", "declare_parameters", "descriptor"]
+
+_PARAM_TYPES = {
+    "string": Parameter.Type.STRING,
+    "int": Parameter.Type.INTEGER,
+    "double": Parameter.Type.DOUBLE,
+    "bool": Parameter.Type.BOOL,
+    "string_array": Parameter.Type.STRING_ARRAY,
+    "int_array": Parameter.Type.INTEGER_ARRAY,
+    "double_array": Parameter.Type.DOUBLE_ARRAY,
+}
+
+
+#: Parameters rclpy itself may declare later (QoS overrides of publishers).
+_RCLPY_PREFIXES = ("qos_overrides.",)
+
+
+def descriptor(spec: ParamSpec) -> ParameterDescriptor:
+    """The ROS descriptor of one parameter row."""
+    constraints = []
+    if spec.choices:
+        constraints.append(f"one of {list(spec.choices)}")
+    constraints.append(
+        "live: takes effect at once" if spec.live else "read-only: read at start only"
+    )
+    result = ParameterDescriptor(
+        description=spec.description,
+        additional_constraints="; ".join(constraints),
+        read_only=spec.read_only,
+        dynamic_typing=spec.type == "string_or_double",
+    )
+    if spec.has_range and spec.type == "int":
+        result.integer_range = [
+            IntegerRange(from_value=int(spec.minimum), to_value=int(spec.maximum), step=0)
+        ]
+    elif spec.has_range and spec.type == "double":
+        result.floating_point_range = [
+            FloatingPointRange(
+                from_value=float(spec.minimum), to_value=float(spec.maximum), step=0.0
+            )
+        ]
+    return result
+
+
+def _declare(node: Node, spec: ParamSpec) -> Any:
+    """Declare ``spec`` on ``node``; its value (None if unset and required)."""
+    initial = _PARAM_TYPES[spec.type] if spec.default is None else spec.default
+    try:
+        node.declare_parameter(spec.name, initial, descriptor(spec))
+    except (InvalidParameterTypeException, InvalidParameterValueException) as exc:
+        # rclpy refused the value from the params file or an override (wrong type or out
+        # of range): say it the way the validator says it, with what is expected.
+        overrides = getattr(node, "_parameter_overrides", {})
+        given = overrides[spec.name].value if spec.name in overrides else None
+        if given is not None:
+            spec.check(given)  # raises ParameterError with the sentence
+        raise ParameterError(f"parameter '{spec.name}': {exc}") from None
+    try:
+        value = node.get_parameter(spec.name).value
+    except ParameterUninitializedException:
+        return None
+    return value.tolist() if isinstance(value, array.array) else value
+
+
+def declare_parameters(node: Node) -> NodeConfig:
+    """Declare every policy_node parameter on ``node`` and validate their values.
+
+    A parameter given to the node (params file, ``-p``, overrides) that it does
+    not declare would be ignored without a word: each one is named in a warning
+    (not an error: a ``/**`` section may hold other nodes' parameters).
+
+    Raises:
+        ParameterError: A value is missing or invalid (the message names it).
+    """
+    config = build_config(collect_values(lambda spec: _declare(node, spec)))
+    unknown = sorted(
+        name
+        for name in getattr(node, "_parameter_overrides", {})
+        if not node.has_parameter(name) and not name.startswith(_RCLPY_PREFIXES)
+    )
+    if unknown:
+        node.get_logger().warning(
+            f"ignoring parameters {unknown}: not policy_node parameters (a typo? an output "
+            "not in 'outputs'?); see docs/node.md"
+        )
+    return config
+
+
+class LiveParameters:
+    """The node's on-set-parameters callback for the live parameters.
+
+    ``apply(new_config)`` makes the change take effect; it runs inside the set
+    call, so when ``ros2 param set`` answers, the node already works with the
+    new value. It may raise ``ValueError`` (e.g. ``execute_horizon`` larger than
+    the server's ``action_horizon``) to refuse the change; the message is the
+    reason ``ros2 param set`` prints.
+
+    Parameters that are not policy_node's (``use_sim_time``, ``qos_overrides.*``)
+    are left to rclpy.
+    """
+
+    def __init__(
+        self,
+        node: Node,
+        config: NodeConfig,
+        apply: Callable[[NodeConfig], None],
+    ) -> None:
+        self._node = node
+        self._config = config
+        self._apply = apply
+        node.add_on_set_parameters_callback(self._on_set)
+
+    @property
+    def config(self) -> NodeConfig:
+        """The configuration with every accepted change applied."""
+        return self._config
+
+    def _on_set(self, parameters: list[Parameter]) -> SetParametersResult:
+        config = self._config
+        changed = []
+        try:
+            for parameter in parameters:
+                if spec_for(parameter.name) is None:
+                    continue  # not ours (use_sim_time, qos_overrides.*): rclpy's business
+                value = parameter.value
+                if isinstance(value, array.array):
+                    value = value.tolist()
+                config = validate_change(config, parameter.name, value)
+                changed.append(f"{parameter.name}={value!r}")
+            if config != self._config:
+                self._apply(config)
+        except ValueError as exc:
+            reason = str(exc)
+            self._node.get_logger().warning(f"parameter change refused: {reason}")
+            return SetParametersResult(successful=False, reason=reason)
+        self._config = config
+        if changed:
+            self._node.get_logger().info(f"parameters changed: {', '.join(changed)}")
+        return SetParametersResult(successful=True)

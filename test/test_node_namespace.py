@@ -1,0 +1,142 @@
+"""A namespace pushed onto policy_node moves its topics; /diagnostics stays absolute.
+
+The shipped configuration (config/pi05.yaml and its camera map) uses relative
+topic names, so a robot started under ``/robot1`` (``PushRosNamespace`` in a
+launch file, or ``-r __ns:=/robot1``) talks to its own drivers and controllers.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import cv2
+import numpy as np
+import pytest
+from node_rig import PI_JOINTS, wait_for
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rclpy.qos import qos_profile_sensor_data
+from sensor_msgs.msg import CompressedImage, Image, JointState
+from trajectory_msgs.msg import JointTrajectory
+
+from relay_ros.node.policy_node import PolicyNode
+from relay_ros.paths import config_dir
+from relay_ros.server import ServerOptions, run_server_in_thread
+
+pytestmark = pytest.mark.ros
+
+
+@pytest.fixture(scope="module")
+def server():
+    with run_server_in_thread(ServerOptions(models=("pi05",))) as handle:
+        yield handle
+
+
+def _node(context, url: str, *, namespace: str | None = None, ns_remap: str | None = None):
+    cli_args = ["--ros-args", "--params-file", str(config_dir() / "pi05.yaml")]
+    if ns_remap is not None:
+        cli_args += ["-r", f"__ns:={ns_remap}"]
+    kwargs = {"namespace": namespace} if namespace is not None else {}
+    return PolicyNode(
+        "policy_node",
+        context=context,
+        cli_args=cli_args,
+        parameter_overrides=[Parameter("policy_url", value=url)],
+        **kwargs,
+    )
+
+
+def _names(node: Node) -> tuple[set[str], set[str]]:
+    """Resolved names of the node's subscriptions and publishers."""
+    return {s.topic_name for s in node.subscriptions}, {p.topic_name for p in node.publishers}
+
+
+@pytest.mark.parametrize("how", ["namespace", "__ns"])
+def test_topics_follow_the_namespace(ros_context, server, how):
+    if how == "namespace":
+        node = _node(ros_context, server.url_template, namespace="/robot1")
+    else:
+        node = _node(ros_context, server.url_template, ns_remap="/robot1")
+    try:
+        subscriptions, publishers = _names(node)
+    finally:
+        node.destroy_node()
+    assert {
+        "/robot1/joint_states",
+        "/robot1/camera/base/image_raw",
+        "/robot1/camera/wrist/image_raw/compressed",
+        "/robot1/policy_node/prompt",
+    } <= subscriptions
+    assert {
+        "/robot1/arm_controller/joint_trajectory",
+        "/robot1/gripper_controller/joint_trajectory",
+        "/robot1/policy_node/preview",
+        "/diagnostics",
+    } <= publishers
+    assert not any(name.startswith("/joint_states") for name in subscriptions)
+
+
+def test_without_a_namespace_the_topics_are_the_usual_ones(ros_context, server):
+    node = _node(ros_context, server.url_template)
+    try:
+        subscriptions, publishers = _names(node)
+    finally:
+        node.destroy_node()
+    assert {"/joint_states", "/camera/base/image_raw"} <= subscriptions
+    assert {"/arm_controller/joint_trajectory", "/policy_node/preview"} <= publishers
+
+
+def test_a_namespaced_robot_is_commanded_in_its_namespace(ros_context, server):
+    """Drivers and controllers of /robot1 (relative names in their own namespace)."""
+    node = _node(ros_context, server.url_template, namespace="/robot1")
+    robot = Node("robot_drivers", namespace="/robot1", context=ros_context)
+    received: dict[str, list] = {"ns": [], "root": []}
+    lock = threading.Lock()
+
+    def record(key: str):
+        def callback(msg: JointTrajectory) -> None:
+            with lock:
+                received[key].append(msg)
+
+        return callback
+
+    image_pub = robot.create_publisher(Image, "camera/base/image_raw", qos_profile_sensor_data)
+    jpeg_pub = robot.create_publisher(
+        CompressedImage, "camera/wrist/image_raw/compressed", qos_profile_sensor_data
+    )
+    joint_pub = robot.create_publisher(JointState, "joint_states", 10)
+    robot.create_subscription(JointTrajectory, "arm_controller/joint_trajectory", record("ns"), 10)
+    robot.create_subscription(
+        JointTrajectory, "/arm_controller/joint_trajectory", record("root"), 10
+    )
+    frame = np.zeros((48, 64, 3), np.uint8)
+    jpeg = cv2.imencode(".jpg", frame)[1].tobytes()
+
+    def publish_inputs() -> None:
+        stamp = robot.get_clock().now().to_msg()
+        image = Image(height=48, width=64, encoding="rgb8", step=64 * 3, data=frame.tobytes())
+        image.header.stamp = stamp
+        image_pub.publish(image)
+        compressed = CompressedImage(format="jpeg", data=jpeg)
+        compressed.header.stamp = stamp
+        jpeg_pub.publish(compressed)
+        joints = JointState(name=PI_JOINTS, position=[0.1] * len(PI_JOINTS))
+        joints.header.stamp = stamp
+        joint_pub.publish(joints)
+
+    robot.create_timer(1.0 / 30.0, publish_inputs)
+    executor = SingleThreadedExecutor(context=ros_context)
+    executor.add_node(node)
+    executor.add_node(robot)
+    thread = threading.Thread(target=executor.spin, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: len(received["ns"]) >= 2, timeout=15)
+    finally:
+        executor.shutdown(timeout_sec=5.0)
+        thread.join(timeout=5.0)
+        node.destroy_node()
+        robot.destroy_node()
+    assert received["root"] == []
+    assert list(received["ns"][0].joint_names) == PI_JOINTS[:6]

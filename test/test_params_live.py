@@ -1,0 +1,419 @@
+"""Live parameters of policy_node, set from another node through its parameter services.
+
+Each test runs the node against a real server on loopback (test/node_rig.py),
+changes a parameter with rclpy's ``AsyncParameterClient`` (what ``ros2 param set``
+does) and watches the effect on what the node publishes or sends to the server.
+Read-only parameters and bad values must be refused with a reason.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+from node_rig import Rig, stamp_of, t_obs_of, tfs_of, wait_for
+from rclpy.parameter import Parameter
+from rclpy.parameter_client import AsyncParameterClient
+
+from relay_ros.server import ServerOptions, run_server_in_thread
+
+pytestmark = pytest.mark.ros
+
+DT = 1.0 / 50.0  # reference pi05 control_hz
+H = 50
+
+
+class RecordingPolicy:
+    """A server policy that records prompts and seeds and can misbehave on purpose.
+
+    ``follow``: state + a ramp (the same chunk for the same state); ``limits``:
+    joint2 beyond its [-1.8, 1.8] limits; ``far``: 0.6 rad from the state;
+    ``raise``: every request fails.
+    """
+
+    def __init__(self, mode: str = "follow") -> None:
+        self.mode = mode
+        self.prompts: list[str] = []
+        self.seeds: list[Any] = []
+        self._lock = threading.Lock()
+
+    def infer(self, obs: dict) -> dict:
+        with self._lock:
+            self.prompts.append(obs.get("prompt"))
+            self.seeds.append(obs.get("seed"))
+        if self.mode == "raise":
+            raise RuntimeError("model crashed on purpose")
+        state = np.asarray(obs["state"], dtype=np.float32).reshape(-1)
+        actions = state[None, :] + np.arange(H, dtype=np.float32)[:, None] * 0.002
+        if self.mode == "limits":
+            actions[:, 1] = 1.7 + np.arange(H) * 0.01
+        elif self.mode == "far":
+            actions += 0.6
+        return {"actions": actions.astype(np.float32)}
+
+    def reset(self) -> None:
+        pass
+
+    def requests(self) -> int:
+        with self._lock:
+            return len(self.prompts)
+
+
+@pytest.fixture
+def recording():
+    """(policy, server) whose policy records every observation; mode settable per test."""
+    policy = RecordingPolicy()
+    options = ServerOptions(models=("pi05",), policy=lambda: policy)
+    with run_server_in_thread(options) as server:
+        yield policy, server
+
+
+class Params:
+    """``ros2 param`` for a rig's node, from the rig's feeder node."""
+
+    def __init__(self, rig: Rig) -> None:
+        self._client = AsyncParameterClient(rig.feeder, rig.node_name)
+        assert self._client.wait_for_services(timeout_sec=10.0)
+
+    def set(self, **values: Any) -> tuple[Any, float]:
+        """Set one parameter; its SetParametersResult and the wall time the call returned."""
+        assert len(values) == 1
+        future = self._client.set_parameters([Parameter(k, value=v) for k, v in values.items()])
+        wait_for(future.done, timeout=10.0)
+        returned = time.time()
+        return future.result().results[0], returned
+
+    def get(self, name: str) -> Any:
+        future = self._client.get_parameters([name])
+        wait_for(future.done, timeout=10.0)
+        return Parameter.from_parameter_msg(_named(name, future.result().values[0])).value
+
+    def describe(self, name: str) -> Any:
+        future = self._client.describe_parameters([name])
+        wait_for(future.done, timeout=10.0)
+        return future.result().descriptors[0]
+
+
+def _named(name: str, value: Any) -> Any:
+    from rcl_interfaces.msg import Parameter as ParameterMsg
+
+    return ParameterMsg(name=name, value=value)
+
+
+def _chunks_after(messages: list, t: float) -> list:
+    """Chunk messages (more than one point) stamped after ``t``."""
+    return [m for m in messages if stamp_of(m) > t and len(m.points) > 1]
+
+
+# ---------------------------------------------------------------- dry_run
+
+
+def test_dry_run_true_stops_commanding_before_the_set_returns(ros_context, recording, tmp_path):
+    policy, server = recording
+    with Rig(ros_context, server.url_template, tmp_path=tmp_path) as rig:
+        params = Params(rig)
+        wait_for(lambda: len(rig.snapshot().arm) >= 2, timeout=15)
+        result, returned = params.set(dry_run=True)
+        assert result.successful, result.reason
+        # The node keeps streaming, to ~/preview only.
+        wait_for(lambda: len(_chunks_after(rig.snapshot().preview, returned)) >= 4, timeout=10)
+        time.sleep(0.3)  # anything published before the return has arrived by now
+        got = rig.snapshot()
+        assert params.get("dry_run") is True
+        status = wait_for(lambda: (s := rig.last_status()) and s["dry_run"] == "True" and s)
+        result, enabled_at = params.set(dry_run=False)
+        assert result.successful, result.reason
+        wait_for(lambda: _chunks_after(rig.snapshot().arm, enabled_at), timeout=10)
+    # Nothing reached the controllers from the moment the set call returned...
+    assert [stamp_of(m) for m in got.arm + got.gripper if stamp_of(m) >= returned] == []
+    # ...and the last command they got is a hold where the robot was commanded to be.
+    assert len(got.arm[-1].points) == 1 and len(got.gripper[-1].points) == 1
+    assert list(got.arm[-1].points[0].velocities) == [0.0] * 6
+    assert status["level"] == 0  # still streaming (OK), in dry run
+
+
+def test_dry_run_set_before_any_chunk_sends_no_hold(ros_context, recording, tmp_path):
+    policy, server = recording
+    with Rig(
+        ros_context, server.url_template, overrides={"autostart": False}, tmp_path=tmp_path
+    ) as rig:
+        params = Params(rig)
+        result, _ = params.set(dry_run=True)
+        assert result.successful, result.reason
+        time.sleep(0.3)
+        assert rig.snapshot().arm == []
+
+
+# ---------------------------------------------------------------- what the server sees
+
+
+def test_prompt_and_seed_reach_the_server_from_the_next_observation(
+    ros_context, recording, tmp_path
+):
+    policy, server = recording
+    with Rig(ros_context, server.url_template, tmp_path=tmp_path) as rig:
+        params = Params(rig)
+        wait_for(lambda: policy.requests() >= 2, timeout=15)
+        assert policy.prompts[-1] == "stack the blocks" and policy.seeds[-1] is None
+        assert params.set(prompt="open the drawer")[0].successful
+        seen = policy.requests()
+        wait_for(lambda: policy.requests() >= seen + 2, timeout=10)
+        assert policy.prompts[-1] == "open the drawer"
+        assert params.set(seed=42)[0].successful
+        seen = policy.requests()
+        wait_for(lambda: policy.requests() >= seen + 2, timeout=10)
+        assert policy.seeds[-1] == 42
+        assert params.set(seed=-1)[0].successful
+        seen = policy.requests()
+        wait_for(lambda: policy.requests() >= seen + 2, timeout=10)
+        assert policy.seeds[-1] is None
+        # The ~/prompt topic sets the parameter too: `ros2 param get` shows the prompt in use.
+        rig.publish_prompt("wipe the table")
+        wait_for(lambda: params.get("prompt") == "wipe the table", timeout=10)
+        seen = policy.requests()
+        wait_for(lambda: policy.requests() >= seen + 2, timeout=10)
+        assert policy.prompts[-1] == "wipe the table"
+
+
+# ---------------------------------------------------------------- the timeline
+
+
+def _switch_spacing(messages: list) -> float:
+    stamps = [stamp_of(m) for m in messages]
+    return statistics.median(np.diff(stamps))
+
+
+def test_execute_horizon_changes_the_switch_spacing(ros_context, recording, tmp_path):
+    policy, server = recording
+    overrides = {"execute_horizon": 25, "request_lead_s": "0.1"}
+    with Rig(ros_context, server.url_template, overrides=overrides, tmp_path=tmp_path) as rig:
+        params = Params(rig)
+        wait_for(lambda: len(rig.snapshot().arm) >= 4, timeout=15)
+        before = _switch_spacing(rig.snapshot().arm[1:])
+        result, returned = params.set(execute_horizon=10)
+        assert result.successful, result.reason
+        # The chunk held at the moment of the change may still switch on the old spacing.
+        wait_for(lambda: len(_chunks_after(rig.snapshot().arm, returned + 0.6)) >= 5, timeout=15)
+        after = _switch_spacing(_chunks_after(rig.snapshot().arm, returned + 0.6))
+    assert before == pytest.approx(25 * DT, abs=0.05)
+    assert after == pytest.approx(10 * DT, abs=0.05)
+
+
+def test_request_lead_changes_how_early_observations_are_taken(ros_context, recording, tmp_path):
+    policy, server = recording
+    overrides = {"execute_horizon": 25, "request_lead_s": "0.1"}
+    with Rig(ros_context, server.url_template, overrides=overrides, tmp_path=tmp_path) as rig:
+        params = Params(rig)
+        wait_for(lambda: len(rig.snapshot().arm) >= 3, timeout=15)
+        before = [stamp_of(m) - t_obs_of(m) for m in rig.snapshot().arm[1:]]
+        result, returned = params.set(request_lead_s=0.3)  # a double works as well as "0.3"
+        assert result.successful, result.reason
+        wait_for(lambda: len(_chunks_after(rig.snapshot().arm, returned + 0.6)) >= 3, timeout=15)
+        after = [
+            stamp_of(m) - t_obs_of(m) for m in _chunks_after(rig.snapshot().arm, returned + 0.6)
+        ]
+        assert params.set(request_lead_s="auto")[0].successful
+    assert statistics.median(before) == pytest.approx(0.1, abs=0.03)
+    assert statistics.median(after) == pytest.approx(0.3, abs=0.03)
+
+
+def _switch_jumps(messages: list) -> list[float]:
+    """Distance of each chunk's first point (joint1) from the previous chunk at that time."""
+    jumps = []
+    for old, new in zip(messages, messages[1:]):
+        old_times = stamp_of(old) + tfs_of(old)
+        first = stamp_of(new) + tfs_of(new)[0]
+        old_value = np.interp(first, old_times, [p.positions[0] for p in old.points])
+        jumps.append(abs(new.points[0].positions[0] - old_value))
+    return jumps
+
+
+def test_blend_steps_smooth_the_switch(ros_context, recording, tmp_path):
+    policy, server = recording
+    overrides = {"execute_horizon": 25, "request_lead_s": "0.1"}
+    with Rig(ros_context, server.url_template, overrides=overrides, tmp_path=tmp_path) as rig:
+        params = Params(rig)
+        wait_for(lambda: len(rig.snapshot().arm) >= 4, timeout=15)
+        before = _switch_jumps(rig.snapshot().arm)
+        result, returned = params.set(blend_steps=10)
+        assert result.successful, result.reason
+        wait_for(lambda: len(_chunks_after(rig.snapshot().arm, returned + 0.6)) >= 3, timeout=15)
+        after = _switch_jumps(_chunks_after(rig.snapshot().arm, returned + 0.6))
+    # Each chunk starts again from the state: 25 actions * 0.002 rad behind the old one.
+    assert min(before) > 0.03
+    # Cross-faded over 10 points, the first point moves only 1/11 of the way.
+    assert max(after) < 0.01
+
+
+# ---------------------------------------------------------------- safety checks
+
+
+def test_limits_mode_clamp_lets_a_refused_policy_through(ros_context, recording, tmp_path):
+    policy, server = recording
+    policy.mode = "limits"
+    state = [0.1, 1.7, 0.1, 0.1, 0.1, 0.1, 0.1]
+    with Rig(ros_context, server.url_template, state=state, tmp_path=tmp_path) as rig:
+        params = Params(rig)
+        wait_for(lambda: (s := rig.last_status()) and "joint2" in s["last_refusal"], timeout=15)
+        assert rig.snapshot().arm == []
+        assert params.set(limits_mode="clamp")[0].successful
+        msg = wait_for(lambda: rig.snapshot().arm, timeout=10)[0]
+        result, _ = params.set(limits_mode="ignore")
+    joint2 = [p.positions[1] for p in msg.points]
+    assert max(joint2) == 1.8
+    assert not result.successful
+    assert "parameter 'limits_mode' is 'ignore'; expected one of ['refuse', 'clamp']" in (
+        result.reason
+    )
+
+
+def test_max_joint_step_decides_which_first_step_is_refused(ros_context, recording, tmp_path):
+    policy, server = recording
+    policy.mode = "far"  # every chunk starts 0.6 rad from the measured state
+    with Rig(ros_context, server.url_template, tmp_path=tmp_path) as rig:
+        params = Params(rig)
+        wait_for(lambda: (s := rig.last_status()) and s["last_refusal"], timeout=15)
+        assert rig.snapshot().arm == []
+        assert params.set(max_joint_step=1.0)[0].successful
+        wait_for(lambda: rig.snapshot().arm, timeout=10)
+        result, returned = params.set(max_joint_step=0.25)
+        assert result.successful
+        time.sleep(1.5)
+        assert _chunks_after(rig.snapshot().arm, returned + 0.2) == []
+
+
+def test_sensor_timeout_decides_what_is_stale(ros_context, recording, tmp_path):
+    policy, server = recording
+    with Rig(ros_context, server.url_template, tmp_path=tmp_path) as rig:
+        params = Params(rig)
+        wait_for(lambda: len(rig.snapshot().arm) >= 2, timeout=15)
+        rig.cameras_on = False  # the last frames age past sensor_timeout_s (0.5 s)
+        wait_for(lambda: (s := rig.last_status()) and "camera" in s["hold_reason"], timeout=10)
+        # With a timeout longer than their age, the same frames are fresh again.
+        result, returned = params.set(sensor_timeout_s=60.0)
+        assert result.successful, result.reason
+        wait_for(lambda: len(_chunks_after(rig.snapshot().arm, returned)) >= 2, timeout=10)
+
+
+def test_retry_delay_spaces_failed_requests(ros_context, recording, tmp_path):
+    policy, server = recording
+    policy.mode = "raise"
+    with Rig(ros_context, server.url_template, tmp_path=tmp_path) as rig:
+        params = Params(rig)
+        wait_for(lambda: policy.requests() >= 2, timeout=15)
+        assert params.set(retry_delay_s=1.0)[0].successful
+        time.sleep(1.1)  # a retry scheduled before the change may still come
+        seen = policy.requests()
+        time.sleep(2.0)
+        retried = policy.requests() - seen
+    assert retried <= 3  # 0.25 s (the default) would be about 8
+
+
+# ---------------------------------------------------------------- refusals
+
+
+REFUSED = [
+    ("model", "not_a_model", "read-only"),
+    ("model", "pi0", "read-only"),
+    ("policy_url", "ws://elsewhere:8000/{model}", "read-only"),
+    ("outputs.arm.topic", "/other", "read-only"),
+    ("joint_limits.joint1", [5.0, -5.0], "expected finite lower < upper"),
+    ("tick_hz", 10.0, "read-only"),
+    ("execute_horizon", -5, "execute_horizon"),
+    ("execute_horizon", 60, "must be >= 1 and <= 50"),  # the server's action_horizon: 50
+    ("max_joint_step", 0.0, "max_joint_step"),
+    ("request_lead_s", "soon", "parameter 'request_lead_s' is 'soon'; expected 'auto'"),
+    ("request_lead_s", 11.0, "expected 'auto' or seconds from 0 to 10"),
+    ("dry_run", "yes", "type"),
+    ("seed", -3, "seed"),
+]
+
+
+def test_refused_with_a_reason_and_nothing_changes(ros_context, recording, tmp_path):
+    policy, server = recording
+    with Rig(ros_context, server.url_template, tmp_path=tmp_path) as rig:
+        params = Params(rig)
+        wait_for(lambda: rig.snapshot().arm, timeout=15)
+        config = rig.node.config
+        outcomes = []
+        for name, value, _ in REFUSED:
+            before = params.get(name)
+            result, _ = params.set(**{name: value})
+            outcomes.append((result, before, params.get(name)))
+        # Still streaming, with the configuration it had.
+        count = len(rig.snapshot().arm)
+        wait_for(lambda: len(rig.snapshot().arm) > count + 1, timeout=10)
+        assert rig.node.config == config
+    for (name, value, reason), (result, before, after) in zip(REFUSED, outcomes):
+        assert not result.successful, (name, value)
+        assert reason in result.reason, (name, value, result.reason)
+        assert after == before, name
+
+
+def test_descriptors_carry_ranges_and_the_read_only_flag(ros_context, recording, tmp_path):
+    policy, server = recording
+    with Rig(
+        ros_context, server.url_template, overrides={"autostart": False}, tmp_path=tmp_path
+    ) as rig:
+        params = Params(rig)
+        execute = params.describe("execute_horizon")
+        step = params.describe("max_joint_step")
+        model = params.describe("model")
+        lead = params.describe("request_lead_s")
+        limits = params.describe("joint_limits.joint1")
+    assert not execute.read_only
+    assert (execute.integer_range[0].from_value, execute.integer_range[0].to_value) == (0, 1000)
+    assert (step.floating_point_range[0].from_value, step.floating_point_range[0].to_value) == (
+        0.001,
+        10.0,
+    )
+    assert model.read_only and "one of ['pi05', 'pi0', 'groot']" in model.additional_constraints
+    assert lead.dynamic_typing and not lead.read_only
+    assert not limits.read_only
+
+
+# ---------------------------------------------------------------- at start
+
+
+def _start(context, **overrides: Any) -> Any:
+    from relay_ros.node.policy_node import PolicyNode
+    from relay_ros.paths import config_dir
+
+    values = {"policy_url": "ws://127.0.0.1:9/{model}", "autostart": False, **overrides}
+    return PolicyNode(
+        "policy_node_start",
+        context=context,
+        cli_args=["--ros-args", "--params-file", str(config_dir() / "pi05.yaml")],
+        parameter_overrides=[Parameter(k, value=v) for k, v in values.items()],
+    )
+
+
+@pytest.mark.parametrize(
+    "name, value, message",
+    [
+        ("max_joint_step", 1, "parameter 'max_joint_step' is 1 (int); expected a double"),
+        ("execute_horizon", -5, "parameter 'execute_horizon' is -5; expected an integer from 0"),
+        ("model", "not_a_model", "parameter 'model' is 'not_a_model'; expected one of"),
+        ("request_lead_s", "soon", "parameter 'request_lead_s' is 'soon'; expected 'auto'"),
+    ],
+)
+def test_bad_values_at_start_are_named_like_live_ones(ros_context, name, value, message):
+    from relay_ros.node.params import ParameterError
+
+    with pytest.raises(ParameterError) as info:
+        _start(ros_context, **{name: value})
+    assert message in str(info.value)
+
+
+def test_parameters_the_node_does_not_know_are_named_in_a_warning(ros_context, capfd):
+    node = _start(ros_context, exceute_horizon=10, **{"outputs.wrist.topic": "x"})
+    try:
+        assert node.has_parameter("execute_horizon") and not node.has_parameter("exceute_horizon")
+    finally:
+        node.destroy_node()
+    err = wait_for(lambda: (text := capfd.readouterr().err) and "ignoring" in text and text)
+    assert "ignoring parameters ['exceute_horizon', 'outputs.wrist.topic']" in err
