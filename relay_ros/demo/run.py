@@ -30,6 +30,7 @@ from relay_ros.demo.launch_plan import (
 from relay_ros.demo.models import check_mode, check_model, load_model_config
 from relay_ros.demo.result import PRE_ROLL_S, CommandedChunk, DemoProgress, DemoResult
 from relay_ros.demo.server_process import ServerProcess, server_command
+from relay_ros.pipeline.trajectory import read_joint_trajectory
 
 __all__ = ["run_demo"]
 
@@ -163,19 +164,15 @@ def run_demo(
         record_lock = threading.Lock()
 
         def on_preview(msg: JointTrajectory) -> None:
-            names = list(msg.joint_names)
-            if sorted(names) != sorted(joints) or not msg.points:
+            data = read_joint_trajectory(msg)
+            if sorted(data.joint_names) != sorted(joints) or not msg.points:
                 return
-            stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
-            tfs = np.array(
-                [p.time_from_start.sec + p.time_from_start.nanosec * 1e-9 for p in msg.points]
-            )
-            raw = np.array([list(p.positions) for p in msg.points], dtype=np.float64)
+            raw = data.position_array()
             positions = np.empty_like(raw)
-            for i, name in enumerate(names):
+            for i, name in enumerate(data.joint_names):
                 positions[:, column[name]] = raw[:, i]
             with record_lock:
-                recorded.append((stamp, stamp + tfs, positions))
+                recorded.append((data.stamp, data.times, positions))
 
         recorder = rclpy.create_node("demo_recorder", context=context)
         nodes.append(recorder)

@@ -545,6 +545,7 @@ class PolicyNode(Node):
             self._prompt,
             session_id=self._session_id,
             seed=cfg.seed,
+            observation_time=now,
         )
         newest = max(self._frames.values(), key=lambda frame: frame.received)
         tag = (active.generation, self._session_id, now, started, newest.processing_s)

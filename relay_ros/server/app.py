@@ -102,6 +102,10 @@ class ServerOptions:
             ``None`` serves the built-in synthetic policy.
         needs_session_id: advertise ``needs_session_id`` and refuse observations
             without ``session_id``.
+        observation_hook: called as ``hook(model, observation)`` with every
+            observation that passed validation, before the policy runs, on the
+            server's loop (so it must be quick); ``relay-ros replay
+            --save-observations`` uses it.
     """
 
     host: str = "127.0.0.1"
@@ -117,6 +121,7 @@ class ServerOptions:
     embodiment: str | None = None
     policy: str | Callable[[], Any] | None = None
     needs_session_id: bool = False
+    observation_hook: Callable[[str, dict[str, Any]], None] | None = None
 
     def __post_init__(self) -> None:
         if not self.models:
@@ -532,6 +537,8 @@ class PolicyServer:
         if session is None:
             session = conn.sessions[request.session_id] = _Session()
         session.steps += 1
+        if self.options.observation_hook is not None:
+            self.options.observation_hook(conn.model, obs)
         if self._policy is not None:
             # A real model may block for a long time: keep the loop free for other clients.
             result = await asyncio.to_thread(self._policy.infer, obs)
