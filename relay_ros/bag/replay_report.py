@@ -191,11 +191,19 @@ class ReplayReport:
         else:
             what = "commanded vs recorded (policy of the server at --url)"
         total = overall_gap(self.gaps.values())
+        held = f"held {self.held_s:.2f} s of {self.duration_s:.2f} s"
         if total is None:
-            return f"{what}: nothing commanded"
+            return f"{what}: nothing commanded, {held}"
         return (
             f"{what}: mean |commanded - recorded| {total.mean_abs:.4f}, max "
-            f"{total.max_abs:.4f} ({total.joint}) over {total.samples} points"
+            f"{total.max_abs:.4f} ({total.joint}) over {total.samples} points; {held}"
+        )
+
+    @property
+    def held_s(self) -> float:
+        """Seconds of the bag in which the node held position (sum of the hold periods)."""
+        return sum(
+            (p.end if p.end is not None else self.duration_s) - p.start for p in self.hold_periods
         )
 
     def format(self) -> str:
