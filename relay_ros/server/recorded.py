@@ -24,10 +24,12 @@ params file for ``relay-policy-server --recorded-bag``.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -37,6 +39,9 @@ __all__ = [
     "RecordedPolicy",
     "RecordedPolicyError",
     "load_recorded_policy",
+    "observation_time",
+    "policy_for_config",
+    "recorded_factory",
 ]
 
 logger = logging.getLogger(__name__)
@@ -182,6 +187,33 @@ def observation_time(obs: Mapping[str, Any]) -> float:
     return t
 
 
+def recorded_factory(
+    bag: str | None,
+    params_file: str | None,
+    *,
+    models: Sequence[str] | None,
+    embodiment: str | None,
+    policy: str | None,
+) -> Callable[[], RecordedPolicy]:
+    """The server's zero-argument policy factory for ``--recorded-bag BAG --recorded-params F``.
+
+    The bag is read when the server loads the policy.
+
+    Raises:
+        ValueError: one of the two options without the other, together with
+            ``--policy``, or not exactly one ``--model``.
+    """
+    if not (bag and params_file):
+        raise ValueError("--recorded-bag and --recorded-params go together")
+    if policy:
+        raise ValueError("--recorded-bag serves the recorded policy; it cannot go with --policy")
+    if not models or len(set(models)) != 1:
+        raise ValueError("--recorded-bag serves one model: give exactly one --model")
+    return functools.partial(
+        load_recorded_policy, bag, params_file, model=models[0], embodiment=embodiment
+    )
+
+
 def load_recorded_policy(
     bag: str | os.PathLike[str],
     params_file: str | os.PathLike[str],
@@ -200,25 +232,23 @@ def load_recorded_policy(
         RecordedPolicyError: the bag or params file does not fit (message names it).
         BagError: the bag is missing or unreadable.
     """
-    from relay_ros.bag.reader import BagReader
-    from relay_ros.bag.replay_inputs import ReplayError, node_config, read_params_file
+    from relay_ros.bag.replay_inputs import (
+        ReplayError,
+        node_config,
+        read_bag_input,
+        read_params_file,
+    )
 
     try:
         file_params = read_params_file(params_file, node_name)
         config = node_config(file_params, {"model": model} if model else {})
+        topic = config.joint_states_topic
+        inputs = read_bag_input(Path(bag), {topic: "sensor_msgs/msg/JointState"}, topic)
     except (ReplayError, ValueError) as exc:
         raise RecordedPolicyError(str(exc)) from None
-    with BagReader(bag) as reader:
-        reader.require_topics([config.joint_states_topic])
-        times: list[float] = []
-        rows: list[dict[str, float]] = []
-        for message in reader.messages([config.joint_states_topic]):
-            msg = reader.deserialize(message)
-            times.append(message.timestamp_ns / 1e9)
-            rows.append({n: float(v) for n, v in zip(msg.name, msg.position)})
-    names = list(dict.fromkeys(n for row in rows for n in row))
-    positions = {n: np.array([row.get(n, math.nan) for row in rows]) for n in names}
-    return policy_for_config(config, np.array(times), positions, embodiment=embodiment)
+    return policy_for_config(
+        config, inputs.joint_times, inputs.joint_positions, embodiment=embodiment
+    )
 
 
 def policy_for_config(
