@@ -26,8 +26,9 @@ from relay_ros.bag.replay_inputs import (
     read_params_file,
     replay_parameters,
 )
-from relay_ros.bag.replay_observations import ObservationSaver, frame_to_rgb
+from relay_ros.bag.replay_observations import ObservationSaver
 from relay_ros.bag.replay_report import HoldPeriod, JointGap, ReplayReport, overall_gap
+from relay_ros.node.debug_topics import frame_to_rgb
 from relay_ros.paths import config_dir
 from relay_ros.pipeline.observation import ObservationBuilder
 from relay_ros.pipeline.trajectory import TrajectoryError, read_joint_trajectory

@@ -31,38 +31,16 @@ from typing import Any
 import cv2
 import numpy as np
 
+from relay_ros.node.debug_topics import frame_to_rgb, observation_frames
 from relay_ros.server.recorded import OBSERVATION_TIME_KEY
 
-__all__ = ["ObservationSaver", "frame_to_rgb"]
+__all__ = ["ObservationSaver"]
 
 logger = logging.getLogger(__name__)
 
 # Observations waiting for the writer; the hook waits up to _PUT_TIMEOUT_S when full.
 _QUEUE_SIZE = 256
 _PUT_TIMEOUT_S = 5.0
-
-
-def frame_to_rgb(frame: Any) -> np.ndarray:
-    """An observation frame as RGB uint8.
-
-    Accepted: HxWx3 uint8, HxWx3 float in [0, 1], (1, H, W, 3) (GR00T), JPEG bytes.
-
-    Raises:
-        ValueError: something that is not one of those.
-    """
-    if isinstance(frame, (bytes, bytearray, memoryview)):
-        decoded = cv2.imdecode(np.frombuffer(bytes(frame), np.uint8), cv2.IMREAD_COLOR)
-        if decoded is None:
-            raise ValueError(f"{len(frame)} bytes that do not decode as JPEG")
-        return cv2.cvtColor(decoded, cv2.COLOR_BGR2RGB)
-    array = np.asarray(frame)
-    if array.ndim == 4 and array.shape[0] == 1:
-        array = array[0]
-    if array.ndim != 3 or array.shape[2] != 3:
-        raise ValueError(f"frame of shape {array.shape}; expected (H, W, 3)")
-    if array.dtype != np.uint8:
-        array = np.clip(np.rint(array.astype(np.float64) * 255.0), 0, 255).astype(np.uint8)
-    return array
 
 
 class ObservationSaver:
@@ -136,8 +114,7 @@ class ObservationSaver:
 
     def _write(self, index: int, model: str, observation: Mapping[str, Any]) -> None:
         stem = self.directory / f"{index:04d}"
-        frames = observation.get("video" if model == "groot" else "images") or {}
-        for key, frame in frames.items():
+        for key, frame in observation_frames(observation).items():
             bgr = cv2.cvtColor(frame_to_rgb(frame), cv2.COLOR_RGB2BGR)
             name = f"{stem}_{key}.png"
             if not cv2.imwrite(name, bgr):

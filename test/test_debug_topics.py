@@ -1,0 +1,85 @@
+"""policy_node's ~/observation debug topics: plain conversion, and real rclpy subscribers."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+from relay_ros.node.debug_topics import (
+    debug_topic_name,
+    frame_to_rgb,
+    image_fields,
+    observation_frames,
+)
+from relay_ros.sim.scene import encode_jpeg
+
+
+def test_topic_names_and_image_fields() -> None:
+    assert debug_topic_name("base_0_rgb") == "~/observation/base_0_rgb"
+    assert debug_topic_name("video.ego_view") == "~/observation/video_ego_view"
+    frame = np.zeros((4, 5, 3), np.uint8)
+    frame[..., 0] = 200
+    fields = image_fields(frame[None])  # GR00T's (1, H, W, 3)
+    assert (fields.height, fields.width, fields.encoding, fields.step) == (4, 5, "rgb8", 15)
+    assert fields.data == frame.tobytes()
+    decoded = frame_to_rgb(encode_jpeg(frame))
+    assert decoded.shape == (4, 5, 3) and abs(int(decoded[..., 0].mean()) - 200) < 10
+    assert observation_frames({"video": {"v": 1}}) == {"v": 1}
+    assert observation_frames({"images": {"a": 2}}) == {"a": 2}
+    with pytest.raises(ValueError, match=r"frame of shape \(4, 5\); expected \(H, W, 3\)"):
+        image_fields(np.zeros((4, 5)))
+
+
+@pytest.mark.ros
+def test_published_to_real_subscribers_only_while_subscribed(ros_context: Any) -> None:
+    rclpy = pytest.importorskip("rclpy")
+    from rclpy.executors import SingleThreadedExecutor
+    from sensor_msgs.msg import Image, JointState
+
+    from relay_ros.node.debug_topics import ObservationTopics
+
+    node = rclpy.create_node("debug_topics_node", context=ros_context)
+    listener = rclpy.create_node("debug_topics_listener", context=ros_context)
+    executor = SingleThreadedExecutor(context=ros_context)
+    executor.add_node(node)
+    executor.add_node(listener)
+    try:
+        topics = ObservationTopics(node, ["base_0_rgb", "left_wrist_0_rgb"], ["j1", "j2"])
+        frame = np.arange(224 * 224 * 3, dtype=np.uint32).astype(np.uint8).reshape(224, 224, 3)
+        observation = {
+            "images": {"base_0_rgb": frame, "left_wrist_0_rgb": encode_jpeg(frame)},
+            "state": np.array([0.25, -0.5] + [0.0] * 30, np.float32),
+            "prompt": "p",
+        }
+        # Nobody listens yet: nothing is converted or sent.
+        topics.publish(observation, [0.25, -0.5], 1700000000.5)
+        images: list[Any] = []
+        states: list[Any] = []
+        listener.create_subscription(
+            Image, "/debug_topics_node/observation/base_0_rgb", images.append, 10
+        )
+        listener.create_subscription(
+            JointState, "/debug_topics_node/observation/state", states.append, 10
+        )
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline and not (images and states):
+            topics.publish(observation, [0.25, -0.5], 1700000000.5)
+            executor.spin_once(timeout_sec=0.1)
+        assert images and states, "no debug messages within 10 s"
+        image = images[0]
+        assert (image.height, image.width, image.encoding, image.step) == (224, 224, "rgb8", 672)
+        assert bytes(image.data) == frame.tobytes()
+        assert (image.header.stamp.sec, image.header.stamp.nanosec) == (1700000000, 500000000)
+        assert image.header.frame_id == "t_obs=1700000000.5"
+        state = states[0]
+        assert list(state.name) == ["j1", "j2"] and list(state.position) == [0.25, -0.5]
+        # The wrist topic has no subscriber: it stays silent.
+        assert node.count_subscribers("/debug_topics_node/observation/left_wrist_0_rgb") == 0
+        topics.destroy(node)
+    finally:
+        executor.shutdown()
+        listener.destroy_node()
+        node.destroy_node()
