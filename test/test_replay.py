@@ -219,6 +219,28 @@ def test_recorded_policy_commands_exactly_the_recording(
     assert report.failures() == []
 
 
+@pytest.mark.slow
+def test_recorded_policy_fills_gr00t_action_groups(
+    ros_context: Any, bags: dict[str, Path], out_dir: Path
+) -> None:
+    report = replay(
+        bags["mcap"],
+        params_file=config_dir() / "groot.yaml",
+        output=out_dir / "groot_mcap",
+        rate=2.0,
+        context=ros_context,
+        node_name="replay_groot",
+    )
+    times, positions = _recorded(bags["mcap"])
+    assert report.model == "groot" and report.dt == pytest.approx(1 / 30)
+    assert report.chunks and report.failures() == []
+    for chunk in report.chunks:
+        assert chunk.joint_names == (*ARM[:5], "gripper_joint")
+        for j, joint in enumerate(chunk.joint_names):
+            expected = np.interp(chunk.times, times, positions[joint])
+            np.testing.assert_allclose(chunk.positions[:, j], expected, atol=1e-5)
+
+
 def _recorded(bag: Path) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     with BagReader(bag) as reader:
         times, rows = [], []
