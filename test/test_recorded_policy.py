@@ -241,8 +241,11 @@ def test_replay_parameters_resolve_camera_map_and_refuse_forced(tmp_path: Path) 
     assert replay_parameters(params_file, {"camera_map": "c.yaml"}, {"camera_map": "d.yaml"})[
         "camera_map"
     ] == str(Path.cwd() / "d.yaml")
-    limits = replay_parameters(params_file, {}, {"joint_limits.j": [0, 1]})
-    assert limits["joint_limits.j"] == [0.0, 1.0]
+    typed = replay_parameters(
+        params_file, {}, {"joint_limits.j": [0, 1], "prompt": 123, "state_joints": ["a", 7]}
+    )
+    assert typed["joint_limits.j"] == [0.0, 1.0]
+    assert typed["prompt"] == "123" and typed["state_joints"] == ["a", "7"]
     with pytest.raises(ReplayError, match="'dry_run' cannot be overridden: .* dry_run=true"):
         replay_parameters(params_file, {}, {"dry_run": False})
     with pytest.raises(ReplayError, match="'policy_url' cannot be overridden: choose the server"):

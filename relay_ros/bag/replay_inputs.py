@@ -222,10 +222,11 @@ def read_bag_input(bag: Path, required: Mapping[str, str], joint_topic: str) -> 
 
 
 def _typed(name: str, value: Any) -> Any:
-    """``value`` with integers made floats where the parameter is a double (``-p x:=50``).
+    """``value`` in the parameter's declared type where YAML read it as another.
 
-    rclpy refuses an integer for a declared double parameter; a params file writes
-    ``50.0`` where a command line says ``50``.
+    ``-p control_hz:=50`` reads as an integer and ``-p prompt:=123`` as a number;
+    rclpy refuses both for a declared double or string parameter, while a params
+    file would write ``50.0`` and ``"123"``.
     """
     from relay_ros.node.params import PARAMETERS
 
@@ -237,6 +238,10 @@ def _typed(name: str, value: Any) -> Any:
         return float(value)
     if kind == "double_array" and isinstance(value, list):
         return [float(v) if isinstance(v, int) and not isinstance(v, bool) else v for v in value]
+    if kind == "string" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    if kind == "string_array" and isinstance(value, list):
+        return [v if isinstance(v, str) else str(v) for v in value]
     return value
 
 
