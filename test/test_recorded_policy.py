@@ -14,9 +14,14 @@ from typing import Any
 import cv2
 import numpy as np
 import pytest
-from make_fixture_bags import JOINT_NAMES, JOINT_TOPIC, START_NS, make_bags
+from make_fixture_bags import (
+    JOINT_NAMES,
+    JOINT_TOPIC,
+    START_NS,
+    make_bags,
+    read_joint_states,
+)
 
-from relay_ros.bag import BagReader
 from relay_ros.bag.replay_inputs import (
     ReplayError,
     check_joint_names,
@@ -50,16 +55,6 @@ ARM = ("joint1", "joint2", "joint3", "joint4", "joint5", "joint6")
 @pytest.fixture(scope="module")
 def bags(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return make_bags(tmp_path_factory.mktemp("recorded_fixtures"), seconds=2.0)
-
-
-def _joint_states(bag: Path) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    with BagReader(bag) as reader:
-        times, rows = [], []
-        for message in reader.messages([JOINT_TOPIC]):
-            msg = reader.deserialize(message)
-            times.append(message.timestamp_ns / 1e9)
-            rows.append(dict(zip(msg.name, msg.position)))
-    return np.array(times), {j: np.array([r[j] for r in rows]) for j in JOINT_NAMES}
 
 
 def _pi05_config(**overrides: Any) -> Any:
@@ -119,7 +114,7 @@ def test_bad_inputs_are_refused_with_the_reason() -> None:
 
 
 def test_policy_for_config_uses_the_node_mapping_and_server_timing(bags: dict[str, Path]) -> None:
-    times, positions = _joint_states(bags["mcap"])
+    times, positions = read_joint_states(bags["mcap"])
     policy = policy_for_config(_pi05_config(), times, positions)
     meta = build_metadata("pi05")
     assert (policy.action_horizon, policy.control_hz) == (meta["action_horizon"], 50.0)
@@ -140,7 +135,7 @@ def test_policy_for_config_uses_the_node_mapping_and_server_timing(bags: dict[st
 def test_reference_server_serves_it_and_the_node_builder_sends_the_time(
     bags: dict[str, Path],
 ) -> None:
-    times, positions = _joint_states(bags["sqlite3"])
+    times, positions = read_joint_states(bags["sqlite3"])
     policy = policy_for_config(_pi05_config(), times, positions)
     with (
         run_server_in_thread(ServerOptions(models=("pi05",), policy=lambda: policy)) as server,

@@ -42,6 +42,7 @@ from make_fixture_bags import (
     TOPIC_TYPES,
     WRIST_TOPIC,
     make_bags,
+    read_joint_states,
 )
 
 from relay_ros.bag import BagReader, BagWriter
@@ -203,7 +204,7 @@ def test_recorded_policy_commands_exactly_the_recording(
 ) -> None:
     """The node times action i at t_obs + i*dt, as the recorded policy computed it."""
     report = reports[storage]
-    times, positions = _recorded(bags[storage])
+    times, positions = read_joint_states(bags[storage])
     for chunk in report.chunks:
         for j, joint in enumerate(chunk.joint_names):
             expected = np.interp(chunk.times, times, positions[joint])
@@ -231,7 +232,7 @@ def test_recorded_policy_fills_gr00t_action_groups(
         context=ros_context,
         node_name="replay_groot",
     )
-    times, positions = _recorded(bags["mcap"])
+    times, positions = read_joint_states(bags["mcap"])
     assert report.model == "groot" and report.dt == pytest.approx(1 / 30)
     assert report.chunks and report.failures() == []
     for chunk in report.chunks:
@@ -239,16 +240,6 @@ def test_recorded_policy_fills_gr00t_action_groups(
         for j, joint in enumerate(chunk.joint_names):
             expected = np.interp(chunk.times, times, positions[joint])
             np.testing.assert_allclose(chunk.positions[:, j], expected, atol=1e-5)
-
-
-def _recorded(bag: Path) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    with BagReader(bag) as reader:
-        times, rows = [], []
-        for message in reader.messages([JOINT_TOPIC]):
-            msg = reader.deserialize(message)
-            times.append(message.timestamp_ns / 1e9)
-            rows.append(dict(zip(msg.name, msg.position)))
-    return np.array(times), {j: np.array([r[j] for r in rows]) for j in JOINT_NAMES}
 
 
 def _stale_from(bag: Path) -> float:
@@ -687,7 +678,7 @@ def test_cli_refusals_exit_1_and_observations_are_saved(
     assert states and len(list(saved.glob("*_base_0_rgb.png"))) == len(states)
     png = cv2.imread(str(saved / "0001_base_0_rgb.png"))
     assert png.shape == (224, 224, 3)
-    times, positions = _recorded(bag)
+    times, positions = read_joint_states(bag)
     record = json.loads(states[-1].read_text())
     t_obs = START_NS / 1e9 + record["observation_time_s"]
     # The state is a recorded joint state from around the observation time (the node
