@@ -2,9 +2,9 @@
 
 The fixture bags (test/make_fixture_bags.py) are generated once per module, and
 each storage is replayed once per module (seed 0) with the default recorded
-policy; the tests then look at the reports and the output bags. Two more
-replays against the synthetic policy (the sqlite3 bag on the reference server,
-the mcap bag on a server named by WALLE_URL) check reproducibility.
+policy; the tests then look at the reports and the output bags. Three more
+replays against the synthetic policy (both bags on the reference server, the
+mcap bag again on a server named by WALLE_URL) check reproducibility.
 
 Reproducibility: playback and the policy round trip run in real time, so which
 recorded joint-state message an observation catches can differ between runs
@@ -111,17 +111,20 @@ def reports(ros_context: Any, bags: dict[str, Path], out_dir: Path) -> dict[str,
 
 
 @pytest.fixture(scope="module")
-def synthetic(ros_context: Any, bags: dict[str, Path], out_dir: Path) -> ReplayReport:
-    """The sqlite3 bag against the reference server's synthetic policy."""
-    report = _replay(
-        ros_context,
-        bags["sqlite3"],
-        out_dir / "synthetic_sqlite3",
-        "replay_synthetic",
-        policy="synthetic",
-    )
-    assert report.policy == "synthetic" and "(synthetic policy)" in report.url
-    return report
+def synthetic(ros_context: Any, bags: dict[str, Path], out_dir: Path) -> list[ReplayReport]:
+    """Both bags against the reference server's synthetic policy."""
+    out = []
+    for storage in STORAGES:
+        report = _replay(
+            ros_context,
+            bags[storage],
+            out_dir / f"synthetic_{storage}",
+            f"replay_synthetic_{storage}",
+            policy="synthetic",
+        )
+        assert report.policy == "synthetic" and "(synthetic policy)" in report.url
+        out.append(report)
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -369,10 +372,10 @@ class ReferencePolicy:
 
 @pytest.mark.slow
 def test_same_seed_gives_identical_trajectories(
-    synthetic: ReplayReport, rerun: ReplayReport, bags: dict[str, Path]
+    synthetic: list[ReplayReport], rerun: ReplayReport, bags: dict[str, Path]
 ) -> None:
     policy = ReferencePolicy(bags["mcap"])
-    runs = [synthetic, rerun]
+    runs = [*synthetic, rerun]
     t0 = START_NS / 1e9
     sources: list[dict[int, Chunk]] = []
     for run in runs:
@@ -397,7 +400,7 @@ def test_same_seed_gives_identical_trajectories(
                 )
                 pairs += 1
     t_obs = [[round(c.t_obs - t0, 4) for c in run.chunks] for run in runs]
-    assert pairs >= 1, t_obs
+    assert pairs >= 2, t_obs
 
 
 # ---------------------------------------------------------------------- errors
