@@ -13,6 +13,7 @@ from relay_ros.node.debug_topics import (
     frame_to_rgb,
     image_fields,
     observation_frames,
+    observation_state,
 )
 from relay_ros.sim.scene import encode_jpeg
 
@@ -29,6 +30,10 @@ def test_topic_names_and_image_fields() -> None:
     assert decoded.shape == (4, 5, 3) and abs(int(decoded[..., 0].mean()) - 200) < 10
     assert observation_frames({"video": {"v": 1}}) == {"v": 1}
     assert observation_frames({"images": {"a": 2}}) == {"a": 2}
+    padded = {"state": np.array([0.5, 1.5, 0.0, 0.0], np.float32)}
+    assert observation_state(padded, 2) == [0.5, 1.5]
+    groups = {"state": {"state.arm": np.array([[1.0, 2.0]]), "state.gripper": np.array([[3.0]])}}
+    assert observation_state(groups) == [1.0, 2.0, 3.0]
     with pytest.raises(ValueError, match=r"frame of shape \(4, 5\); expected \(H, W, 3\)"):
         image_fields(np.zeros((4, 5)))
 
@@ -55,7 +60,7 @@ def test_published_to_real_subscribers_only_while_subscribed(ros_context: Any) -
             "prompt": "p",
         }
         # Nobody listens yet: nothing is converted or sent.
-        topics.publish(observation, [0.25, -0.5], 1700000000.5)
+        topics.publish(observation, 1700000000.5)
         images: list[Any] = []
         states: list[Any] = []
         listener.create_subscription(
@@ -66,7 +71,7 @@ def test_published_to_real_subscribers_only_while_subscribed(ros_context: Any) -
         )
         deadline = time.monotonic() + 10.0
         while time.monotonic() < deadline and not (images and states):
-            topics.publish(observation, [0.25, -0.5], 1700000000.5)
+            topics.publish(observation, 1700000000.5)
             executor.spin_once(timeout_sec=0.1)
         assert images and states, "no debug messages within 10 s"
         image = images[0]

@@ -31,7 +31,7 @@ from typing import Any
 import cv2
 import numpy as np
 
-from relay_ros.node.debug_topics import frame_to_rgb, observation_frames
+from relay_ros.node.debug_topics import frame_to_rgb, observation_frames, observation_state
 from relay_ros.server.recorded import OBSERVATION_TIME_KEY
 
 __all__ = ["ObservationSaver"]
@@ -120,14 +120,12 @@ class ObservationSaver:
             if not cv2.imwrite(name, bgr):
                 raise OSError(f"could not write {name}")
         state = observation.get("state")
-        if isinstance(state, Mapping):
-            sent: Any = {
-                k: np.asarray(v, dtype=np.float64).reshape(-1).tolist() for k, v in state.items()
-            }
-            flat = [x for values in sent.values() for x in values]
-        else:
-            flat = np.asarray(state, dtype=np.float64).reshape(-1).tolist()
-            sent = flat
+        sent: Any = (
+            {k: np.asarray(v, dtype=np.float64).reshape(-1).tolist() for k, v in state.items()}
+            if isinstance(state, Mapping)
+            else observation_state(observation)
+        )
+        flat = observation_state(observation)
         record: dict[str, Any] = {
             "request": index,
             "model": model,

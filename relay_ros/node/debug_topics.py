@@ -9,15 +9,15 @@ publishes, for every observation it sends:
   (``rqt_image_view`` shows it in true colours). Characters a ROS name cannot
   hold become ``_``: GR00T's ``video.ego_view`` is ``~/observation/video_ego_view``.
 - ``~/observation/state``: ``sensor_msgs/JointState`` with ``state_joints`` as
-  names and the state values sent (before π0's zero padding; GR00T's groups
-  are these values split in order).
+  names and the state values sent (π0's vector without its zero padding;
+  GR00T's groups joined in order, which is ``state_joints`` order).
 
 Both are stamped with the observation time (``header.stamp``; ``frame_id``
 ``t_obs=<s>`` like the chunks) and are published only while someone subscribes:
 a robot nobody debugs pays one subscription count per request.
 
-The conversion (:func:`observation_frames`, :func:`image_fields`,
-:func:`debug_topic_name`) is plain Python; :class:`ObservationTopics` creates
+The conversion (:func:`observation_frames`, :func:`observation_state`,
+:func:`image_fields`, :func:`debug_topic_name`) is plain Python; :class:`ObservationTopics` creates
 the publishers on the node and imports rclpy message types when constructed.
 """
 
@@ -39,6 +39,7 @@ __all__ = [
     "frame_to_rgb",
     "image_fields",
     "observation_frames",
+    "observation_state",
 ]
 
 _NOT_IN_NAME = re.compile(r"[^A-Za-z0-9_]")
@@ -66,6 +67,20 @@ def observation_frames(observation: Mapping[str, Any]) -> dict[str, Any]:
     if frames is None:
         frames = observation.get("video")
     return dict(frames or {})
+
+
+def observation_state(observation: Mapping[str, Any], count: int | None = None) -> list[float]:
+    """The state values of a wire observation, flat, in order.
+
+    π0: the ``state`` vector; GR00T: the ``state`` groups joined in their order.
+    ``count`` keeps the first ``count`` values (π0's zero padding dropped).
+    """
+    state = observation.get("state")
+    if isinstance(state, Mapping):
+        values = [float(v) for group in state.values() for v in np.asarray(group).reshape(-1)]
+    else:
+        values = [float(v) for v in np.asarray(state, dtype=np.float64).reshape(-1)]
+    return values if count is None else values[:count]
 
 
 def frame_to_rgb(frame: Any) -> np.ndarray:
@@ -121,14 +136,9 @@ class ObservationTopics:
         }
         self._state = node.create_publisher(JointState, "~/observation/state", 10)
 
-    def publish(self, observation: Mapping[str, Any], state: Sequence[float], t_obs: float) -> None:
-        """Publish ``observation`` (taken at ``t_obs``, node clock s) where someone listens.
-
-        Args:
-            observation: The wire observation as sent.
-            state: The state vector in ``state_joints`` order (unpadded).
-            t_obs: Observation time, seconds on the node clock.
-        """
+    def publish(self, observation: Mapping[str, Any], t_obs: float) -> None:
+        """Publish ``observation`` (as sent, taken at ``t_obs`` on the node clock, s)
+        on the topics someone subscribes to."""
         sec, nanosec = seconds_to_sec_nanosec(max(t_obs, 0.0))
         tag = format_t_obs(t_obs)
         if self._state.get_subscription_count() > 0:
@@ -136,7 +146,7 @@ class ObservationTopics:
             msg.header.stamp.sec, msg.header.stamp.nanosec = sec, nanosec
             msg.header.frame_id = tag
             msg.name = self._joints
-            msg.position = [float(v) for v in state]
+            msg.position = observation_state(observation, len(self._joints))
             self._state.publish(msg)
         frames = None
         for key, publisher in self._images.items():
