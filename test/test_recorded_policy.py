@@ -36,6 +36,7 @@ from relay_ros.bag.replay_report import HoldPeriod, JointGap, ReplayReport, over
 from relay_ros.node.debug_topics import frame_to_rgb
 from relay_ros.paths import config_dir
 from relay_ros.pipeline.observation import ObservationBuilder
+from relay_ros.pipeline.server_spec import ServerSpec
 from relay_ros.pipeline.trajectory import TrajectoryError, read_joint_trajectory
 from relay_ros.server import ServerOptions, run_server_in_thread
 from relay_ros.server.__main__ import build_parser, options_from_args
@@ -144,7 +145,9 @@ def test_reference_server_serves_it_and_the_node_builder_sends_the_time(
         metadata = client.get_server_metadata()
         assert metadata["needs_observation_time"] is True
         builder = ObservationBuilder(
-            "pi05", metadata, camera_keys=["base_0_rgb"], state_joints=JOINT_NAMES
+            ServerSpec.from_metadata(metadata, model="pi05"),
+            camera_keys=["base_0_rgb"],
+            state_joints=JOINT_NAMES,
         )
         assert builder.needs_observation_time
         frames = {"base_0_rgb": np.zeros((48, 64, 3), np.uint8)}
@@ -162,7 +165,9 @@ def test_reference_server_serves_it_and_the_node_builder_sends_the_time(
         with pytest.raises(ValueError, match="observation_time is None; the server needs"):
             builder.build(frames, np.zeros(7), "p", session_id=None, seed=None)
     # A server that does not ask for it never receives it (real servers do not know it).
-    plain = ObservationBuilder("pi05", build_metadata("pi05"), camera_keys=["base_0_rgb"])
+    spec = ServerSpec.from_metadata(build_metadata("pi05"), model="pi05")
+    assert not spec.needs_observation_time
+    plain = ObservationBuilder(spec, camera_keys=["base_0_rgb"])
     obs = plain.build(frames, np.zeros(7), "p", session_id=None, seed=None, observation_time=t)
     assert "observation_time" not in obs
 

@@ -86,8 +86,10 @@ def _replay(ros_context: Any, bag: Path, output: Path, name: str, **kwargs: Any)
         node_name=name,
         clock_hz=CLOCK_HZ,
         # A fixed lead (instead of "auto", from measured latencies) keeps the
-        # observation times of different runs close together.
-        overrides={"request_lead_s": LEAD_S},
+        # observation times of different runs close together; a wide first-step
+        # bound lets the synthetic policy (which does not imitate the recording)
+        # stream from the start instead of being refused.
+        overrides={"request_lead_s": LEAD_S, "max_joint_step": 3.0},
         **kwargs,
     )
 
@@ -359,10 +361,11 @@ class ReferencePolicy:
     def source(self, chunk: Chunk) -> int | None:
         """The joint state (index) whose policy output is exactly this chunk, if any.
 
-        Candidates are the joint states up to 50 ms before and 20 ms after t_obs.
+        Candidates are the joint states up to 150 ms before and 20 ms after t_obs:
+        on a loaded machine the executor may deliver joint states late.
         """
         indices = chunk.action_indices(self.dt)
-        lo = np.searchsorted(self.stamps, chunk.t_obs - 0.05)
+        lo = np.searchsorted(self.stamps, chunk.t_obs - 0.15)
         hi = np.searchsorted(self.stamps, chunk.t_obs + 0.02)
         for index in range(int(hi) - 1, int(lo) - 1, -1):
             if np.array_equal(self.actions(index)[indices], chunk.positions):

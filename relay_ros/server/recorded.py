@@ -264,20 +264,20 @@ def policy_for_config(
         RecordedPolicyError: the outputs do not fit the model's action space, or a
             commanded joint is not recorded.
     """
-    from relay_ros.node.outputs import chunk_width, load_outputs
+    from relay_ros.models import family_of
+    from relay_ros.pipeline.outputs import load_outputs
+    from relay_ros.pipeline.server_spec import ServerSpec
     from relay_ros.server.embodiment import load_embodiment
     from relay_ros.server.metadata import build_metadata
 
     try:
-        groot = config.model == "groot"
+        groot = family_of(config.model) == "groot"
         body = load_embodiment(embodiment) if groot else None
         metadata = build_metadata(config.model, embodiment=body)
-        outputs = load_outputs(
-            {o.name: o.as_mapping() for o in config.outputs},
-            model=config.model,
-            metadata=metadata,
-        )
-        width = chunk_width(config.model, metadata)
+        # The node's view of this server: the same output mapping it will apply.
+        server = ServerSpec.from_metadata(metadata, model=config.model)
+        outputs = load_outputs({o.name: o.as_mapping() for o in config.outputs}, server)
+        width = server.chunk_width
     except ValueError as exc:
         raise RecordedPolicyError(f"outputs do not fit {config.model}: {exc}") from None
     dims = {joint: dim for out in outputs for joint, dim in zip(out.joints, out.dims)}
