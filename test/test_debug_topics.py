@@ -88,3 +88,41 @@ def test_published_to_real_subscribers_only_while_subscribed(ros_context: Any) -
         executor.shutdown()
         listener.destroy_node()
         node.destroy_node()
+
+
+@pytest.mark.ros
+def test_policy_node_shows_what_the_model_receives(ros_context: Any, tmp_path: Any) -> None:
+    """policy_node end to end: a subscriber sees each observation's frame and state."""
+    rclpy = pytest.importorskip("rclpy")
+    from node_rig import PI_JOINTS, Rig, wait_for
+    from sensor_msgs.msg import Image, JointState
+
+    from relay_ros.server import ServerOptions, run_server_in_thread
+
+    with (
+        run_server_in_thread(ServerOptions(models=("pi05",))) as server,
+        Rig(ros_context, server.url_template, tmp_path=tmp_path) as rig,
+    ):
+        images: list[Any] = []
+        states: list[Any] = []
+        listener = rclpy.create_node(f"{rig.node_name}_debug_listener", context=ros_context)
+        base = f"/{rig.node_name}/observation"
+        listener.create_subscription(Image, f"{base}/base_0_rgb", images.append, 10)
+        listener.create_subscription(JointState, f"{base}/state", states.append, 10)
+        rig.executor.add_node(listener)
+        try:
+            wait_for(lambda: images and states, timeout=20.0)
+        finally:
+            rig.executor.remove_node(listener)
+            listener.destroy_node()
+    image = images[-1]
+    assert (image.height, image.width, image.encoding) == (224, 224, "rgb8")
+    pixels = np.frombuffer(bytes(image.data), np.uint8).reshape(224, 224, 3)
+    # The rig's 64x48 frame, left half RGB (200, 30, 30): resized to 224 wide and
+    # padded with black rows above and below, colours in RGB order.
+    assert not pixels[:20].any() and not pixels[-20:].any()
+    np.testing.assert_allclose(pixels[112, 40], (200, 30, 30), atol=3)
+    assert image.header.frame_id.startswith("t_obs=")
+    state = states[-1]
+    assert list(state.name) == PI_JOINTS
+    np.testing.assert_allclose(state.position, 0.1, atol=1e-6)

@@ -46,6 +46,7 @@ from std_msgs.msg import String
 from std_srvs.srv import SetBool, Trigger
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
+from relay_ros.node.debug_topics import ObservationTopics
 from relay_ros.node.params import (
     PARAMETERS,
     NodeConfig,
@@ -118,10 +119,14 @@ class PolicyNode(Node):
                 "no server to connect to: set the 'policy_url' parameter or WALLE_URL "
                 "(environment or .env), e.g. ws://127.0.0.1:8000/{model}"
             ) from None
+        # ~/observation/* show each observation sent, while someone subscribes.
+        self._observation_topics = ObservationTopics(
+            self, [c.key for c in self._cameras], cfg.state_joints
+        )
         self.core = StreamingCore(
             cfg,
             camera_keys=[c.key for c in self._cameras],
-            submit=self._connection.submit,
+            submit=self._submit,
             publish=self._publish,
             request_reset=self._connection.request_reset,
             log=self.get_logger(),
@@ -261,6 +266,12 @@ class PolicyNode(Node):
         response.message = self.core.set_enabled(request.data, self._now())
         response.success = True
         return response
+
+    def _submit(self, observation: dict[str, Any], tag: Any) -> bool:
+        if not self._connection.submit(observation, tag):
+            return False
+        self._observation_topics.publish(observation, tag.t_obs)
+        return True
 
     def _tick(self) -> None:
         now = self._now()
