@@ -184,8 +184,12 @@ def report(soak: Soak, duration_s: float, restart_every_s: float, rate_hz: float
     rows = [
         (
             "run",
-            f"{duration_s:.0f} s at {rate_hz:g} Hz, server killed every "
-            + (f"{restart_every_s:.0f} s" if restart_every_s else "never"),
+            f"{duration_s:.0f} s at {rate_hz:g} Hz, "
+            + (
+                f"server killed every {restart_every_s:.0f} s"
+                if restart_every_s
+                else "server never killed"
+            ),
         ),
         ("requests answered", f"{soak.answered} ({soak.answered / duration_s:.1f}/s)"),
         ("requests failed", f"{soak.failed} {dict(sorted(soak.errors.items()))}"),

@@ -256,6 +256,7 @@ def test_secrets_are_still_sent_to_the_server() -> None:
     with FaultServer() as server:
         with PolicyClient("pi05", url=SECRET_URL.format(port=server.port)) as client:
             assert "hunter2" in client.url
+            assert client.display_url == f"ws://***@127.0.0.1:{server.port}/pi05?token=***"
             assert isinstance(client.infer(OBS), np.ndarray)
 
 

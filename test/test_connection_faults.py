@@ -163,6 +163,7 @@ def test_server_idle_close_is_reconnected_quietly(caplog: pytest.LogCaptureFixtu
             assert wait_until(lambda: len(recorder.connects) >= 4)
             submit(conn, {**OBS, "images": {"base_0_rgb": np.zeros((8, 8, 3), np.uint8)}}, 1)
             assert recorder.result().connection_error is None
+        assert conn.idle_closes >= 3
     idle = [r for r in caplog.records if "closed the idle connection" in r.getMessage()]
     assert len(idle) >= 3
     assert [r.levelno for r in idle[:1]] == [logging.INFO]

@@ -17,7 +17,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fault_server import FaultServer
 from node_rig import Rig, stamp_of, t_obs_of, tfs_of, wait_for
+from rcl_interfaces.msg import Log
 from std_srvs.srv import SetBool, Trigger
 
 from relay_ros.pipeline.camera_map import CameraMapError
@@ -194,6 +196,57 @@ def test_reconnects_after_the_server_restarts(ros_context, tmp_path):
                 assert rig.node.counts["connection_errors"] >= 1
         finally:
             rig.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", ["swallow", "freeze"])
+def test_a_stalled_server_makes_the_node_hold_warn_reconnect_and_resume(
+    ros_context, tmp_path, fault
+):
+    # swallow: the server reads a request and never answers (a hung model);
+    # freeze: it stops reading its socket (a stopped process, a half-open connection).
+    overrides = {"request_timeout_s": 2.0}
+    with FaultServer() as server:
+        rig = Rig(
+            ros_context,
+            server.url_template,
+            overrides=overrides,
+            state=[0.0] * 7,
+            tmp_path=tmp_path,
+        )
+        logs: list[str] = []
+        rig.feeder.create_subscription(
+            Log, "/rosout", lambda m: m.name == rig.node_name and logs.append(m.msg), 100
+        )
+        with rig:
+            wait_for(lambda: len(rig.snapshot().arm) >= 2)
+            server.add_faults(fault)
+            connections = server.connections
+            # The robot stands still for want of a chunk: WARN on /diagnostics, not OK.
+            stalled = wait_for(
+                lambda: [
+                    s
+                    for s in rig.statuses()
+                    if s["level"] == 1 and s["message"].startswith("stalled, waiting for a chunk")
+                ],
+                timeout=15,
+            )[0]
+            # The request times out: the node drops the connection, opens a new one and
+            # streams again.
+            wait_for(lambda: server.connections > connections, timeout=10)
+            before = len(rig.snapshot().arm)
+            wait_for(lambda: len(rig.snapshot().arm) >= before + 2, timeout=15)
+            resumed = wait_for(lambda: (s := rig.last_status()) and s["level"] == 0 and s)
+    assert "a request has been in flight for" in stalled["message"]
+    assert int(resumed["connection_errors"]) >= 1 and resumed["message"] == "streaming"
+    # Said in the node's log (the connection logs through the node's logger, to /rosout).
+    assert any(
+        "lost: request timed out after 2 s (request_timeout_s); reconnecting" in line
+        for line in logs
+    ), logs
+    assert any("holding position: connection lost during a request" in line for line in logs)
+    # The robot was told to hold: a one-point trajectory on the arm controller.
+    assert any(len(m.points) == 1 for m in rig.snapshot().arm)
 
 
 def test_groot_chunks_go_to_each_action_group(ros_context, server, tmp_path):

@@ -56,6 +56,7 @@ from relay_ros.node.params import (
     limit_parameter_specs,
     output_parameter_specs,
 )
+from relay_ros.node.ros_logging import node_logger
 from relay_ros.pipeline.camera_map import CameraEntry, CameraMapError, load_model_camera_map
 from relay_ros.pipeline.health import assess
 from relay_ros.pipeline.image_cdr import CdrImageError, parse_image_cdr
@@ -113,6 +114,9 @@ class PolicyNode(Node):
                 on_result=lambda outcome: self._events.put(("result", outcome)),
                 on_connect=lambda metadata: self._events.put(("connect", metadata)),
                 on_disconnect=lambda reason: self._events.put(("disconnect", reason)),
+                # Asked before each request (only the core makes requests, so it exists).
+                request_timeout_s=lambda: self.core.request_timeout(),
+                logger=node_logger(self.get_logger(), f"relay_ros.node.{self.get_name()}"),
             )
         except KeyError:
             raise ParameterError(

@@ -41,11 +41,9 @@ import numpy as np
 from relay_ros.pipeline.observation import ObservationBuilder, ObservationError, reply_to_chunk
 from relay_ros.pipeline.outputs import OutputController, OutputsError, load_outputs
 from relay_ros.pipeline.safety import (
-    LIMITS_MODES,
     JointLimits,
     LimitsMode,
     Refusal,
-    SafetyError,
     check_chunk,
     check_first_step,
     check_fresh,
@@ -53,23 +51,21 @@ from relay_ros.pipeline.safety import (
 from relay_ros.pipeline.scheduler import (
     ChunkScheduler,
     Publication,
-    SchedulerConfig,
-    SchedulerConfigError,
-    SchedulerMode,
 )
 from relay_ros.pipeline.server_spec import ServerSpec, ServerSpecError
+from relay_ros.pipeline.settings import (
+    FIXED_SETTINGS,
+    StreamingConfigError,
+    StreamingSettings,
+    check_live_settings,
+    scheduler_config,
+)
 from relay_ros.pipeline.state import JointStateCache, JointStateError
 from relay_ros.pipeline.stats import LatencyStats, MessageCounter
 from relay_ros.pipeline.trajectory import TrajectoryPoints, build_points, format_t_obs
+from relay_ros.wire.logsafe import shorten
 
-__all__ = [
-    "OutputSettings",
-    "RequestTag",
-    "StreamingConfigError",
-    "StreamingCore",
-    "StreamingSettings",
-    "TrajectoryMessage",
-]
+__all__ = ["RequestTag", "StreamingCore", "TrajectoryMessage"]
 
 #: time_from_start of the single point of a hold trajectory, at least one control period.
 HOLD_TIME_S = 0.1
@@ -82,22 +78,6 @@ REQUEST_TIMEOUT_P99_FACTOR = 10.0
 #: A refused camera frame or joint state message is logged at most this often (each
 #: refusal is counted).
 _INPUT_WARNING_PERIOD_S = 5.0
-#: Settings that need a new connection or a restart of the node to change.
-_FIXED_SETTINGS = (
-    "model",
-    "policy_url",
-    "camera_map",
-    "joint_states_topic",
-    "state_joints",
-    "outputs",
-    "control_hz",
-    "tick_hz",
-    "reconnect_max_backoff_s",
-)
-
-
-class StreamingConfigError(ValueError):
-    """A configuration change the core cannot apply; nothing was changed."""
 
 
 class Logger(Protocol):
@@ -106,61 +86,6 @@ class Logger(Protocol):
     def info(self, message: str) -> Any: ...
     def warning(self, message: str) -> Any: ...
     def error(self, message: str) -> Any: ...
-
-
-class OutputSettings(Protocol):
-    """One configured output controller (:class:`relay_ros.node.params.OutputSpec`)."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def joints(self) -> tuple[str, ...]: ...
-    def as_mapping(self) -> dict[str, Any]: ...
-
-
-class StreamingSettings(Protocol):
-    """The settings the core reads (:class:`relay_ros.node.params.NodeConfig` has them)."""
-
-    @property
-    def model(self) -> str: ...
-    @property
-    def prompt(self) -> str: ...
-    @property
-    def seed(self) -> int | None: ...
-    @property
-    def state_joints(self) -> tuple[str, ...]: ...
-    @property
-    def outputs(self) -> Sequence[OutputSettings]: ...
-    @property
-    def commanded_joints(self) -> tuple[str, ...]: ...
-    @property
-    def joint_limits(self) -> Mapping[str, tuple[float, float]]: ...
-    @property
-    def limits_mode(self) -> str: ...
-    @property
-    def control_hz(self) -> float | None: ...
-    @property
-    def execute_horizon(self) -> int | None: ...
-    @property
-    def request_lead_s(self) -> float | None: ...
-    @property
-    def request_mode(self) -> str: ...
-    @property
-    def blend_steps(self) -> int: ...
-    @property
-    def dry_run(self) -> bool: ...
-    @property
-    def max_joint_step(self) -> float: ...
-    @property
-    def sensor_timeout_s(self) -> float: ...
-    @property
-    def retry_delay_s(self) -> float: ...
-    @property
-    def request_timeout_s(self) -> float | None: ...
-    @property
-    def autostart(self) -> bool: ...
-    @property
-    def tick_hz(self) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -236,45 +161,6 @@ class _Timing:
     image_to_wire: LatencyStats = field(default_factory=LatencyStats)
 
 
-def _scheduler_config(cfg: StreamingSettings, spec: ServerSpec) -> SchedulerConfig:
-    control_hz = cfg.control_hz or spec.control_hz
-    if not control_hz:
-        raise StreamingConfigError(
-            "server metadata has no control_hz; set the 'control_hz' parameter"
-        )
-    try:
-        return SchedulerConfig(
-            dt=1.0 / control_hz,
-            horizon=spec.action_horizon,
-            execute_horizon=cfg.execute_horizon or max(1, spec.action_horizon // 2),
-            request_lead_s=cfg.request_lead_s,
-            blend_steps=cfg.blend_steps,
-            mode=cast(SchedulerMode, cfg.request_mode),  # checked by SchedulerConfig
-            retry_delay_s=cfg.retry_delay_s,
-            # The timer polls every tick: publish up to one tick before the switch
-            # so that no action slot is skipped at the boundary.
-            publish_early_s=min(1.0 / cfg.tick_hz, 0.5 / control_hz),
-        )
-    except SchedulerConfigError as exc:
-        raise StreamingConfigError(str(exc)) from None
-
-
-def _check_safety_settings(cfg: StreamingSettings) -> None:
-    """Refuse settings the safety checks would reject only when a chunk arrives."""
-    try:
-        JointLimits.from_mapping(cfg.joint_limits, cfg.commanded_joints)
-    except SafetyError as exc:
-        raise StreamingConfigError(str(exc)) from None
-    if cfg.limits_mode not in LIMITS_MODES:
-        raise StreamingConfigError(
-            f"limits_mode {cfg.limits_mode!r} is not one of {list(LIMITS_MODES)}"
-        )
-    for name in ("max_joint_step", "sensor_timeout_s"):
-        value = getattr(cfg, name)
-        if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-            raise StreamingConfigError(f"{name} {value!r} must be a number > 0")
-
-
 class StreamingCore:
     """Decides when to request, what to publish and when to hold (see module docs).
 
@@ -300,7 +186,7 @@ class StreamingCore:
         log: Logger,
         perf_clock: Callable[[], float] = time.perf_counter,
     ) -> None:
-        _check_safety_settings(config)
+        check_live_settings(config)
         self._cfg = config
         self._camera_keys = tuple(camera_keys)
         self._submit = submit
@@ -376,8 +262,9 @@ class StreamingCore:
 
     @property
     def last_refusal(self) -> str | None:
-        """Why the last refused chunk, frame or joint state message was refused, in a
-        sentence; it changes exactly when ``counts["refusals"]`` grows."""
+        """Why the last refused chunk, observation (stale inputs), frame or joint
+        state message was refused, in a sentence; it changes exactly when
+        ``counts["refusals"]`` grows."""
         return self._last_refusal
 
     @property
@@ -497,16 +384,16 @@ class StreamingCore:
         """
         fixed = [
             name
-            for name in _FIXED_SETTINGS
+            for name in FIXED_SETTINGS
             if getattr(config, name, None) != getattr(self._cfg, name, None)
         ]
         if fixed:
             raise StreamingConfigError(
                 f"{fixed} cannot change while the node runs; restart the node with the new values"
             )
-        _check_safety_settings(config)
+        check_live_settings(config)
         active = self._active
-        scheduler_config = None if active is None else _scheduler_config(config, active.spec)
+        sched_config = None if active is None else scheduler_config(config, active.spec)
         old = self._cfg
         if config.dry_run and not old.dry_run:
             # Still routed to the controllers: stop them where they are.
@@ -516,8 +403,8 @@ class StreamingCore:
         self._cfg = config
         if config.prompt != old.prompt:
             self.set_prompt(config.prompt)
-        if active is not None and scheduler_config is not None:
-            active.scheduler.reconfigure(scheduler_config)
+        if active is not None and sched_config is not None:
+            active.scheduler.reconfigure(sched_config)
             if config.dry_run != old.dry_run:
                 active.scheduler.reset()  # the next chunk starts from the robot, not the preview
         if not config.dry_run and old.dry_run:
@@ -531,7 +418,7 @@ class StreamingCore:
         cfg = self._cfg
         try:
             spec = ServerSpec.from_metadata(metadata, model=cfg.model)
-            scheduler_config = _scheduler_config(cfg, spec)
+            sched_config = scheduler_config(cfg, spec)
             outputs = load_outputs({o.name: o.as_mapping() for o in cfg.outputs}, spec)
             builder = ObservationBuilder(
                 spec, camera_keys=self._camera_keys, state_joints=cfg.state_joints
@@ -548,7 +435,7 @@ class StreamingCore:
         self._drop_active(now)
         self._active = _Active(
             spec=spec,
-            scheduler=ChunkScheduler(scheduler_config, self._latency),
+            scheduler=ChunkScheduler(sched_config, self._latency),
             builder=builder,
             outputs=outputs,
             used_dims=np.array([d for o in outputs for d in o.dims], dtype=np.intp),
@@ -556,7 +443,7 @@ class StreamingCore:
         )
         self._log.info(
             f"connected: {cfg.model}, horizon {spec.action_horizon}, dt "
-            f"{1000.0 * scheduler_config.dt:.1f} ms, execute {scheduler_config.execute_horizon}, "
+            f"{1000.0 * sched_config.dt:.1f} ms, execute {sched_config.execute_horizon}, "
             f"{cfg.request_mode} requests"
         )
 
@@ -594,7 +481,7 @@ class StreamingCore:
             return
         reply = outcome.reply
         if isinstance(reply, dict) and reply.get("type") == "error":
-            message = str(reply.get("message"))
+            message = shorten(reply.get("message"))  # the server's text, bounded
             self._counts.error_replies += 1
             if self._error_messages.add(message):
                 self._log.error(f"server refused the observation: {message}")
@@ -672,12 +559,12 @@ class StreamingCore:
         stamps = {f"camera '{key}'": frame.received for key, frame in self._frames.items()}
         stale = check_fresh(stamps, now, cfg.sensor_timeout_s)
         if stale is not None:
-            self._hold(f"stale observation: {stale.reason}", "stale_input", now)
+            self._hold(f"stale observation: {stale.reason}", "stale_input", now, refusal=True)
             return
         try:
             state = self._joints.vector(now, cfg.sensor_timeout_s)
         except JointStateError as exc:
-            self._hold(f"joint states: {exc}", "joint_states", now)
+            self._hold(f"joint states: {exc}", "joint_states", now, refusal=True)
             return
         observation = active.builder.build(
             {key: frame.rgb for key, frame in self._frames.items()},
@@ -739,21 +626,26 @@ class StreamingCore:
         self._last_refusal = reason
         self._hold(reason, kind, now)
 
-    def _hold(self, reason: str, kind: str, now: float) -> None:
+    def _hold(self, reason: str, kind: str, now: float, *, refusal: bool = False) -> None:
         """Stop following chunks: command the current position and say why.
 
         ``kind`` groups reasons whose text changes from tick to tick (a stale input's
-        age): the log line is written when the kind changes, while :meth:`health`
-        always shows the latest reason. A hold for missing or stale inputs is not a
-        refusal: nothing was refused, no observation was taken.
+        age): the log line is written when the kind changes, while ``/diagnostics``
+        always shows the latest reason. ``refusal``: the observation was refused
+        (stale or missing joint states, stale frames); counted once per hold, with
+        ``last_refusal`` set, except before the first chunk, when inputs not there
+        yet are expected, not a fault.
         """
         repeated = self._hold_kind == kind and self._hold_reason is not None
         self._hold_reason = reason
         self._hold_kind = kind
         if repeated:
             return
-        if self._counts.chunks_published == 0 and kind in ("missing_input", "joint_states"):
-            # Start-up: inputs not there yet is expected, not a fault.
+        startup = self._counts.chunks_published == 0
+        if refusal and not startup:
+            self._counts.refusals += 1
+            self._last_refusal = reason
+        if startup and kind in ("missing_input", "joint_states"):
             self._log.info(f"waiting before the first request: {reason}")
         else:
             self._log.warning(f"holding position: {reason}")

@@ -43,6 +43,7 @@ from websockets.asyncio.server import Request as HttpRequest
 from websockets.asyncio.server import Response, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
+from relay_ros.models import family_of
 from relay_ros.server.embodiment import Embodiment, load_embodiment
 from relay_ros.server.metadata import MODELS, PI_CAMERA_KEYS, build_metadata
 from relay_ros.server.synthetic import SyntheticPolicy
@@ -328,7 +329,7 @@ class PolicyServer:
         self.stats = ServerStats()
         self.port: int | None = None
         self._embodiment: Embodiment | None = None
-        if "groot" in options.models:
+        if any(family_of(m) == "groot" for m in options.models):
             try:
                 self._embodiment = load_embodiment(options.embodiment)
             except (ValueError, RuntimeError) as exc:
@@ -378,7 +379,7 @@ class PolicyServer:
     ) -> Callable[[dict[str, Any]], Request]:
         """The checks for ``model`` with its per-model arguments bound once."""
         opts = self.options
-        if model == "groot":
+        if family_of(model) == "groot":
             assert self._embodiment is not None
             self._action_dims[model] = self._embodiment.action_dim
             return functools.partial(
@@ -658,7 +659,7 @@ class PolicyServer:
             lora_scale=request.lora_scale,
             action_dim=self._action_dims[model],
         )
-        if model != "groot":
+        if family_of(model) != "groot":
             return flat
         assert self._embodiment is not None
         groups: dict[str, np.ndarray] = {}

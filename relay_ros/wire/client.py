@@ -40,6 +40,7 @@ import numpy as np
 from websockets.exceptions import ConnectionClosed
 from websockets.frames import Close
 
+from relay_ros.models import family_of
 from relay_ros.wire.codec import REPLY_LIMITS, CodecError, DecodeLimits, unpackb
 from relay_ros.wire.env import check_model, direct_enabled, redact_url, resolve_url
 from relay_ros.wire.errors import OpenCancelled, PolicyServerError, RequestTimeout
@@ -170,7 +171,7 @@ def decode_reply(
 def _check_actions(model: str, actions: Any, url: str) -> None:
     """Raise PolicyServerError unless ``actions`` has the model family's type:
     π0/π0.5 a 2-D float array, GR00T a non-empty dict of float arrays."""
-    if model == "groot":
+    if family_of(model) == "groot":
         if (
             isinstance(actions, dict)
             and actions
@@ -375,8 +376,13 @@ class PolicyClient:
     @property
     def url(self) -> str:
         """The URL of the connection in use (the direct URL when the route was taken).
-        It may hold secrets: pass it through ``redact_url`` before showing it."""
+        It may hold secrets: show :attr:`display_url` instead."""
         return self._require_open().url
+
+    @property
+    def display_url(self) -> str:
+        """:attr:`url` with user info and query values replaced by ``***``."""
+        return self._require_open().display_url
 
     def infer(
         self, obs: dict[str, Any], timeout: float | None = None

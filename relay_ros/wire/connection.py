@@ -223,6 +223,13 @@ class PolicyConnection:
         return self._last_error
 
     @property
+    def idle_closes(self) -> int:
+        """How many times the server closed the connection as idle (normal close,
+        e.g. ``idle for 30 s``); each was reconnected at once. Expected while no
+        requests are sent, so not a fault."""
+        return self._idle_closes
+
+    @property
     def busy(self) -> bool:
         """True while a request is in flight."""
         return self._in_flight
