@@ -5,7 +5,7 @@ work and prints its result; new subcommands add a ``_add_<name>`` parser and a
 ``_run_<name>`` function to :data:`_COMMANDS`.
 
 Exit codes: 0 success; 1 the command ran but its result fails the check
-(``replay``: nothing was commanded, or a chunk or frame was refused without
+(``replay``: nothing was commanded, or a chunk was refused without
 ``--allow-refusals``); 2 usage or input error (one line on stderr, no
 traceback); 130 interrupted.
 """
@@ -106,7 +106,7 @@ def _add_replay(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser.add_argument(
         "--allow-refusals",
         action="store_true",
-        help="exit 0 even if chunks or frames were refused (still 1 if nothing was commanded)",
+        help="exit 0 even if chunks were refused (still 1 if nothing was commanded)",
     )
     return parser
 

@@ -311,8 +311,20 @@ def test_exit_status_reasons_and_headline() -> None:
     )
     chunk = SimpleNamespace(stamp=0.0)
     gaps = {"a": JointGap("a", 0.01, 0.02, 10), "b": JointGap("b", 0.04, 0.1, 30)}
-    refused = _report(chunks=[chunk], refusals={"x #": 2, "y": 1}, gaps=gaps)
-    assert refused.failures() == ["3 refusal(s); see the report (--allow-refusals accepts them)"]
+    refusals = {
+        "first point moves joint 'j' by #": 2,
+        "malformed reply: x": 1,
+        "stale observation: stale input: \"camera 'a'\" is # s old": 4,
+        "camera 'a' on /t: bad encoding": 1,
+    }
+    refused = _report(chunks=[chunk], refusals=refusals, gaps=gaps)
+    assert (refused.refusal_count, refused.chunk_refusal_count) == (8, 3)
+    assert refused.failures() == [
+        "3 chunk(s) refused; see the report (--allow-refusals accepts them)"
+    ]
+    assert "refusals: 8 (3 chunk(s), 5 input(s))" in refused.format()
+    # Refused inputs (a camera dropout in the recording) alone pass.
+    assert _report(chunks=[chunk], refusals={"stale observation: x": 2}).failures() == []
     assert refused.failures(allow_refusals=True) == []
     assert refused.headline().endswith(
         "mean |commanded - recorded| 0.0325, max 0.1000 (b) over 40 points; held 0.00 s of 6.00 s"

@@ -32,7 +32,9 @@ __all__ = [
     "HoldPeriod",
     "JointGap",
     "ReplayReport",
+    "INPUT_REFUSAL_PREFIXES",
     "command_gaps",
+    "is_input_refusal",
     "overall_gap",
     "read_preview",
     "replaced_at",
@@ -126,7 +128,8 @@ class ReplayReport:
         chunks: Chunks the node would have commanded, in publication order.
         holds: Hold commands the node published.
         hold_periods: When and why the node held position.
-        refusals: Refused chunks/frames per reason (numbers in reasons are ``#``).
+        refusals: Refused chunks, frames and observations per reason (numbers in
+            reasons are ``#``); :attr:`chunk_refusal_count` counts the chunks.
         counts: The node's counters at the end (requests, chunks_published, ...).
         latency_ms: Latency statistics (count, mean, p50, p95, p99, max), ms.
         gaps: Per joint gap between commanded and recorded positions.
@@ -165,20 +168,31 @@ class ReplayReport:
 
     @property
     def refusal_count(self) -> int:
-        """Chunks and frames the node refused, over the whole replay."""
+        """Everything the node refused (chunks, frames, stale observations)."""
         return sum(self.refusals.values())
+
+    @property
+    def chunk_refusal_count(self) -> int:
+        """Chunks the node refused (safety checks, malformed replies).
+
+        Refused inputs (stale or missing frames and joint states, undecodable
+        frames) are not chunks: they describe the recording, e.g. a camera dropout.
+        """
+        return sum(n for reason, n in self.refusals.items() if not is_input_refusal(reason))
 
     def failures(self, *, allow_refusals: bool = False) -> list[str]:
         """Why this replay should fail a script or CI job (empty: it passed).
 
-        Nothing commanded always fails; refusals fail unless ``allow_refusals``.
+        Nothing commanded always fails; refused chunks fail unless
+        ``allow_refusals``.
         """
         problems = []
         if not self.chunks:
             problems.append("nothing was commanded (0 chunks); see the holds in the report")
-        if self.refusal_count and not allow_refusals:
+        refused = self.chunk_refusal_count
+        if refused and not allow_refusals:
             problems.append(
-                f"{self.refusal_count} refusal(s); see the report (--allow-refusals accepts them)"
+                f"{refused} chunk(s) refused; see the report (--allow-refusals accepts them)"
             )
         return problems
 
@@ -253,7 +267,10 @@ class ReplayReport:
             lines.append("latency: no replies")
         lines.append("")
         if self.refusals:
-            lines.append(f"refusals: {sum(self.refusals.values())}")
+            lines.append(
+                f"refusals: {self.refusal_count} ({self.chunk_refusal_count} chunk(s), "
+                f"{self.refusal_count - self.chunk_refusal_count} input(s))"
+            )
             for reason, n in self.refusals.items():
                 lines.append(f"  {n:>4} x {reason}")
         else:
@@ -360,6 +377,16 @@ def command_gaps(
         else:
             gaps[name] = JointGap(name, math.nan, math.nan, 0)
     return gaps
+
+
+#: How StreamingCore words the refusals of inputs (as opposed to chunks): a stale
+#: or missing observation, bad joint states, a camera frame it could not convert.
+INPUT_REFUSAL_PREFIXES = ("stale observation:", "joint states:", "camera '", "no frame yet")
+
+
+def is_input_refusal(reason: str) -> bool:
+    """True for a refused input (observation, frame, joint states), False for a chunk."""
+    return reason.startswith(INPUT_REFUSAL_PREFIXES)
 
 
 def overall_gap(gaps: Iterable[JointGap]) -> JointGap | None:
