@@ -118,6 +118,8 @@ class ServerSpec:
         state_groups: GR00T: state key -> width, in metadata order (empty for π0).
         action_groups: GR00T: action key -> width, in metadata order (empty for π0).
         embodiment: GR00T: the embodiment name, if announced.
+        action_prefix: The server takes ``action_prefix`` / ``committed_steps``
+            (metadata ``"action_prefix": true``; docs/protocol.md, "Action prefix").
         metadata: The map as received, read-only.
     """
 
@@ -135,6 +137,7 @@ class ServerSpec:
     state_groups: Mapping[str, int] = field(default_factory=dict)
     action_groups: Mapping[str, int] = field(default_factory=dict)
     embodiment: str | None = None
+    action_prefix: bool = False
     needs_observation_time: bool = False
     metadata: Mapping[str, Any] = field(default_factory=dict)
 
@@ -183,6 +186,7 @@ class ServerSpec:
             "control_hz": control_hz,
             "image_size": _image_size(metadata.get("image_size")),
             "needs_session_id": bool(metadata.get("needs_session_id", False)),
+            "action_prefix": metadata.get("action_prefix") is True,
             "needs_observation_time": bool(metadata.get("needs_observation_time", False)),
             "metadata": MappingProxyType(dict(metadata)),
         }

@@ -38,6 +38,7 @@ from typing import Any, Protocol, cast
 
 import numpy as np
 
+from relay_ros.pipeline.action_prefix import committed_prefix, to_action_space
 from relay_ros.pipeline.observation import ObservationBuilder, ObservationError, reply_to_chunk
 from relay_ros.pipeline.outputs import OutputController, OutputsError, load_outputs
 from relay_ros.pipeline.safety import (
@@ -574,6 +575,15 @@ class StreamingCore:
             seed=cfg.seed,
             observation_time=now,
         )
+        if active.spec.action_prefix:
+            # Real-time chunking: the actions committed while the server infers.
+            committed = committed_prefix(active.scheduler, now)
+            if committed is not None:
+                rows, steps = committed
+                observation["action_prefix"] = to_action_space(
+                    rows, active.used_dims.tolist(), active.spec.chunk_width
+                )
+                observation["committed_steps"] = steps
         newest = max(self._frames.values(), key=lambda frame: frame.received)
         tag = RequestTag(active.generation, self._session_id, now, started, newest.processing_s)
         if self._submit(observation, tag):
