@@ -4,8 +4,10 @@ This module only parses arguments, calls the library function that does the
 work and prints its result; new subcommands add a ``_add_<name>`` parser and a
 ``_run_<name>`` function to :data:`_COMMANDS`.
 
-Exit codes: 0 success, 2 usage or input error (one line on stderr, no
-traceback), 130 interrupted.
+Exit codes: 0 success; 1 the command ran but its result fails the check
+(``replay``: nothing was commanded, or a chunk was refused without
+``--allow-refusals``); 2 usage or input error (one line on stderr, no
+traceback); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -75,6 +77,37 @@ def _add_replay(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
             "uses that server"
         ),
     )
+    parser.add_argument(
+        "--policy",
+        choices=("recorded", "synthetic"),
+        help=(
+            "policy of the reference server (not with --url): 'recorded' (default) answers "
+            "with the recorded joint states at t_obs + i*dt, so the report's headline is the "
+            "timing error the bridge adds; 'synthetic' is a smooth made-up motion"
+        ),
+    )
+    parser.add_argument(
+        "-p",
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME:=VALUE",
+        help="override a node parameter of the params file (ROS style, YAML value); repeatable",
+    )
+    parser.add_argument(
+        "--save-observations",
+        type=Path,
+        metavar="DIR",
+        help=(
+            "write every observation the server receives into DIR (new or empty): one PNG per "
+            "camera as the model sees it (after resize/pad) and the state as JSON"
+        ),
+    )
+    parser.add_argument(
+        "--allow-refusals",
+        action="store_true",
+        help="exit 0 even if chunks were refused (still 1 if nothing was commanded)",
+    )
     return parser
 
 
@@ -93,10 +126,11 @@ def _print_progress(progress: object) -> None:
 
 def _run_replay(args: argparse.Namespace) -> int:
     from relay_ros.bag.reader import BagError
-    from relay_ros.bag.replay import ReplayError, replay
+    from relay_ros.bag.replay import ReplayError, parse_param_override, replay
     from relay_ros.paths import ConfigNotFoundError
 
     try:
+        overrides = dict(parse_param_override(text) for text in args.param)
         report = replay(
             args.bag,
             params_file=args.params_file,
@@ -106,8 +140,11 @@ def _run_replay(args: argparse.Namespace) -> int:
             seed=args.seed,
             model=args.model,
             url=args.url,
+            policy=args.policy,
             storage=args.storage,
             plot=args.plot,
+            save_observations=args.save_observations,
+            overrides=overrides,
             progress=_print_progress,
         )
     except (BagError, ReplayError, ConfigNotFoundError) as exc:
@@ -117,7 +154,12 @@ def _run_replay(args: argparse.Namespace) -> int:
     sys.stdout.write(report.format() + "\n")
     if args.plot is not None:
         sys.stdout.write(f"plot: {args.plot}\n")
-    return 0
+    if args.save_observations is not None:
+        sys.stdout.write(f"observations: {args.save_observations}\n")
+    failures = report.failures(allow_refusals=args.allow_refusals)
+    for failure in failures:
+        sys.stderr.write(f"{PROG} replay: failed: {failure}\n")
+    return 1 if failures else 0
 
 
 _COMMANDS: dict[

@@ -48,6 +48,7 @@ __all__ = [
     "joint_positions",
     "make_bags",
     "main",
+    "read_joint_states",
 ]
 
 BASE_TOPIC = "/camera/base/image_raw"
@@ -234,6 +235,19 @@ def make_bags(
                 writer.write(topic, stamp, data)
         bags[storage] = path
     return bags
+
+
+def read_joint_states(bag: str | Path) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """The recorded ``/joint_states``: bag times (s) and positions per joint, read back."""
+    from relay_ros.bag.reader import BagReader
+
+    with BagReader(bag) as reader:
+        times, rows = [], []
+        for message in reader.messages([JOINT_TOPIC]):
+            msg = reader.deserialize(message)
+            times.append(message.timestamp_ns / 1e9)
+            rows.append(dict(zip(msg.name, msg.position)))
+    return np.array(times), {j: np.array([r[j] for r in rows]) for j in JOINT_NAMES}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,9 +5,14 @@ node parameter, a bag without a configured topic or with the wrong type, a bad
 server URL) is found here, before a server, a node or a player starts:
 
 - :func:`read_params_file` reads a ROS 2 params file without rclpy;
+- :func:`parse_param_override` reads ``-p name:=value`` (ROS style);
+- :func:`replay_parameters` combines the params file, ``-p`` overrides and what a
+  replay forces (a relative ``camera_map`` of the params file is resolved against
+  the params file's folder);
 - :func:`node_config` resolves the node's configuration like policy_node does;
 - :func:`required_topics` and :func:`read_bag_input` check the bag against it
   and read the recorded joint states (a corrupt file fails here);
+  :func:`check_joint_names` checks every configured joint name against them;
 - :func:`resolve_server_url` and :func:`default_output_path` settle the options.
 
 :class:`ReplayError` lives here because these checks raise it first;
@@ -31,12 +36,16 @@ from relay_ros.bag.reader import BagReader
 from relay_ros.node.topic_names import expand_topic_name
 
 __all__ = [
+    "FORCED_PARAMETERS",
     "BagInput",
     "ReplayError",
+    "check_joint_names",
     "default_output_path",
     "node_config",
+    "parse_param_override",
     "read_bag_input",
     "read_params_file",
+    "replay_parameters",
     "required_topics",
     "resolve_server_url",
 ]
@@ -45,8 +54,73 @@ _CAMERA_TYPES = {"raw": "sensor_msgs/msg/Image", "compressed": "sensor_msgs/msg/
 _JOINT_STATE_TYPE = "sensor_msgs/msg/JointState"
 
 
+#: Node parameters a replay always sets: bag time, no controller topics, no ~/enable.
+FORCED_PARAMETERS: dict[str, Any] = {"use_sim_time": True, "dry_run": True, "autostart": True}
+
+
 class ReplayError(RuntimeError):
     """The replay cannot run (bad option, bag does not fit the configuration, no server)."""
+
+
+def parse_param_override(text: str) -> tuple[str, Any]:
+    """``name:=value`` (as ``ros2 run ... -p``) to ``(name, value)``; the value is YAML.
+
+    ``seed:=3`` -> 3, ``prompt:="pick it up"`` -> str, ``state_joints:="[a, b]"`` -> list.
+
+    Raises:
+        ReplayError: no ``:=``, an empty name, or a value that is not YAML.
+    """
+    name, sep, raw = text.partition(":=")
+    name = name.strip()
+    if not sep or not name:
+        raise ReplayError(f"parameter override {text!r} is not NAME:=VALUE (e.g. seed:=3)")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as exc:
+        detail = " ".join(str(exc).split())
+        raise ReplayError(f"parameter override {text!r}: value is not YAML: {detail}") from None
+    if isinstance(value, dict) or value is None:
+        raise ReplayError(
+            f"parameter override {text!r}: expected a number, string, bool or list, got {raw!r}"
+        )
+    return name, value
+
+
+def replay_parameters(
+    params_file: str | os.PathLike[str],
+    file_params: Mapping[str, Any],
+    overrides: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The node parameters a replay sets on top of the params file.
+
+    ``overrides`` (``-p`` or ``replay(overrides=...)``) win over the params file.
+    A relative ``camera_map`` in the params file is resolved against the params
+    file's folder (a relative one in ``overrides`` against the working directory);
+    :data:`FORCED_PARAMETERS` are added.
+
+    Raises:
+        ReplayError: an override of a forced parameter or of ``policy_url`` (use
+            ``--url``).
+    """
+    for name in overrides:
+        if name in FORCED_PARAMETERS:
+            raise ReplayError(
+                f"parameter '{name}' cannot be overridden: a replay always runs with "
+                f"{name}={str(FORCED_PARAMETERS[name]).lower()}"
+            )
+        if name == "policy_url":
+            raise ReplayError(
+                "parameter 'policy_url' cannot be overridden: choose the server with --url"
+            )
+    params: dict[str, Any] = {}
+    camera_map = file_params.get("camera_map")
+    if camera_map and not Path(str(camera_map)).expanduser().is_absolute():
+        params["camera_map"] = str(Path(params_file).resolve().parent / str(camera_map))
+    params.update({name: _typed(name, value) for name, value in overrides.items()})
+    if params.get("camera_map"):
+        params["camera_map"] = str(Path(str(params["camera_map"])).expanduser().resolve())
+    params.update(FORCED_PARAMETERS)
+    return params
 
 
 def read_params_file(path: str | os.PathLike[str], node_name: str = "policy_node") -> dict:
@@ -146,6 +220,65 @@ def read_bag_input(bag: Path, required: Mapping[str, str], joint_topic: str) -> 
             types={name: info.msgtype for name, info in reader.topics.items()},
             joint_times=np.array(times),
             joint_positions=positions,
+        )
+
+
+def _typed(name: str, value: Any) -> Any:
+    """``value`` in the parameter's declared type where YAML read it as another.
+
+    ``-p control_hz:=50`` reads as an integer and ``-p prompt:=123`` as a number;
+    rclpy refuses both for a declared double or string parameter, while a params
+    file would write ``50.0`` and ``"123"``.
+    """
+    from relay_ros.node.params import PARAMETERS
+
+    kind = next((spec.type for spec in PARAMETERS if spec.name == name), None)
+    if name.startswith("joint_limits."):
+        kind = "double_array"
+    is_int = isinstance(value, int) and not isinstance(value, bool)
+    if kind in ("double", "string_or_double") and is_int:
+        return float(value)
+    if kind == "double_array" and isinstance(value, list):
+        return [float(v) if isinstance(v, int) and not isinstance(v, bool) else v for v in value]
+    if kind == "string" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    if kind == "string_array" and isinstance(value, list):
+        return [v if isinstance(v, str) else str(v) for v in value]
+    return value
+
+
+def check_joint_names(
+    bag: Path, config: Any, given: Mapping[str, Any], inputs: BagInput, joint_topic: str
+) -> None:
+    """Every joint the configuration names must be in the bag's joint states.
+
+    Checked: ``state_joints``, ``outputs.<name>.joints`` and every
+    ``joint_limits.<joint>`` in ``given`` (the params file and overrides). Joints the
+    bag records but the configuration does not name are ignored.
+
+    Raises:
+        ReplayError: one line naming each unknown joint with where it is configured,
+            and the joints the bag records.
+    """
+    recorded = set(inputs.joint_positions)
+    unknown: dict[str, list[str]] = {}
+    for joint in config.state_joints:
+        if joint not in recorded:
+            unknown.setdefault(joint, []).append("state_joints")
+    for output in config.outputs:
+        for joint in output.joints:
+            if joint not in recorded:
+                unknown.setdefault(joint, []).append(f"outputs.{output.name}.joints")
+    for name in given:
+        if name.startswith("joint_limits."):
+            joint = name[len("joint_limits.") :]
+            if joint not in recorded:
+                unknown.setdefault(joint, []).append(name)
+    if unknown:
+        listed = ", ".join(f"'{j}' ({', '.join(where)})" for j, where in unknown.items())
+        raise ReplayError(
+            f"bag '{bag}' records no joint {listed} on {joint_topic}; "
+            f"its joints are {list(inputs.joint_positions)}"
         )
 
 

@@ -12,15 +12,18 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from relay_ros.bag.reader import BagReader
-from relay_ros.pipeline.trajectory import T_OBS_PREFIX
+from relay_ros.pipeline.trajectory import (
+    T_OBS_PREFIX,
+    JointTrajectoryData,
+    read_joint_trajectory,
+)
 
 __all__ = [
     "PREVIEW_TAG",
@@ -29,7 +32,10 @@ __all__ = [
     "HoldPeriod",
     "JointGap",
     "ReplayReport",
+    "INPUT_REFUSAL_PREFIXES",
     "command_gaps",
+    "is_input_refusal",
+    "overall_gap",
     "read_preview",
     "replaced_at",
 ]
@@ -63,7 +69,10 @@ class Chunk:
 
 @dataclass(frozen=True)
 class HoldCommand:
-    """A hold the node published (one point, zero velocity): stop at ``positions``."""
+    """A hold event: the node's one-point "stop at ``positions``" messages of one stamp.
+
+    One per event, whatever the number of controllers it was sent to.
+    """
 
     stamp: float
     joint_names: tuple[str, ...]
@@ -119,11 +128,14 @@ class ReplayReport:
         chunks: Chunks the node would have commanded, in publication order.
         holds: Hold commands the node published.
         hold_periods: When and why the node held position.
-        refusals: Refused chunks/frames per reason (numbers in reasons are ``#``).
+        refusals: Refused chunks, frames and observations per reason (numbers in
+            reasons are ``#``); :attr:`chunk_refusal_count` counts the chunks.
         counts: The node's counters at the end (requests, chunks_published, ...).
         latency_ms: Latency statistics (count, mean, p50, p95, p99, max), ms.
         gaps: Per joint gap between commanded and recorded positions.
         diagnostics: Values of the node's last ``/diagnostics`` status.
+        policy: The reference server's policy (``"recorded"`` or ``"synthetic"``),
+            None for a server given with ``url``.
     """
 
     bag: Path
@@ -147,16 +159,73 @@ class ReplayReport:
     latency_ms: dict[str, float | None] = field(default_factory=dict)
     gaps: dict[str, JointGap] = field(default_factory=dict)
     diagnostics: dict[str, str] = field(default_factory=dict)
+    policy: str | None = None
 
     @property
     def bag_start_s(self) -> float:
         """Bag time of the first message, absolute seconds."""
         return self.bag_start_ns / 1e9
 
+    @property
+    def refusal_count(self) -> int:
+        """Everything the node refused (chunks, frames, stale observations)."""
+        return sum(self.refusals.values())
+
+    @property
+    def chunk_refusal_count(self) -> int:
+        """Chunks the node refused (safety checks, malformed replies).
+
+        Refused inputs (stale or missing frames and joint states, undecodable
+        frames) are not chunks: they describe the recording, e.g. a camera dropout.
+        """
+        return sum(n for reason, n in self.refusals.items() if not is_input_refusal(reason))
+
+    def failures(self, *, allow_refusals: bool = False) -> list[str]:
+        """Why this replay should fail a script or CI job (empty: it passed).
+
+        Nothing commanded always fails; refused chunks fail unless
+        ``allow_refusals``.
+        """
+        problems = []
+        if not self.chunks:
+            problems.append("nothing was commanded (0 chunks); see the holds in the report")
+        refused = self.chunk_refusal_count
+        if refused and not allow_refusals:
+            problems.append(
+                f"{refused} chunk(s) refused; see the report (--allow-refusals accepts them)"
+            )
+        return problems
+
+    def headline(self) -> str:
+        """The first line of the report: commanded vs recorded over all joints."""
+        if self.policy == "recorded":
+            what = "bridge timing error (recorded policy; 0 = a perfect bridge)"
+        elif self.policy == "synthetic":
+            what = "commanded vs recorded (synthetic policy: only shows the pipeline runs)"
+        else:
+            what = "commanded vs recorded (policy of the server at --url)"
+        total = overall_gap(self.gaps.values())
+        held = f"held {self.held_s:.2f} s of {self.duration_s:.2f} s"
+        if total is None:
+            return f"{what}: nothing commanded, {held}"
+        return (
+            f"{what}: mean |commanded - recorded| {total.mean_abs:.4f}, max "
+            f"{total.max_abs:.4f} ({total.joint}) over {total.samples} points; {held}"
+        )
+
+    @property
+    def held_s(self) -> float:
+        """Seconds of the bag in which the node held position (sum of the hold periods)."""
+        return sum(
+            (p.end if p.end is not None else self.duration_s) - p.start for p in self.hold_periods
+        )
+
     def format(self) -> str:
-        """The human-readable report ``relay-ros replay`` prints."""
+        """The human-readable report ``relay-ros replay`` prints (headline first)."""
         seed = "random" if self.seed is None else str(self.seed)
         lines = [
+            self.headline(),
+            "",
             f"replayed {self.bag} ({self.duration_s:.2f} s) at rate {self.rate:g} through "
             f"policy_node (dry run, {self.model}, seed {seed})",
             f"policy server: {self.url}",
@@ -183,7 +252,7 @@ class ReplayReport:
             first, last = self.chunks[0].stamp, self.chunks[-1].stamp
             lines.append(
                 f"  first at {first - self.bag_start_s:.3f} s, last at "
-                f"{last - self.bag_start_s:.3f} s (bag time), {len(self.holds)} hold command(s)"
+                f"{last - self.bag_start_s:.3f} s (bag time), {len(self.holds)} hold event(s)"
             )
         lat = self.latency_ms
         if lat.get("count"):
@@ -198,7 +267,10 @@ class ReplayReport:
             lines.append("latency: no replies")
         lines.append("")
         if self.refusals:
-            lines.append(f"refusals: {sum(self.refusals.values())}")
+            lines.append(
+                f"refusals: {self.refusal_count} ({self.chunk_refusal_count} chunk(s), "
+                f"{self.refusal_count - self.chunk_refusal_count} input(s))"
+            )
             for reason, n in self.refusals.items():
                 lines.append(f"  {n:>4} x {reason}")
         else:
@@ -212,7 +284,10 @@ class ReplayReport:
             lines.append("holds: none")
         lines.append("")
         if self.gaps:
-            lines.append("commanded vs recorded joint states, |commanded(t) - recorded(t)|:")
+            lines.append(
+                "commanded vs recorded joint states per joint, |commanded(t) - recorded(t)| "
+                "(joints not configured are ignored):"
+            )
             jw = max(len(j) for j in self.gaps)
             lines.append(f"  {'joint':<{jw}}  {'mean':>8}  {'max':>8}  points")
             for gap in self.gaps.values():
@@ -224,49 +299,43 @@ class ReplayReport:
         return "\n".join(lines)
 
 
-def _stamp_s(stamp: Any) -> float:
-    return int(stamp.sec) + int(stamp.nanosec) * 1e-9
-
-
-def _duration_s(duration: Any) -> float:
-    return int(duration.sec) + int(duration.nanosec) * 1e-9
-
-
 def read_preview(
     output: str | os.PathLike[str], preview_topic: str
 ) -> tuple[list[Chunk], list[HoldCommand]]:
     """Chunks and hold commands from a recorded ``~/preview`` topic.
 
     Per-controller messages of one publication (same stamp and ``t_obs``) are
-    merged into one :class:`Chunk`. Messages without a ``t_obs=`` tag are holds.
+    merged into one :class:`Chunk`; per-controller hold messages of one stamp
+    into one :class:`HoldCommand` (one hold event). Messages without a ``t_obs=``
+    tag are holds.
     """
     chunks: list[Chunk] = []
-    holds: list[HoldCommand] = []
+    parts: dict[tuple[float, float], list[JointTrajectoryData]] = {}
+    hold_parts: dict[float, list[JointTrajectoryData]] = {}
     with BagReader(output) as reader:
         if preview_topic not in reader.topics:
-            return chunks, holds
-        parts: dict[tuple[float, float], list[Any]] = {}
+            return [], []
         for message in reader.messages([preview_topic]):
-            msg = reader.deserialize(message)
-            stamp = _stamp_s(msg.header.stamp)
-            names = tuple(msg.joint_names)
-            if not msg.header.frame_id.startswith(PREVIEW_TAG):
-                if msg.points:
-                    holds.append(HoldCommand(stamp, names, np.array(msg.points[0].positions)))
-                continue
-            t_obs = float(msg.header.frame_id[len(PREVIEW_TAG) :])
-            parts.setdefault((stamp, t_obs), []).append(msg)
+            data = read_joint_trajectory(reader.deserialize(message))
+            if data.t_obs is None:
+                if data.positions:
+                    hold_parts.setdefault(data.stamp, []).append(data)
+            else:
+                parts.setdefault((data.stamp, data.t_obs), []).append(data)
     for (stamp, t_obs), msgs in parts.items():
-        names: tuple[str, ...] = ()
-        columns = []
-        times = np.array([stamp + _duration_s(p.time_from_start) for p in msgs[0].points])
-        for msg in msgs:
-            names += tuple(msg.joint_names)
-            columns.append(
-                np.array([list(p.positions) for p in msg.points]).reshape(len(msg.points), -1)
-            )
+        names = tuple(n for m in msgs for n in m.joint_names)
+        columns = [m.position_array() for m in msgs]
         n = min(c.shape[0] for c in columns)
-        chunks.append(Chunk(stamp, t_obs, names, times[:n], np.hstack([c[:n] for c in columns])))
+        times = msgs[0].times[:n]
+        chunks.append(Chunk(stamp, t_obs, names, times, np.hstack([c[:n] for c in columns])))
+    holds = [
+        HoldCommand(
+            stamp,
+            tuple(n for m in msgs for n in m.joint_names),
+            np.concatenate([m.position_array()[0] for m in msgs]),
+        )
+        for stamp, msgs in hold_parts.items()
+    ]
     chunks.sort(key=lambda c: c.stamp)
     holds.sort(key=lambda h: h.stamp)
     return chunks, holds
@@ -308,6 +377,30 @@ def command_gaps(
         else:
             gaps[name] = JointGap(name, math.nan, math.nan, 0)
     return gaps
+
+
+#: How StreamingCore words the refusals of inputs (as opposed to chunks): a stale
+#: or missing observation, bad joint states, a camera frame it could not convert.
+INPUT_REFUSAL_PREFIXES = ("stale observation:", "joint states:", "camera '", "no frame yet")
+
+
+def is_input_refusal(reason: str) -> bool:
+    """True for a refused input (observation, frame, joint states), False for a chunk."""
+    return reason.startswith(INPUT_REFUSAL_PREFIXES)
+
+
+def overall_gap(gaps: Iterable[JointGap]) -> JointGap | None:
+    """Mean over every point of every joint, the largest gap and its joint (``joint``).
+
+    None when no joint has samples.
+    """
+    with_samples = [g for g in gaps if g.samples]
+    if not with_samples:
+        return None
+    samples = sum(g.samples for g in with_samples)
+    mean = sum(g.mean_abs * g.samples for g in with_samples) / samples
+    worst = max(with_samples, key=lambda g: g.max_abs)
+    return JointGap(worst.joint, mean, worst.max_abs, samples)
 
 
 def replaced_at(chunk: Chunk, switches: Sequence[float]) -> float:

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from relay_ros.pipeline.trajectory import read_joint_trajectory
+
 __all__ = ["ChunkRecorder", "LatencyCollector", "RecordedChunk"]
 
 #: ``(stamp, absolute point times (N,), positions (N, D))`` of one published chunk.
@@ -35,19 +37,15 @@ class ChunkRecorder:
 
     def on_preview(self, msg: Any) -> None:
         """``JointTrajectory`` callback: keep the chunk if it has exactly our joints."""
-        names = list(msg.joint_names)
-        if sorted(names) != sorted(self.joints) or not msg.points:
+        data = read_joint_trajectory(msg)
+        if sorted(data.joint_names) != sorted(self.joints) or not data.positions:
             return
-        stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
-        tfs = np.array(
-            [p.time_from_start.sec + p.time_from_start.nanosec * 1e-9 for p in msg.points]
-        )
-        raw = np.array([list(p.positions) for p in msg.points], dtype=np.float64)
+        raw = data.position_array()
         positions = np.empty_like(raw)
-        for i, name in enumerate(names):
+        for i, name in enumerate(data.joint_names):
             positions[:, self._column[name]] = raw[:, i]
         with self._lock:
-            self._chunks.append((stamp, stamp + tfs, positions))
+            self._chunks.append((data.stamp, data.times, positions))
 
     def first_stamp(self) -> float | None:
         """Publication time of the first chunk, or None before it."""

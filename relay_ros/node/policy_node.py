@@ -43,6 +43,7 @@ from std_msgs.msg import String
 from std_srvs.srv import SetBool, Trigger
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
+from relay_ros.node.debug_topics import ObservationTopics
 from relay_ros.node.params import NodeConfig, ParameterError
 from relay_ros.node.ros_logging import node_logger
 from relay_ros.node.ros_params import LiveParameters, declare_parameters
@@ -102,10 +103,14 @@ class PolicyNode(Node):
                 "no server to connect to: set the 'policy_url' parameter or WALLE_URL "
                 "(environment or .env), e.g. ws://127.0.0.1:8000/{model}"
             ) from None
+        # ~/observation/* show each observation sent, while someone subscribes.
+        self._observation_topics = ObservationTopics(
+            self, [c.key for c in self._cameras], cfg.state_joints
+        )
         self.core = StreamingCore(
             cfg,
             camera_keys=[c.key for c in self._cameras],
-            submit=self._connection.submit,
+            submit=self._submit,
             publish=self._publish,
             request_reset=self._connection.request_reset,
             log=self.get_logger(),
@@ -237,6 +242,12 @@ class PolicyNode(Node):
         response.message = self.core.set_enabled(request.data, self._now())
         response.success = True
         return response
+
+    def _submit(self, observation: dict[str, Any], tag: Any) -> bool:
+        if not self._connection.submit(observation, tag):
+            return False
+        self._observation_topics.publish(observation, tag.t_obs)
+        return True
 
     def _tick(self) -> None:
         now = self._now()

@@ -18,7 +18,10 @@ Frames are resized on the client (aspect kept, zero padding) to the server's
 
 Optional fields: ``session_id`` is sent only when the metadata says
 ``needs_session_id`` (an openpi server does not know the key; a server that needs
-it gets an error here instead of a silent failure there). ``seed`` and
+it gets an error here instead of a silent failure there). Likewise
+``observation_time`` (the observation's time in seconds on the node clock) is sent
+only when the metadata says ``needs_observation_time``: the recorded policy of
+``relay-ros replay`` (:mod:`relay_ros.server.recorded`) reads it. ``seed`` and
 ``sampling_params`` are sent when given (not None).
 
 :func:`reply_to_chunk` converts a successful reply into an (H, D) float32 chunk: the
@@ -84,6 +87,7 @@ class ObservationBuilder:
         self.model = spec.model
         self.image_size: tuple[int, int] = spec.image_size
         self.needs_session_id = spec.needs_session_id
+        self.needs_observation_time = spec.needs_observation_time
         keys = tuple(camera_keys)
         if not keys:
             raise ObservationError("camera_keys is empty; expected at least one camera")
@@ -168,6 +172,7 @@ class ObservationBuilder:
         session_id: str | None,
         seed: int | None,
         sampling_params: dict | None = None,
+        observation_time: float | None = None,
     ) -> dict[str, Any]:
         """Assemble one observation.
 
@@ -180,6 +185,8 @@ class ObservationBuilder:
             session_id: Sent when the metadata has ``needs_session_id`` (then required).
             seed: Sent when not None (same observation + seed -> same actions).
             sampling_params: Sent when not None (e.g. ``{"lora": "name"}``).
+            observation_time: When the observation was taken (s, node clock); sent
+                when the metadata has ``needs_observation_time`` (then required).
 
         Returns:
             The observation map, ready for ``PolicyClient.infer``.
@@ -187,7 +194,7 @@ class ObservationBuilder:
         Raises:
             ObservationError: A missing or unexpected camera, a bad frame, a state of
                 the wrong length or with NaN/Inf, a non-string prompt, a missing
-                session id, or a non-integer seed.
+                session id or observation time, or a non-integer seed.
         """
         missing = [k for k in self.camera_keys if k not in frames]
         extra = [k for k in frames if k not in self.camera_keys]
@@ -217,6 +224,17 @@ class ObservationBuilder:
                     f"session_id is {session_id!r}; the server needs a non-empty session id"
                 )
             obs["session_id"] = session_id
+        if self.needs_observation_time:
+            if (
+                isinstance(observation_time, bool)
+                or not isinstance(observation_time, (int, float))
+                or not np.isfinite(observation_time)
+            ):
+                raise ObservationError(
+                    f"observation_time is {observation_time!r}; the server "
+                    "needs_observation_time (seconds on the node clock)"
+                )
+            obs["observation_time"] = float(observation_time)
         if seed is not None:
             if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
                 raise ObservationError(f"seed must be an int, got {seed!r}")

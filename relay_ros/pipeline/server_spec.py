@@ -107,6 +107,8 @@ class ServerSpec:
         control_hz: Rate the actions are meant for, or None when not announced.
         image_size: Frames are resized to (height, width).
         needs_session_id: Observations must carry ``session_id``.
+        needs_observation_time: Observations must carry ``observation_time`` (the
+            recorded policy of ``relay-ros replay``, :mod:`relay_ros.server.recorded`).
         camera_keys: The camera keys the server accepts.
         max_cameras: Most cameras per observation.
         all_cameras_required: GR00T: every key of ``camera_keys`` needs a camera.
@@ -136,6 +138,7 @@ class ServerSpec:
     action_groups: Mapping[str, int] = field(default_factory=dict)
     embodiment: str | None = None
     action_prefix: bool = False
+    needs_observation_time: bool = False
     metadata: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -184,6 +187,7 @@ class ServerSpec:
             "image_size": _image_size(metadata.get("image_size")),
             "needs_session_id": bool(metadata.get("needs_session_id", False)),
             "action_prefix": metadata.get("action_prefix") is True,
+            "needs_observation_time": bool(metadata.get("needs_observation_time", False)),
             "metadata": MappingProxyType(dict(metadata)),
         }
         if info.family == "groot":

@@ -573,6 +573,7 @@ class StreamingCore:
             self._prompt,
             session_id=self._session_id,
             seed=cfg.seed,
+            observation_time=now,
         )
         if active.spec.action_prefix:
             # Real-time chunking: the actions committed while the server infers.

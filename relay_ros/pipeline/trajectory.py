@@ -28,12 +28,14 @@ from relay_ros.pipeline.scheduler import Publication
 
 __all__ = [
     "T_OBS_PREFIX",
+    "JointTrajectoryData",
     "TrajectoryError",
     "TrajectoryPoints",
     "build_points",
     "format_t_obs",
     "finite_difference_velocities",
     "parse_t_obs",
+    "read_joint_trajectory",
     "seconds_to_sec_nanosec",
     "times_to_sec_nanosec",
 ]
@@ -169,3 +171,66 @@ def build_points(publication: Publication, dims: Sequence[int]) -> TrajectoryPoi
     for array in (selected, velocities, tfs):
         array.setflags(write=False)
     return TrajectoryPoints(selected, velocities, tfs, float(publication.stamp))
+
+
+@dataclass(frozen=True, eq=False)
+class JointTrajectoryData:
+    """A ``trajectory_msgs/JointTrajectory`` as plain data (see :func:`read_joint_trajectory`).
+
+    Per-point values are kept as sent (a malformed message stays malformed, so a
+    follower can reject it); :meth:`position_array` gives the (N, J) array.
+
+    Attributes:
+        stamp: ``header.stamp`` in seconds.
+        t_obs: Observation time of a ``t_obs=<s>`` tagged message, else None.
+        joint_names: The message's joint names.
+        time_from_start: (N,) seconds of each point after ``stamp``.
+        positions: Per point, its positions.
+        velocities: Per point, its velocities (empty when the point has none).
+    """
+
+    stamp: float
+    t_obs: float | None
+    joint_names: tuple[str, ...]
+    time_from_start: np.ndarray
+    positions: tuple[tuple[float, ...], ...]
+    velocities: tuple[tuple[float, ...], ...]
+
+    @property
+    def times(self) -> np.ndarray:
+        """(N,) absolute time of each point: ``stamp + time_from_start``."""
+        return self.stamp + self.time_from_start
+
+    def position_array(self) -> np.ndarray:
+        """(N, J) float64 positions, J = ``len(joint_names)``.
+
+        Raises:
+            TrajectoryError: A point with another number of positions.
+        """
+        width = len(self.joint_names)
+        for i, row in enumerate(self.positions):
+            if len(row) != width:
+                raise TrajectoryError(f"point {i} has {len(row)} positions for {width} joint_names")
+        return np.array(self.positions, dtype=np.float64).reshape(len(self.positions), width)
+
+
+def _seconds(value: object) -> float:
+    return int(value.sec) + int(value.nanosec) * 1e-9  # type: ignore[attr-defined]
+
+
+def read_joint_trajectory(msg: object) -> JointTrajectoryData:
+    """Read a JointTrajectory message (rclpy or rosbags; duck-typed, no ROS import).
+
+    The one place a trajectory message is turned back into numbers: the simulated
+    arm, the demo and ``relay-ros replay`` all use it.
+    """
+    points = list(msg.points)  # type: ignore[attr-defined]
+    header = msg.header  # type: ignore[attr-defined]
+    return JointTrajectoryData(
+        stamp=_seconds(header.stamp),
+        t_obs=parse_t_obs(str(header.frame_id)),
+        joint_names=tuple(str(n) for n in msg.joint_names),  # type: ignore[attr-defined]
+        time_from_start=np.array([_seconds(p.time_from_start) for p in points], dtype=np.float64),
+        positions=tuple(tuple(float(v) for v in p.positions) for p in points),
+        velocities=tuple(tuple(float(v) for v in p.velocities) for p in points),
+    )

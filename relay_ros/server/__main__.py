@@ -23,6 +23,7 @@ from pathlib import Path
 
 from relay_ros.server.app import PolicyServer, ServerOptions, ServerStartError
 from relay_ros.server.metadata import MODELS
+from relay_ros.server.recorded import recorded_factory
 
 __all__ = ["build_parser", "main", "options_from_args"]
 
@@ -99,6 +100,17 @@ def build_parser() -> argparse.ArgumentParser:
         "the synthetic policy",
     )
     p.add_argument(
+        "--recorded-bag",
+        metavar="BAG",
+        help="serve the recorded policy (relay_ros.server.recorded): the chunk for an "
+        "observation at t is BAG's joint states at t + i*dt, mapped by --recorded-params",
+    )
+    p.add_argument(
+        "--recorded-params",
+        metavar="FILE",
+        help="policy_node params file mapping joints to actions for --recorded-bag",
+    )
+    p.add_argument(
         "--needs-session-id",
         action="store_true",
         help="advertise needs_session_id and refuse observations without session_id",
@@ -145,6 +157,15 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
     Raises:
         ValueError: an option is out of range (see :class:`ServerOptions`).
     """
+    policy = args.policy
+    if args.recorded_bag or args.recorded_params:
+        policy = recorded_factory(
+            args.recorded_bag,
+            args.recorded_params,
+            models=args.model,
+            embodiment=args.embodiment,
+            policy=args.policy,
+        )
     return ServerOptions(
         host=args.host,
         port=args.port,
@@ -157,7 +178,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         max_message_mib=args.max_message_mib,
         direct_url=args.direct_url,
         embodiment=args.embodiment,
-        policy=args.policy,
+        policy=policy,
         needs_session_id=args.needs_session_id,
         synthetic=args.synthetic,
         chunk_noise=args.chunk_noise,

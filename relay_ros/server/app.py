@@ -123,6 +123,10 @@ class ServerOptions:
             (built-in policy only).
         seed: seeds the random streams of observations without ``seed`` (session k
             of the server gets ``[seed, k]``); None = fresh OS entropy.
+        observation_hook: called as ``hook(model, observation)`` with every
+            observation that passed validation, before the policy runs, on the
+            server's loop (so it must be quick); ``relay-ros replay
+            --save-observations`` uses it.
     """
 
     host: str = "127.0.0.1"
@@ -142,6 +146,7 @@ class ServerOptions:
     chunk_noise: float = 0.0
     action_prefix: bool = False
     seed: int | None = None
+    observation_hook: Callable[[str, dict[str, Any]], None] | None = None
 
     def __post_init__(self) -> None:
         if self.synthetic not in POLICY_KINDS:
@@ -622,6 +627,8 @@ class PolicyServer:
         if session is None:
             session = conn.sessions[request.session_id] = self._new_session()
         session.steps += 1
+        if self.options.observation_hook is not None:
+            self.options.observation_hook(conn.model, obs)
         if self._policy is not None:
             # A real model may block for a long time: keep the loop free for other clients.
             result = await asyncio.to_thread(self._policy.infer, obs)

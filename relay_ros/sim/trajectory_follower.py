@@ -45,7 +45,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from relay_ros.pipeline.trajectory import T_OBS_PREFIX, format_t_obs, parse_t_obs
+from relay_ros.pipeline.trajectory import (
+    T_OBS_PREFIX,
+    format_t_obs,
+    parse_t_obs,
+    read_joint_trajectory,
+)
 
 __all__ = [
     "REJECT_CODES",
@@ -105,10 +110,6 @@ class TrajectoryPoint(NamedTuple):
     velocities: Sequence[float] | None = None
 
 
-def _ros_seconds(value: Any) -> float:
-    return float(value.sec) + float(value.nanosec) * 1e-9
-
-
 @dataclass(frozen=True)
 class TrajectoryCommand:
     """A ``trajectory_msgs/JointTrajectory`` as plain data.
@@ -132,21 +133,15 @@ class TrajectoryCommand:
         ``header.frame_id`` of the form ``t_obs=<float>`` sets `t_obs`. Accelerations and
         efforts are not represented (the policy node never sends them).
         """
-        points = []
-        for point in msg.points:
-            velocities = list(point.velocities)
-            points.append(
-                TrajectoryPoint(
-                    _ros_seconds(point.time_from_start),
-                    list(point.positions),
-                    velocities if velocities else None,
-                )
-            )
+        data = read_joint_trajectory(msg)
         return cls(
-            stamp=_ros_seconds(msg.header.stamp),
-            joint_names=list(msg.joint_names),
-            points=points,
-            t_obs=parse_t_obs(str(msg.header.frame_id)),
+            stamp=data.stamp,
+            joint_names=list(data.joint_names),
+            points=[
+                TrajectoryPoint(float(t), list(q), list(v) if v else None)
+                for t, q, v in zip(data.time_from_start, data.positions, data.velocities)
+            ],
+            t_obs=data.t_obs,
         )
 
 

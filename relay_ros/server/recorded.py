@@ -1,0 +1,292 @@
+"""A reference-server policy that follows a recording: the chunk is the future the robot had.
+
+For an observation taken at time ``t`` (bag time in a replay), action ``i`` of the
+chunk is the recorded joint states at ``t + i * dt`` (``dt = 1 / control_hz``),
+placed into the action vector the way the node reads it back (each output's
+joints at its action dimensions; for GR00T, in the action groups). Replaying a
+bag through policy_node against this policy, a perfect bridge would command
+exactly the recorded motion: the gap between commanded and recorded positions is
+the timing error the bridge adds (latency, dropped actions, request leads,
+blending, holds), measured on the team's own data.
+
+How the policy knows ``t``: its metadata says ``needs_observation_time: true``,
+and the node then sends its observation time (the ``t_obs`` its chunk timing
+starts from, in seconds on the node's clock) as the observation's
+``observation_time`` (see :mod:`relay_ros.pipeline.observation`). That is exact:
+the node times action ``i`` from the same number. Real servers never announce the
+key, so they never receive it.
+
+Joint positions are interpolated linearly between recorded samples and held at
+the first/last sample outside the recording. Action dimensions no output reads
+are 0. Plain Python and NumPy; :func:`load_recorded_policy` reads the bag and a
+params file for ``relay-policy-server --recorded-bag``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "OBSERVATION_TIME_KEY",
+    "RecordedPolicy",
+    "RecordedPolicyError",
+    "load_recorded_policy",
+    "observation_time",
+    "policy_for_config",
+    "recorded_factory",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Observation key carrying the observation time (float seconds, node clock).
+OBSERVATION_TIME_KEY = "observation_time"
+
+
+class RecordedPolicyError(ValueError):
+    """The recorded policy cannot be built, or an observation does not say its time."""
+
+
+class RecordedPolicy:
+    """Chunks read from recorded joint states at the observation's time.
+
+    Args:
+        joint_times: (M,) recording times of the joint states, seconds, increasing
+            (the clock ``observation_time`` is on: bag time for a replay).
+        joint_positions: joint name -> (M,) positions, NaN where a sample lacks it.
+        dims: joint name -> column of the flat (H, D) chunk it is written to
+            (the node's output mapping).
+        action_horizon: actions per chunk ``H``.
+        control_hz: action rate (Hz); action ``i`` is for ``t + i / control_hz``.
+        width: ``D``, the width of the flat chunk (π0: ``action_dim``; GR00T: the
+            sum of the group widths).
+        action_groups: GR00T only: ``(action key, width)`` in chunk order; the reply
+            is then ``{"actions": {key: (1, H, width)}}``.
+
+    Raises:
+        RecordedPolicyError: a joint without recorded samples, a dim out of range,
+            or inconsistent sizes.
+    """
+
+    def __init__(
+        self,
+        joint_times: np.ndarray,
+        joint_positions: Mapping[str, np.ndarray],
+        *,
+        dims: Mapping[str, int],
+        action_horizon: int,
+        control_hz: float,
+        width: int,
+        action_groups: Sequence[tuple[str, int]] | None = None,
+    ) -> None:
+        times = np.asarray(joint_times, dtype=np.float64)
+        if times.ndim != 1 or times.size == 0:
+            raise RecordedPolicyError("the recording has no joint states")
+        if action_horizon < 1 or not (math.isfinite(control_hz) and control_hz > 0):
+            raise RecordedPolicyError(
+                f"action_horizon={action_horizon}, control_hz={control_hz}; expected >= 1 and > 0"
+            )
+        if action_groups is not None and sum(w for _k, w in action_groups) != width:
+            raise RecordedPolicyError(
+                f"action groups {list(action_groups)} do not add up to width {width}"
+            )
+        self._series: list[tuple[int, np.ndarray, np.ndarray]] = []
+        for joint, dim in dims.items():
+            if not 0 <= dim < width:
+                raise RecordedPolicyError(f"joint {joint!r}: dim {dim} is outside 0..{width - 1}")
+            positions = joint_positions.get(joint)
+            if positions is None:
+                raise RecordedPolicyError(
+                    f"joint {joint!r} is not recorded; recorded joints are {list(joint_positions)}"
+                )
+            values = np.asarray(positions, dtype=np.float64)
+            valid = np.isfinite(values)
+            if not valid.any():
+                raise RecordedPolicyError(f"joint {joint!r} has no recorded position")
+            self._series.append((int(dim), times[valid], values[valid]))
+        self.action_horizon = int(action_horizon)
+        self.control_hz = float(control_hz)
+        self.width = int(width)
+        self.action_groups = None if action_groups is None else tuple(action_groups)
+        self._offsets = np.arange(self.action_horizon, dtype=np.float64) / self.control_hz
+        self.start = float(times[0])
+        self.end = float(times[-1])
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """Merged into the server's metadata: the timing this policy follows, and the key."""
+        return {
+            "action_horizon": self.action_horizon,
+            "control_hz": self.control_hz,
+            "needs_observation_time": True,
+        }
+
+    def chunk(self, t: float) -> np.ndarray:
+        """The flat (H, D) float32 chunk for an observation at ``t`` (seconds)."""
+        at = t + self._offsets
+        out = np.zeros((self.action_horizon, self.width), dtype=np.float64)
+        for dim, times, values in self._series:
+            out[:, dim] = np.interp(at, times, values)
+        return out.astype(np.float32)
+
+    def infer(self, obs: Mapping[str, Any]) -> dict[str, Any]:
+        """The reply for one (validated) observation.
+
+        Raises:
+            RecordedPolicyError: the observation has no finite ``observation_time``
+                (the server answers ``Internal inference error`` and logs this).
+        """
+        t = observation_time(obs)
+        if not self.start - 1.0 <= t <= self.end + 1.0:
+            logger.warning(
+                "observation_time %.3f is outside the recording [%.3f, %.3f]; "
+                "holding the first/last recorded position",
+                t,
+                self.start,
+                self.end,
+            )
+        flat = self.chunk(t)
+        if self.action_groups is None:
+            return {"actions": flat}
+        groups: dict[str, np.ndarray] = {}
+        start = 0
+        for key, width in self.action_groups:
+            groups[key] = np.ascontiguousarray(flat[None, :, start : start + width])
+            start += width
+        return {"actions": groups}
+
+    def reset(self) -> None:
+        """Nothing to forget: the chunk depends only on the observation time."""
+
+
+def observation_time(obs: Mapping[str, Any]) -> float:
+    """The ``observation_time`` of an observation, in seconds.
+
+    Raises:
+        RecordedPolicyError: missing, not a number, or not finite.
+    """
+    value = obs.get(OBSERVATION_TIME_KEY)
+    if value is None:
+        raise RecordedPolicyError(
+            f"observation has no {OBSERVATION_TIME_KEY!r}; the recorded policy needs the "
+            "observation time (relay_ros policy_node sends it when the metadata says "
+            "needs_observation_time)"
+        )
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise RecordedPolicyError(f"{OBSERVATION_TIME_KEY} is {value!r}; expected seconds")
+    t = float(value)
+    if not math.isfinite(t):
+        raise RecordedPolicyError(f"{OBSERVATION_TIME_KEY} is {t!r}; expected a finite number")
+    return t
+
+
+def recorded_factory(
+    bag: str | None,
+    params_file: str | None,
+    *,
+    models: Sequence[str] | None,
+    embodiment: str | None,
+    policy: str | None,
+) -> Callable[[], RecordedPolicy]:
+    """The server's zero-argument policy factory for ``--recorded-bag BAG --recorded-params F``.
+
+    The bag is read when the server loads the policy.
+
+    Raises:
+        ValueError: one of the two options without the other, together with
+            ``--policy``, or not exactly one ``--model``.
+    """
+    if not (bag and params_file):
+        raise ValueError("--recorded-bag and --recorded-params go together")
+    if policy:
+        raise ValueError("--recorded-bag serves the recorded policy; it cannot go with --policy")
+    if not models or len(set(models)) != 1:
+        raise ValueError("--recorded-bag serves one model: give exactly one --model")
+    return functools.partial(
+        load_recorded_policy, bag, params_file, model=models[0], embodiment=embodiment
+    )
+
+
+def load_recorded_policy(
+    bag: str | os.PathLike[str],
+    params_file: str | os.PathLike[str],
+    *,
+    model: str | None = None,
+    embodiment: str | None = None,
+    node_name: str = "policy_node",
+) -> RecordedPolicy:
+    """A :class:`RecordedPolicy` from a bag and the policy_node params file that maps it.
+
+    The params file gives the model (unless ``model`` is given), the joint states
+    topic and the outputs (joints -> action dims, or GR00T action groups); the
+    reference server's metadata for that model gives the horizon and rate.
+
+    Raises:
+        RecordedPolicyError: the bag or params file does not fit (message names it).
+        BagError: the bag is missing or unreadable.
+    """
+    from relay_ros.bag.replay_inputs import (
+        ReplayError,
+        node_config,
+        read_bag_input,
+        read_params_file,
+    )
+
+    try:
+        file_params = read_params_file(params_file, node_name)
+        config = node_config(file_params, {"model": model} if model else {})
+        topic = config.joint_states_topic
+        inputs = read_bag_input(Path(bag), {topic: "sensor_msgs/msg/JointState"}, topic)
+    except (ReplayError, ValueError) as exc:
+        raise RecordedPolicyError(str(exc)) from None
+    return policy_for_config(
+        config, inputs.joint_times, inputs.joint_positions, embodiment=embodiment
+    )
+
+
+def policy_for_config(
+    config: Any,
+    joint_times: np.ndarray,
+    joint_positions: Mapping[str, np.ndarray],
+    *,
+    embodiment: str | None = None,
+) -> RecordedPolicy:
+    """The recorded policy for a node configuration (its model and outputs).
+
+    Raises:
+        RecordedPolicyError: the outputs do not fit the model's action space, or a
+            commanded joint is not recorded.
+    """
+    from relay_ros.models import family_of
+    from relay_ros.pipeline.outputs import load_outputs
+    from relay_ros.pipeline.server_spec import ServerSpec
+    from relay_ros.server.embodiment import load_embodiment
+    from relay_ros.server.metadata import build_metadata
+
+    try:
+        groot = family_of(config.model) == "groot"
+        body = load_embodiment(embodiment) if groot else None
+        metadata = build_metadata(config.model, embodiment=body)
+        # The node's view of this server: the same output mapping it will apply.
+        server = ServerSpec.from_metadata(metadata, model=config.model)
+        outputs = load_outputs({o.name: o.as_mapping() for o in config.outputs}, server)
+        width = server.chunk_width
+    except ValueError as exc:
+        raise RecordedPolicyError(f"outputs do not fit {config.model}: {exc}") from None
+    dims = {joint: dim for out in outputs for joint, dim in zip(out.joints, out.dims)}
+    return RecordedPolicy(
+        joint_times,
+        joint_positions,
+        dims=dims,
+        action_horizon=int(metadata["action_horizon"]),
+        control_hz=float(metadata["control_hz"]),
+        width=width,
+        action_groups=None if body is None else list(body.action_groups),
+    )
