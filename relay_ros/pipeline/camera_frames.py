@@ -1,0 +1,277 @@
+"""Each camera's newest message, converted to a wire frame only when an observation is built.
+
+Three cameras at 30 Hz deliver 90 frames a second, but the node sends an observation
+a few times a second (every ``execute_horizon`` actions). Converting every frame on
+arrival (decode, resize, maybe JPEG-encode) wastes most of that work.
+:class:`CameraFrames` keeps only a reference to each camera's newest message and
+its arrival time; :meth:`CameraFrames.assemble` converts the newest message of every
+camera when a request is made:
+
+- ``sensor_msgs/Image`` (as a serialized CDR buffer, read by
+  :mod:`relay_ros.pipeline.image_cdr`, or as a message object): to RGB without a
+  copy where possible, then ``resize_with_pad`` to the server's ``image_size``;
+- ``sensor_msgs/CompressedImage``: decoded (at half scale when the frame is at
+  least twice the target size), then ``resize_with_pad``;
+- then, with ``encoding="jpeg"``, JPEG-encoded
+  (:func:`relay_ros.pipeline.image_encoding.encode_jpeg`) for π0/π0.5 servers.
+
+A converted frame is cached until a newer message of that camera arrives, so a
+camera slower than the request rate is converted once per message. With
+``parallel=True`` the cameras are converted on a small thread pool (OpenCV releases
+the GIL while it decodes, resizes and encodes). Whether that is worth it depends on
+the machine: ``bench/pipeline.py --parallel-frames`` measures it.
+
+This module has no rclpy: a serialized buffer that the CDR reader does not
+understand is handed to the ``deserialize`` callable the node gives (rclpy's
+``deserialize_message``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeoutError
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from relay_ros.pipeline.camera_map import CameraEntry
+from relay_ros.pipeline.image_cdr import CdrImageError, parse_image_cdr
+from relay_ros.pipeline.image_encoding import (
+    DEFAULT_JPEG_QUALITY,
+    IMAGE_ENCODINGS,
+    ImageEncodingError,
+    encode_jpeg,
+)
+from relay_ros.pipeline.images import compressed_to_rgb, image_to_rgb, resize_with_pad
+
+__all__ = ["CONVERT_TIMEOUT_S", "CameraFrames", "FrameConversionError", "WireFrames"]
+
+#: Longest a pool conversion of one frame may take before the request is refused, s.
+CONVERT_TIMEOUT_S = 5.0
+
+
+class FrameConversionError(ValueError):
+    """The newest message of a camera could not be converted.
+
+    Attributes:
+        key: The camera key.
+        topic: The topic the message came from.
+    """
+
+    def __init__(self, key: str, topic: str, reason: str) -> None:
+        super().__init__(f"camera '{key}' on {topic}: {reason}")
+        self.key = key
+        self.topic = topic
+
+
+@dataclass(frozen=True)
+class WireFrames:
+    """The frames of one observation, ready for the wire.
+
+    Attributes:
+        frames: Camera key -> (height, width, 3) uint8 array, or JPEG bytes.
+        received: Camera key -> arrival time (node clock) of the message used.
+        conversion_s: Wall time this call spent converting (0 when every frame came
+            from the cache).
+        converted: How many cameras were converted now (the rest were cached).
+        wire_bytes: Bytes of frame data the observation will carry.
+    """
+
+    frames: dict[str, np.ndarray | bytes]
+    received: dict[str, float]
+    conversion_s: float
+    converted: int
+    wire_bytes: int
+
+
+@dataclass
+class _Latest:
+    msg: Any
+    received: float
+    converted: np.ndarray | bytes | None = None
+    size: tuple[int, int] | None = None
+
+
+class CameraFrames:
+    """The newest message of each camera, converted on demand.
+
+    Args:
+        cameras: The camera map's entries (key, topic, transport).
+        encoding: ``"raw"`` (uint8 arrays) or ``"jpeg"`` (JPEG bytes).
+        jpeg_quality: JPEG quality 1..100 for ``"jpeg"``.
+        parallel: Convert the cameras on a thread pool (one thread per camera).
+        deserialize: Turns a serialized ``sensor_msgs/Image`` the CDR reader does not
+            understand into a message object (the node passes rclpy's
+            ``deserialize_message`` bound to ``Image``); None refuses such buffers.
+
+    Not thread-safe: call :meth:`store` and :meth:`assemble` from one thread (the
+    node's executor thread); the pool threads only run conversions.
+
+    Raises:
+        ImageEncodingError: an unknown encoding or a bad quality.
+    """
+
+    def __init__(
+        self,
+        cameras: Sequence[CameraEntry],
+        *,
+        encoding: str = "raw",
+        jpeg_quality: int = DEFAULT_JPEG_QUALITY,
+        parallel: bool = False,
+        deserialize: Callable[[bytes], Any] | None = None,
+    ) -> None:
+        if encoding not in IMAGE_ENCODINGS:
+            raise ImageEncodingError(
+                f"image_encoding {encoding!r} is unknown; expected one of {list(IMAGE_ENCODINGS)}"
+            )
+        if encoding == "jpeg":
+            encode_jpeg(np.zeros((8, 8, 3), np.uint8), jpeg_quality)  # validates the quality
+        self._cameras = {c.key: c for c in cameras}
+        self.encoding = encoding
+        self.jpeg_quality = int(jpeg_quality)
+        self._deserialize = deserialize
+        self._latest: dict[str, _Latest] = {}
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+        self.parallel = bool(parallel) and len(self._cameras) > 1
+
+    # Arrival: keep a reference, nothing else.
+
+    def store(self, key: str, msg: Any, received: float) -> None:
+        """Keep ``msg`` as the newest message of camera ``key`` (arrived at ``received``).
+
+        Raises:
+            KeyError: ``key`` is not a camera of the map.
+        """
+        if key not in self._cameras:
+            raise KeyError(f"camera {key!r} is not one of {list(self._cameras)}")
+        self._latest[key] = _Latest(msg, received)
+
+    def stamps(self) -> dict[str, float]:
+        """Camera key -> arrival time of its newest message (cameras with one only)."""
+        return {key: latest.received for key, latest in self._latest.items()}
+
+    def missing(self) -> list[str]:
+        """Cameras of the map with no message yet, in map order."""
+        return [key for key in self._cameras if key not in self._latest]
+
+    def drop(self, key: str) -> None:
+        """Forget camera ``key``'s newest message (e.g. one that did not convert)."""
+        self._latest.pop(key, None)
+
+    def clear(self) -> None:
+        """Forget every message (after a reconnect: the image size may change)."""
+        self._latest.clear()
+
+    # Request time: convert what is new.
+
+    def _convert(self, key: str, msg: Any, size: tuple[int, int]) -> np.ndarray | bytes:
+        entry = self._cameras[key]
+        try:
+            if entry.transport == "compressed":
+                rgb = compressed_to_rgb(msg, source=entry.topic, target_size=size)
+            else:
+                image = msg
+                if isinstance(msg, (bytes, bytearray, memoryview)):
+                    try:
+                        image = parse_image_cdr(msg)
+                    except CdrImageError:
+                        if self._deserialize is None:
+                            raise
+                        image = self._deserialize(bytes(msg))
+                rgb = image_to_rgb(image, source=entry.topic)
+            fitted = resize_with_pad(rgb, *size)
+            if self.encoding == "jpeg":
+                return encode_jpeg(fitted, self.jpeg_quality)
+            # Already at the target size, ``fitted`` may be a strided view of the
+            # (immutable) message buffer: the encoder wants packed pixels.
+            return np.ascontiguousarray(fitted)
+        except ValueError as exc:  # ImageConversionError, CdrImageError, ImageEncodingError
+            raise FrameConversionError(key, entry.topic, str(exc)) from exc
+
+    def _executor(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(
+                    max_workers=len(self._cameras), thread_name_prefix="relay-frames"
+                )
+            return self._pool
+
+    def assemble(self, image_size: tuple[int, int]) -> WireFrames:
+        """Convert the newest message of every camera that changed since the last call.
+
+        Args:
+            image_size: (height, width) the server takes (its metadata ``image_size``).
+
+        Raises:
+            KeyError: a camera has no message yet (check :meth:`missing` first).
+            FrameConversionError: a camera's newest message does not convert; the
+                message names the camera, topic and reason. That message is dropped,
+                so the next call waits for a new one.
+        """
+        size = (int(image_size[0]), int(image_size[1]))
+        todo = []
+        for key in self._cameras:
+            latest = self._latest[key]
+            if latest.converted is None or latest.size != size:
+                todo.append((key, latest))
+        start = time.perf_counter()
+        if self.parallel and len(todo) > 1:
+            pool = self._executor()
+            futures = [pool.submit(self._convert, key, latest.msg, size) for key, latest in todo]
+            failure: FrameConversionError | None = None
+            for (key, latest), future in zip(todo, futures):
+                try:
+                    latest.converted, latest.size = future.result(CONVERT_TIMEOUT_S), size
+                except FrameConversionError as exc:
+                    self.drop(key)
+                    failure = failure or exc
+                except FutureTimeoutError:
+                    self.drop(key)
+                    topic = self._cameras[key].topic
+                    reason = f"conversion took longer than {CONVERT_TIMEOUT_S:g} s"
+                    failure = failure or FrameConversionError(key, topic, reason)
+            if failure is not None:
+                raise failure
+        else:
+            for key, latest in todo:
+                try:
+                    latest.converted = self._convert(key, latest.msg, size)
+                except FrameConversionError:
+                    self.drop(key)
+                    raise
+                latest.size = size
+        elapsed = time.perf_counter() - start if todo else 0.0
+        frames: dict[str, np.ndarray | bytes] = {}
+        wire_bytes = 0
+        for key in self._cameras:
+            converted = self._latest[key].converted
+            assert converted is not None
+            frames[key] = converted
+            wire_bytes += len(converted) if isinstance(converted, bytes) else converted.nbytes
+        return WireFrames(
+            frames=frames,
+            received={key: self._latest[key].received for key in self._cameras},
+            conversion_s=elapsed,
+            converted=len(todo),
+            wire_bytes=wire_bytes,
+        )
+
+    def close(self) -> None:
+        """Stop the conversion threads (idempotent)."""
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+    def describe(self) -> Mapping[str, Any]:
+        """The settings, for logs and diagnostics."""
+        return {
+            "image_encoding": self.encoding,
+            "jpeg_quality": self.jpeg_quality if self.encoding == "jpeg" else None,
+            "parallel_frames": self.parallel,
+        }
