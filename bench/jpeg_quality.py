@@ -44,14 +44,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from relay_ros.pipeline.images import resize_with_pad  # noqa: E402
-from relay_ros.sim.scene import SceneRenderer  # noqa: E402
-from relay_ros.wire.codec import packb  # noqa: E402
 from relay_ros.pipeline.image_encoding import (  # noqa: E402
     DEFAULT_JPEG_QUALITY,
     decode_jpeg,
     encode_jpeg,
 )
+from relay_ros.pipeline.images import resize_with_pad  # noqa: E402
+from relay_ros.sim.scene import SceneRenderer  # noqa: E402
+from relay_ros.wire.codec import packb  # noqa: E402
 
 CAMERAS = ("base_0_rgb", "left_wrist_0_rgb", "right_wrist_0_rgb")
 WIDTH, HEIGHT = 640, 480
@@ -81,7 +81,8 @@ class NaturalScene:
         # Mostly shared luminance structure, some colour variation, as in photographs.
         self._texture = (22.0 * luminance + 8.0 * texture).astype(np.float32)
         yy, xx = np.mgrid[0:HEIGHT, 0:WIDTH].astype(np.float32)
-        vignette = 1.0 - 0.35 * (((xx - WIDTH / 2) / WIDTH) ** 2 + ((yy - HEIGHT / 2) / HEIGHT) ** 2)
+        dx, dy = (xx - WIDTH / 2) / WIDTH, (yy - HEIGHT / 2) / HEIGHT
+        vignette = 1.0 - 0.35 * (dx**2 + dy**2)
         self._vignette = vignette[:, :, None]
         self._rng = np.random.default_rng(seed + 1)
 

@@ -10,10 +10,6 @@ import pytest
 from PIL import Image
 
 from relay_ros import PolicyClient
-from relay_ros.pipeline.images import resize_with_pad
-from relay_ros.server.app import ServerHandle, ServerOptions, run_server_in_thread
-from relay_ros.sim.link import LinkThread
-from relay_ros.sim.scene import SceneRenderer
 from relay_ros.pipeline.image_encoding import (
     DEFAULT_JPEG_QUALITY,
     ImageEncodingError,
@@ -23,6 +19,10 @@ from relay_ros.pipeline.image_encoding import (
     encode_images,
     encode_jpeg,
 )
+from relay_ros.pipeline.images import resize_with_pad
+from relay_ros.server.app import ServerHandle, ServerOptions, run_server_in_thread
+from relay_ros.sim.link import LinkThread
+from relay_ros.sim.scene import SceneRenderer
 
 PI_CAMERAS = ("base_0_rgb", "left_wrist_0_rgb", "right_wrist_0_rgb")
 
@@ -34,9 +34,7 @@ def server() -> Iterator[ServerHandle]:
 
 
 def scene_frames(t: float = 0.5) -> dict[str, np.ndarray]:
-    return {
-        key: SceneRenderer(640, 480, seed=0, camera_name=key).render(t) for key in PI_CAMERAS
-    }
+    return {key: SceneRenderer(640, 480, seed=0, camera_name=key).render(t) for key in PI_CAMERAS}
 
 
 def test_jpeg_frame_is_the_fitted_frame_compressed() -> None:

@@ -25,6 +25,7 @@ from relay_ros.demo.plot import plot_demo
 from relay_ros.demo.report import format_progress, format_summary
 from relay_ros.demo.result import DemoProgress, DemoResult
 from relay_ros.demo.run import run_demo
+from relay_ros.sim.link_profiles import PRESETS
 
 __all__ = ["build_parser", "main"]
 
@@ -84,6 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=_non_negative_ms,
         default=20.0,
         help="uniform extra latency in [-J, +J] ms (default %(default)g)",
+    )
+    p.add_argument(
+        "--link",
+        choices=sorted(PRESETS),
+        help="put an emulated network link between policy_node and the server "
+        "(relay_ros.sim.link; default: direct loopback)",
     )
     p.add_argument(
         "--output-dir",
@@ -149,6 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     latency_ms=args.latency_ms,
                     jitter_ms=args.jitter_ms,
                     progress=show,
+                    link=args.link,
                 )
             )
             err.write("\n")

@@ -68,6 +68,11 @@ def _summary_rows(r: DemoResult) -> list[tuple[str, str]]:
         ("action age p50 / max [ms]", age),
         ("rejected messages", str(r.rejected)),
         ("refused by the node", str(r.refusals)),
+        *(
+            [("bytes per request (uplink)", f"{r.bytes_per_request:,.0f}")]
+            if r.bytes_per_request is not None
+            else []
+        ),
     ]
 
 
@@ -88,6 +93,8 @@ def format_summary(results: Sequence[DemoResult]) -> str:
         header += f", dt {first.dt * 1000:.1f} ms"
     if first.execute_horizon is not None:
         header += f", execute horizon {first.execute_horizon}"
+    if first.link is not None:
+        header += f"\nlink {first.link}"
     titles = [f"{r.request_mode} ({r.duration_s:g} s)" for r in results]
     rows = [_summary_rows(r) for r in results]
     labels = [label for label, _ in rows[0]]

@@ -98,6 +98,10 @@ class DemoResult:
         switch_times: Times a new trajectory took over on the arm.
         chunks: Every published chunk.
         server_pid: Process id of the server subprocess (gone when the run returns).
+        link: The emulated network link (`LinkProfile.describe`), None for loopback.
+        bytes_per_request: Uplink bytes per request through the link (observation,
+            WebSocket framing, the connection's handshake spread over the requests),
+            None without a link.
     """
 
     model: str
@@ -129,6 +133,8 @@ class DemoResult:
     switch_times: np.ndarray
     chunks: list[CommandedChunk] = field(default_factory=list)
     server_pid: int | None = None
+    link: str | None = None
+    bytes_per_request: float | None = None
 
     def latency_percentile_s(self, q: float) -> float | None:
         """The ``q``-th percentile (0..100) of the latencies in seconds, or None."""

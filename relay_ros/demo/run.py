@@ -30,6 +30,8 @@ from relay_ros.demo.launch_plan import (
 from relay_ros.demo.models import check_mode, check_model, load_model_config
 from relay_ros.demo.result import PRE_ROLL_S, CommandedChunk, DemoProgress, DemoResult
 from relay_ros.demo.server_process import ServerProcess, server_command
+from relay_ros.sim.link import LinkThread
+from relay_ros.sim.link_profiles import LinkProfile, get_profile
 
 __all__ = ["run_demo"]
 
@@ -80,6 +82,8 @@ def run_demo(
     context: Any = None,
     startup_timeout_s: float = 60.0,
     multi_threaded: bool = False,
+    link: str | LinkProfile | None = None,
+    node_overrides: Mapping[str, Any] | None = None,
 ) -> DemoResult:
     """Run the whole loop once and return what happened.
 
@@ -102,6 +106,11 @@ def run_demo(
         multi_threaded: Spin policy_node on a ``MultiThreadedExecutor`` (as its ``main()``
             does) instead of a ``SingleThreadedExecutor``. Same behaviour (its callbacks
             are mutually exclusive) at several times the CPU cost.
+        link: Put an emulated network link between policy_node and the server: a
+            preset name of `relay_ros.sim.link_profiles.PRESETS` (``"wan"``, ...) or a
+            `LinkProfile`; None connects directly over loopback.
+        node_overrides: Extra policy_node parameters (e.g. ``{"image_encoding": "jpeg"}``),
+            applied over the demo's own.
 
     Raises:
         DemoArgumentError: an argument is out of range.
@@ -115,6 +124,7 @@ def run_demo(
         raise DemoArgumentError(f"duration_s {duration_s!r} is not a positive number of seconds")
     server_command(model, latency_ms=latency_ms, jitter_ms=jitter_ms)  # validates both
     config = load_model_config(model)
+    profile = get_profile(link) if isinstance(link, str) else link
 
     import rclpy
     from rclpy.executors import MultiThreadedExecutor, SingleThreadedExecutor
@@ -130,6 +140,7 @@ def run_demo(
     server = ServerProcess(
         model, latency_ms=latency_ms, jitter_ms=jitter_ms, startup_timeout_s=startup_timeout_s
     )
+    link_thread: LinkThread | None = None
     nodes: list[Any] = []
     executors: list[Any] = []
     # Done = stop spinning. Executor.shutdown destroys the guard condition that callbacks
@@ -143,7 +154,13 @@ def run_demo(
         if own_context:
             context = rclpy.context.Context()
             rclpy.init(context=context, signal_handler_options=SignalHandlerOptions.NO)
-        params = demo_node_parameters(model, port=server.port or 0, request_mode=request_mode)
+        port = server.port or 0
+        if profile is not None:
+            lifetime = startup_timeout_s + float(duration_s) + 60.0
+            link_thread = LinkThread(profile, ("127.0.0.1", port), lifetime_s=lifetime).start()
+            port = link_thread.port
+        params = demo_node_parameters(model, port=port, request_mode=request_mode)
+        params["policy_node"][1].update(node_overrides or {})
         cameras = SimCamerasNode(
             node_name=CAMERAS_NODE,
             context=context,
@@ -294,6 +311,7 @@ def run_demo(
         with record_lock:
             recorded_chunks = list(recorded)
         execute_horizon = policy.config.execute_horizon
+        link_bytes_up = None if link_thread is None else link_thread.stats().bytes_up
     finally:
         with _sigint_masked():
             stop_spinning.set_result(None)
@@ -310,6 +328,8 @@ def run_demo(
             if own_context and context is not None:
                 with contextlib.suppress(Exception):
                     context.try_shutdown()
+            if link_thread is not None:
+                link_thread.stop()
             server.stop()
 
     times, commanded, followed, switches = _merge_histories(histories, joints, column, t0)
@@ -359,6 +379,10 @@ def run_demo(
         switch_times=switches,
         chunks=chunks,
         server_pid=server.pid,
+        link=None if profile is None else profile.describe(),
+        bytes_per_request=(
+            link_bytes_up / counts["requests"] if link_bytes_up and counts["requests"] else None
+        ),
     )
 
 
