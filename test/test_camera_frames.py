@@ -173,3 +173,18 @@ def test_bad_settings_are_refused() -> None:
         CameraFrames(RAW, encoding="jpeg", jpeg_quality=101)
     with pytest.raises(KeyError, match=r"camera 'video.front' is not one of"):
         CameraFrames(RAW).store("video.front", b"", 0.0)
+
+
+def test_prepare_converts_on_arrival_and_assemble_reuses_it() -> None:
+    frames = CameraFrames(RAW)
+    frames.store("base_0_rgb", cdr_image(scene("base_0_rgb")), received=1.0)
+    frames.store("left_wrist_0_rgb", cdr_image(scene("left_wrist_0_rgb")), received=2.0)
+    spent = frames.prepare("left_wrist_0_rgb", SIZE)
+    assert spent > 0 and frames.prepare("left_wrist_0_rgb", SIZE) == 0.0
+    wire = frames.assemble(SIZE)
+    assert wire.converted == 1  # only base_0_rgb was left
+    assert wire.newest_prepared_s == spent  # the newest frame was ready before the request
+    frames.store("left_wrist_0_rgb", b"\x00\x01\x00\x00\x01", received=3.0)
+    with pytest.raises(FrameConversionError, match=r"camera 'left_wrist_0_rgb' on /cam/left"):
+        frames.prepare("left_wrist_0_rgb", SIZE)
+    assert frames.missing() == ["left_wrist_0_rgb"]

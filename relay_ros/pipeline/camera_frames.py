@@ -16,7 +16,10 @@ camera when a request is made:
   (:func:`relay_ros.pipeline.image_encoding.encode_jpeg`) for π0/π0.5 servers.
 
 A converted frame is cached until a newer message of that camera arrives, so a
-camera slower than the request rate is converted once per message. With
+camera slower than the request rate is converted once per message. The node may
+also convert a message as it arrives (:meth:`CameraFrames.prepare`) when a request
+is due within a camera period or two: then the request finds its frames ready and
+only the work of the frames that arrived since is on its path to the wire. With
 ``parallel=True`` the cameras are converted on a small thread pool (OpenCV releases
 the GIL while it decodes, resizes and encodes). Whether that is worth it depends on
 the machine: ``bench/pipeline.py --parallel-frames`` measures it.
@@ -79,6 +82,9 @@ class WireFrames:
             from the cache).
         converted: How many cameras were converted now (the rest were cached).
         wire_bytes: Bytes of frame data the observation will carry.
+        newest_prepared_s: Conversion time of the newest frame when it was converted
+            on arrival (:meth:`CameraFrames.prepare`), else 0: with ``conversion_s``
+            it is the frame work between the newest frame's arrival and the wire.
     """
 
     frames: dict[str, np.ndarray | bytes]
@@ -86,6 +92,7 @@ class WireFrames:
     conversion_s: float
     converted: int
     wire_bytes: int
+    newest_prepared_s: float = 0.0
 
 
 @dataclass
@@ -94,6 +101,7 @@ class _Latest:
     received: float
     converted: np.ndarray | bytes | None = None
     size: tuple[int, int] | None = None
+    processing_s: float = 0.0  # wall time of its conversion
 
 
 class CameraFrames:
@@ -166,6 +174,30 @@ class CameraFrames:
     def clear(self) -> None:
         """Forget every message (after a reconnect: the image size may change)."""
         self._latest.clear()
+
+    def prepare(self, key: str, image_size: tuple[int, int]) -> float:
+        """Convert camera ``key``'s newest message now (a request is due soon).
+
+        Returns:
+            The conversion time in seconds (0 when it was converted already).
+
+        Raises:
+            KeyError: no message from ``key`` yet.
+            FrameConversionError: the message does not convert; it is dropped.
+        """
+        latest = self._latest[key]
+        size = (int(image_size[0]), int(image_size[1]))
+        if latest.converted is not None and latest.size == size:
+            return 0.0
+        start = time.perf_counter()
+        try:
+            latest.converted = self._convert(key, latest.msg, size)
+        except FrameConversionError:
+            self.drop(key)
+            raise
+        latest.size = size
+        latest.processing_s = time.perf_counter() - start
+        return latest.processing_s
 
     # Request time: convert what is new.
 
@@ -246,6 +278,9 @@ class CameraFrames:
                     raise
                 latest.size = size
         elapsed = time.perf_counter() - start if todo else 0.0
+        fresh = {key for key, _ in todo}
+        newest_key = max(self._cameras, key=lambda k: self._latest[k].received)
+        newest_prepared = 0.0 if newest_key in fresh else self._latest[newest_key].processing_s
         frames: dict[str, np.ndarray | bytes] = {}
         wire_bytes = 0
         for key in self._cameras:
@@ -259,6 +294,7 @@ class CameraFrames:
             conversion_s=elapsed,
             converted=len(todo),
             wire_bytes=wire_bytes,
+            newest_prepared_s=newest_prepared,
         )
 
     def close(self) -> None:
