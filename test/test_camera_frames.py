@@ -188,3 +188,14 @@ def test_prepare_converts_on_arrival_and_assemble_reuses_it() -> None:
     with pytest.raises(FrameConversionError, match=r"camera 'left_wrist_0_rgb' on /cam/left"):
         frames.prepare("left_wrist_0_rgb", SIZE)
     assert frames.missing() == ["left_wrist_0_rgb"]
+
+
+def test_due_soon_follows_the_camera_period() -> None:
+    frames = CameraFrames(RAW)
+    frames.store("base_0_rgb", b"a", received=10.0)
+    assert not frames.due_soon("base_0_rgb", 10.0, None)  # no request planned
+    assert frames.due_soon("base_0_rgb", 10.0, 10.09)  # first frame: 100 ms window
+    frames.store("base_0_rgb", b"b", received=10.033)  # 30 Hz: a 50 ms window
+    assert frames.due_soon("base_0_rgb", 10.033, 10.08)
+    assert not frames.due_soon("base_0_rgb", 10.033, 10.09)
+    assert frames.due_soon("base_0_rgb", 10.033, float("-inf"))  # at once

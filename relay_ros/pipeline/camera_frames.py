@@ -53,6 +53,13 @@ from relay_ros.pipeline.images import compressed_to_rgb, image_to_rgb, resize_wi
 
 __all__ = ["CONVERT_TIMEOUT_S", "CameraFrames", "FrameConversionError", "WireFrames"]
 
+# A frame is converted on arrival when the next request is due within this many of
+# its camera's frame periods: the next frame might not come before the request.
+_PREPARE_PERIODS = 1.5
+# Bounds of that window, seconds (a camera's first frame has no period yet).
+_PREPARE_WINDOW_MIN_S = 0.01
+_PREPARE_WINDOW_MAX_S = 0.1
+
 #: Longest a pool conversion of one frame may take before the request is refused, s.
 CONVERT_TIMEOUT_S = 5.0
 
@@ -143,6 +150,7 @@ class CameraFrames:
         self.jpeg_quality = int(jpeg_quality)
         self._deserialize = deserialize
         self._latest: dict[str, _Latest] = {}
+        self._period: dict[str, float] = {}  # last interval between two messages per camera
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
         self.parallel = bool(parallel) and len(self._cameras) > 1
@@ -157,7 +165,23 @@ class CameraFrames:
         """
         if key not in self._cameras:
             raise KeyError(f"camera {key!r} is not one of {list(self._cameras)}")
+        previous = self._latest.get(key)
+        if previous is not None and received > previous.received:
+            self._period[key] = received - previous.received
         self._latest[key] = _Latest(msg, received)
+
+    def due_soon(self, key: str, now: float, request_at: float | None) -> bool:
+        """Whether camera ``key``'s newest message should be converted now.
+
+        True when the next request (at ``request_at`` on the node clock; None = not
+        planned) is due before the camera's next frame is likely to arrive: within
+        1.5 of its frame periods (at least 10 ms, at most 100 ms).
+        """
+        if request_at is None:
+            return False
+        period = self._period.get(key, _PREPARE_WINDOW_MAX_S / _PREPARE_PERIODS)
+        window = min(_PREPARE_WINDOW_MAX_S, max(_PREPARE_WINDOW_MIN_S, _PREPARE_PERIODS * period))
+        return now >= request_at - window
 
     def stamps(self) -> dict[str, float]:
         """Camera key -> arrival time of its newest message (cameras with one only)."""
@@ -174,6 +198,7 @@ class CameraFrames:
     def clear(self) -> None:
         """Forget every message (after a reconnect: the image size may change)."""
         self._latest.clear()
+        self._period.clear()
 
     def prepare(self, key: str, image_size: tuple[int, int]) -> float:
         """Convert camera ``key``'s newest message now (a request is due soon).
