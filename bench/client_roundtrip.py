@@ -21,7 +21,7 @@ openpi-client openpi-server``; openpi-server 0.1.0 is one module,
 ``WebsocketPolicyServer(policy, host, port, metadata)``). Every openpi piece runs
 as a subprocess of that venv; our client runs in this process.
 
-The goal from issue 2 is our round trip at most 0.8x openpi's (p50).
+The goal is our round trip at most 0.8x openpi's (p50).
 """
 
 from __future__ import annotations

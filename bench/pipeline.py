@@ -43,14 +43,13 @@ Fast DDS profile whose 16 MiB shared-memory segment fits a raw 640x480 frame (th
 default 512 KiB segment lost most of them); every process started is stopped at the
 end, also on Ctrl-C.
 
-Other modes and knobs (``--help``): ``--conversions`` times the frame conversion and
-faster alternatives in this process without ROS; ``--rate-hz``, ``--joint-states-hz``
-and ``--node-param NAME:=VALUE`` change the load; the what-if flags
-``--jpeg-reduced``, ``--halve-first`` and ``--switch-interval-ms`` patch the node
-process only, to measure a proposed change before it is made. Results and their
-reading: docs/benchmarks.md, "Pipeline".
+Other modes and knobs (``--help``): ``--conversions`` times the node's frame
+conversion in this process without ROS; ``--rate-hz``, ``--joint-states-hz`` and
+``--node-param NAME:=VALUE`` change the load; the what-if flag
+``--switch-interval-ms`` patches the node process only, to measure a proposed change
+before it is made. Results and their reading: docs/benchmarks.md, "Pipeline".
 
-Goals (issue 3): image->wire p99 under 5 ms, node CPU under 25 % of one core.
+Goals: image->wire p99 under 5 ms, node CPU under 25 % of one core.
 """
 
 from __future__ import annotations
@@ -145,67 +144,26 @@ def _read_new_samples(stats: Any, seen: int) -> tuple[list[float], int, int]:
     return (values[-new:] if new > 0 else []), before, lost
 
 
-def _decode_jpeg_at_half_size(msg: Any, *, source: str | None = None) -> np.ndarray:
-    """What-if for ``--jpeg-reduced``: ``compressed_to_rgb`` decoding at half size.
-
-    ``cv2.IMREAD_REDUCED_COLOR_2`` lets libjpeg skip half of the inverse DCT work; a
-    640x480 frame decodes to 320x240, still larger than the 224x168 it is resized to.
-    """
-    import cv2
-
-    bgr = cv2.imdecode(np.frombuffer(msg.data, dtype=np.uint8), cv2.IMREAD_REDUCED_COLOR_2)
-    if bgr is None:
-        raise ValueError(f"compressed image from {source} could not be decoded")
-    return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
-
-
-def _halve_then_resize_with_pad(img: np.ndarray, height: int, width: int) -> np.ndarray:
-    """What-if for ``--halve-first``: shrink by exact factors of 2 (``INTER_AREA``) while
-    the frame stays at least twice the target, then the node's ``resize_with_pad``.
-
-    OpenCV's ``INTER_AREA`` is several times faster for an integer factor than for
-    640x480 -> 224x168 (factor 2.86).
-    """
-    import cv2
-
-    from relay_ros.pipeline.images import resize_with_pad
-
-    while img.shape[0] >= 2 * height and img.shape[1] >= 2 * width:
-        img = cv2.resize(
-            np.ascontiguousarray(img),
-            (img.shape[1] // 2, img.shape[0] // 2),
-            interpolation=cv2.INTER_AREA,
-        )
-    return resize_with_pad(img, height, width)
-
-
 def run_node_process(
     ros_args: list[str],
     interval_s: float,
     *,
     switch_interval_s: float | None = None,
-    jpeg_reduced: bool = False,
-    halve_first: bool = False,
 ) -> int:
     """``--node-process``: PolicyNode on a SingleThreadedExecutor, samples to stdout.
 
     Every ``interval_s`` one JSON line: ``{"t": monotonic s, "samples": {measure:
     [seconds, ...]}, "lost": {measure: n}, "counts": {...}, "hold": str|null}``.
-    ``switch_interval_s``, ``jpeg_reduced`` and ``halve_first`` are what-if experiments (see
-    ``--help``); by default the node runs unchanged.
+    ``switch_interval_s`` is a what-if experiment (see ``--help``); by default the node
+    runs unchanged.
     """
     import rclpy
     from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 
-    import relay_ros.node.policy_node
     from relay_ros.node.policy_node import PolicyNode
 
     if switch_interval_s is not None:
         sys.setswitchinterval(switch_interval_s)
-    if jpeg_reduced:
-        relay_ros.node.policy_node.compressed_to_rgb = _decode_jpeg_at_half_size  # type: ignore[assignment]
-    if halve_first:
-        relay_ros.node.policy_node.resize_with_pad = _halve_then_resize_with_pad  # type: ignore[assignment]
 
     rclpy.init(args=["pipeline-node", *ros_args])
     node: PolicyNode | None = None
@@ -608,18 +566,14 @@ def run_scenario(
 
 
 def conversion_table(iterations: int = 300, target: tuple[int, int] = (224, 224)) -> str:
-    """Per-frame conversion time of 640x480 frames to 224x224, now and with alternatives.
+    """Per-frame conversion time of 640x480 frames to 224x224, as the node converts them.
 
-    In this process, without ROS: the node's conversion (``relay_ros.pipeline.images``) against
-    variants that decode JPEGs at half size (``cv2.IMREAD_REDUCED_COLOR_2``), swap
-    channels after the resize, or shrink raw frames by an exact factor 2 first. Two
-    inputs: the simulated scene (smooth, small JPEGs) and the scene with Gaussian
-    sensor noise (sigma 4), whose JPEGs are the size of a real camera's. Each variant's
-    output is compared with the node's (max and mean absolute difference, 0..255).
+    In this process, without ROS: ``relay_ros.pipeline.images`` (raw frames halved
+    first, JPEGs decoded at half size, then ``resize_with_pad``). Two JPEG inputs: the
+    simulated scene (smooth, small JPEGs) and the scene with Gaussian sensor noise
+    (sigma 4), whose JPEGs are the size of a real camera's.
     """
     from types import SimpleNamespace
-
-    import cv2
 
     from relay_ros.pipeline.images import compressed_to_rgb, image_to_rgb, resize_with_pad
     from relay_ros.sim.scene import SceneRenderer, encode_jpeg
@@ -643,61 +597,28 @@ def conversion_table(iterations: int = 300, target: tuple[int, int] = (224, 224)
     def jpeg_msg(frame: np.ndarray) -> Any:
         return SimpleNamespace(format="jpeg", data=encode_jpeg(frame, 90))
 
-    def raw_now(msg: Any) -> np.ndarray:
+    def raw(msg: Any) -> np.ndarray:
         return resize_with_pad(image_to_rgb(msg), height, width)
 
-    def raw_halve_first(msg: Any) -> np.ndarray:
-        rgb = image_to_rgb(msg)
-        half = cv2.resize(rgb, (WIDTH // 2, HEIGHT // 2), interpolation=cv2.INTER_AREA)
-        return resize_with_pad(half, height, width)
-
-    def jpeg_now(msg: Any) -> np.ndarray:
-        return resize_with_pad(compressed_to_rgb(msg), height, width)
-
-    def jpeg_reduced(msg: Any) -> np.ndarray:
-        bgr = cv2.imdecode(np.frombuffer(msg.data, np.uint8), cv2.IMREAD_REDUCED_COLOR_2)
-        return resize_with_pad(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB), height, width)
-
-    def jpeg_reduced_swap_last(msg: Any) -> np.ndarray:
-        bgr = cv2.imdecode(np.frombuffer(msg.data, np.uint8), cv2.IMREAD_REDUCED_COLOR_2)
-        return cv2.cvtColor(resize_with_pad(bgr, height, width), cv2.COLOR_BGR2RGB)
+    def jpeg(msg: Any) -> np.ndarray:
+        return resize_with_pad(compressed_to_rgb(msg, target_size=target), height, width)
 
     cases = [
-        ("raw rgb8", "scene", [raw_msg(f) for f in scenes], raw_now, raw_now),
-        ("raw rgb8", "scene", [raw_msg(f) for f in scenes], raw_halve_first, raw_now),
+        ("raw rgb8", "scene", [raw_msg(f) for f in scenes], raw),
+        ("jpeg", "scene", [jpeg_msg(f) for f in scenes], jpeg),
+        ("jpeg", "scene + noise", [jpeg_msg(f) for f in noisy], jpeg),
     ]
-    for label, frames in (("scene", scenes), ("scene + noise", noisy)):
-        msgs = [jpeg_msg(f) for f in frames]
-        cases += [
-            ("jpeg", label, msgs, jpeg_now, jpeg_now),
-            ("jpeg", label, msgs, jpeg_reduced, jpeg_now),
-            ("jpeg", label, msgs, jpeg_reduced_swap_last, jpeg_now),
-        ]
-    names = {
-        raw_now: "image_to_rgb + resize_with_pad (node now)",
-        raw_halve_first: "image_to_rgb, INTER_AREA to 320x240, resize_with_pad",
-        jpeg_now: "compressed_to_rgb + resize_with_pad (node now)",
-        jpeg_reduced: "IMREAD_REDUCED_COLOR_2, cvtColor, resize_with_pad",
-        jpeg_reduced_swap_last: "IMREAD_REDUCED_COLOR_2, resize_with_pad, cvtColor",
-    }
-    rows = [
-        "| input | frames | conversion | p50 (ms) | p99 (ms) | max / mean abs diff vs node |",
-        "|---|---|---|---:|---:|---:|",
-    ]
-    for kind, label, msgs, convert, reference in cases:
+    rows = ["| input | frames | p50 (ms) | p99 (ms) |", "|---|---|---:|---:|"]
+    for kind, label, msgs, convert in cases:
         times = []
         for i in range(iterations):
             msg = msgs[i % len(msgs)]
             start = time.perf_counter()
             convert(msg)
             times.append(time.perf_counter() - start)
-        diffs = [np.abs(convert(m).astype(np.int16) - reference(m).astype(np.int16)) for m in msgs]
         size = f", {np.mean([len(m.data) for m in msgs]) / 1024:.0f} KiB" if kind == "jpeg" else ""
         p50, p99 = np.percentile(np.asarray(times) * 1000.0, [50, 99])
-        rows.append(
-            f"| {kind}{size} | {label} | {names[convert]} | {p50:.2f} | {p99:.2f} | "
-            f"{max(int(d.max()) for d in diffs)} / {np.mean([d.mean() for d in diffs]):.2f} |"
-        )
+        rows.append(f"| {kind}{size} | {label} | {p50:.2f} | {p99:.2f} |")
     return "\n".join(rows)
 
 
@@ -802,7 +723,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--conversions",
         action="store_true",
-        help="only time the frame conversion and its alternatives in this process (no ROS)",
+        help="only time the node's frame conversion in this process (no ROS)",
     )
     what_if = parser.add_argument_group(
         "what-if experiments (change the node process; not how policy_node runs)"
@@ -812,16 +733,6 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=None,
         help="sys.setswitchinterval in the node process (Python's default: 5 ms)",
-    )
-    what_if.add_argument(
-        "--jpeg-reduced",
-        action="store_true",
-        help="decode JPEGs with cv2.IMREAD_REDUCED_COLOR_2 (half size) in the node",
-    )
-    what_if.add_argument(
-        "--halve-first",
-        action="store_true",
-        help="in the node, shrink frames by exact factors of 2 before resize_with_pad",
     )
     return parser
 
@@ -842,8 +753,6 @@ def main(argv: list[str] | None = None) -> int:
             switch_interval_s=None
             if what_if.switch_interval_ms is None
             else what_if.switch_interval_ms / 1000.0,
-            jpeg_reduced=what_if.jpeg_reduced,
-            halve_first=what_if.halve_first,
         )
     args = build_parser().parse_args(argv)
     if args.conversions:
@@ -885,10 +794,6 @@ def main(argv: list[str] | None = None) -> int:
     node_flags: list[str] = []
     if args.switch_interval_ms is not None:
         node_flags += ["--switch-interval-ms", f"{args.switch_interval_ms:g}"]
-    if args.jpeg_reduced:
-        node_flags.append("--jpeg-reduced")
-    if args.halve_first:
-        node_flags.append("--halve-first")
 
     children: list[Child] = []
     listener: DiagnosticsListener | None = None

@@ -15,6 +15,8 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from relay_ros.models import MODEL_IDS
+
 __all__ = ["main"]
 
 PROG = "relay-ros"
@@ -52,9 +54,7 @@ def _add_replay(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "--rate", type=float, default=1.0, help="playback rate factor (default 1.0)"
     )
     parser.add_argument("--plot", type=Path, help="write a PNG: commanded vs recorded per joint")
-    parser.add_argument(
-        "--model", choices=("pi05", "pi0", "groot"), help="model (default: the params file's)"
-    )
+    parser.add_argument("--model", choices=MODEL_IDS, help="model (default: the params file's)")
     parser.add_argument(
         "--seed", type=int, help="sampling seed, same seed -> same chunks (default: params file)"
     )

@@ -206,19 +206,25 @@ class Rig:
                 list(self.received.diagnostics),
             )
 
-    def last_status(self) -> dict[str, str] | None:
-        """The newest /diagnostics status of this node as a dict (plus 'message')."""
+    def statuses(self) -> list[dict[str, Any]]:
+        """Every /diagnostics status of this node so far, as dicts (see last_status)."""
         with self._lock:
-            if not self.received.diagnostics:
-                return None
-            msg = self.received.diagnostics[-1]
-        for status in msg.status:
-            if status.name.startswith(self.node_name):
-                values = {kv.key: kv.value for kv in status.values}
-                values["message"] = status.message
-                values["level"] = int.from_bytes(status.level, "little")
-                return values
-        return None
+            arrays = list(self.received.diagnostics)
+        out = []
+        for msg in arrays:
+            for status in msg.status:
+                if status.name.startswith(self.node_name):
+                    values: dict[str, Any] = {kv.key: kv.value for kv in status.values}
+                    values["message"] = status.message
+                    values["level"] = int.from_bytes(status.level, "little")
+                    out.append(values)
+        return out
+
+    def last_status(self) -> dict[str, Any] | None:
+        """The newest /diagnostics status of this node as a dict of its values plus
+        'message' and 'level' (0 OK, 1 WARN, 2 ERROR)."""
+        statuses = self.statuses()
+        return statuses[-1] if statuses else None
 
     def __enter__(self) -> Rig:
         self._thread.start()

@@ -6,21 +6,26 @@ from pathlib import Path
 
 import pytest
 
+from relay_ros.models import get_model
 from relay_ros.pipeline.camera_map import (
-    DEFAULT_CAMERA_KEYS,
     CameraEntry,
     CameraMapError,
     camera_constraints,
     load_camera_map,
+    load_model_camera_map,
 )
+from relay_ros.pipeline.observation import ObservationBuilder, ObservationError
+from relay_ros.pipeline.server_spec import ServerSpec
 
 CONFIG = Path(__file__).resolve().parent.parent / "config"
-PI_KEYS = DEFAULT_CAMERA_KEYS["pi05"]
+PI_KEYS = get_model("pi05").camera_keys
 ALLOWED = "(allowed camera keys: ['base_0_rgb', 'left_wrist_0_rgb', 'right_wrist_0_rgb'])"
 GROOT_METADATA = {
     "model": "groot",
+    "action_horizon": 16,
     "video_keys": ["video.front", "video.wrist"],
     "state_keys": {"state.single_arm": 5, "state.gripper": 1},
+    "action_keys": ["action.single_arm", "action.gripper"],
 }
 
 
@@ -30,8 +35,7 @@ def load(mapping, max_cameras=3):
 
 @pytest.mark.parametrize("name", ["pi05_cameras.yaml", "pi0_cameras.yaml"])
 def test_shipped_pi_maps(name):
-    keys, max_cameras = camera_constraints(name.split("_")[0])
-    entries = load_camera_map(CONFIG / name, allowed_keys=keys, max_cameras=max_cameras)
+    entries = load_model_camera_map(CONFIG / name, name.split("_")[0])
     assert entries == [
         CameraEntry("base_0_rgb", "/camera/base/image_raw", "raw", "sensor_data"),
         CameraEntry(
@@ -40,18 +44,17 @@ def test_shipped_pi_maps(name):
     ]
 
 
-def test_shipped_groot_map_before_and_after_metadata():
-    path = CONFIG / "groot_cameras.yaml"
+def test_shipped_groot_map_fits_the_servers_video_keys():
+    # GR00T keys come with the server's metadata: read once, checked on connect.
     assert camera_constraints("groot") == (None, None)
-    before = load_camera_map(path, allowed_keys=None, max_cameras=None)
-    keys, max_cameras = camera_constraints("groot", GROOT_METADATA)
-    assert (keys, max_cameras) == (("video.front", "video.wrist"), 2)
-    after = load_camera_map(path, allowed_keys=keys, max_cameras=max_cameras)
-    assert before == after
-    assert [(e.key, e.transport) for e in after] == [
+    entries = load_model_camera_map(CONFIG / "groot_cameras.yaml", "groot")
+    assert [(e.key, e.transport) for e in entries] == [
         ("video.front", "raw"),
         ("video.wrist", "compressed"),
     ]
+    server = ServerSpec.from_metadata(GROOT_METADATA, model="groot")
+    builder = ObservationBuilder(server, camera_keys=[e.key for e in entries])
+    assert builder.camera_keys == ("video.front", "video.wrist")
 
 
 def test_defaults_and_shorthand():
@@ -72,13 +75,10 @@ def test_defaults_and_shorthand():
         entries[0].topic = "/x"  # type: ignore[misc]
 
 
-def test_constraints_from_metadata():
-    assert camera_constraints("pi05", {"max_cameras": 2}) == (PI_KEYS, 2)
-    assert camera_constraints("pi0", None) == (PI_KEYS, 3)
+def test_constraints_from_the_model_registry():
+    assert camera_constraints("pi0") == (PI_KEYS, 3)
     with pytest.raises(CameraMapError, match=r"^model 'pi1' is not one of"):
         camera_constraints("pi1")
-    with pytest.raises(CameraMapError, match="GR00T server metadata has no usable 'video_keys'"):
-        camera_constraints("groot", {"model": "groot"})
 
 
 @pytest.mark.parametrize(
@@ -151,12 +151,12 @@ def test_more_cameras_than_max():
 def test_groot_keys_checked_against_metadata(tmp_path):
     path = tmp_path / "cams.yaml"
     path.write_text("base_0_rgb: /camera/base/image_raw\n")
-    keys, max_cameras = camera_constraints("groot", GROOT_METADATA)
-    with pytest.raises(CameraMapError) as info:
-        load_camera_map(path, allowed_keys=keys, max_cameras=max_cameras)
+    entries = load_model_camera_map(path, "groot")
+    server = ServerSpec.from_metadata(GROOT_METADATA, model="groot")
+    with pytest.raises(ObservationError) as info:
+        ObservationBuilder(server, camera_keys=[e.key for e in entries])
     assert str(info.value) == (
-        f"camera map {str(path)!r}: entry 'base_0_rgb': camera key 'base_0_rgb' is not one "
-        "of ['video.front', 'video.wrist'] (allowed camera keys: ['video.front', 'video.wrist'])"
+        "camera key 'base_0_rgb' is not one of ['video.front', 'video.wrist']"
     )
 
 

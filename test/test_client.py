@@ -531,7 +531,7 @@ def test_idle_timeout_then_connection_closed_in_the_middle_of_a_run() -> None:
                 client.infer(pi_observation(metadata))
             assert info.value.rcvd is not None
             assert info.value.rcvd.code == 1000
-            # A new client and the same observation work (the seed's advice).
+            # A new client and the same observation work (the documented advice).
             with PolicyClient("pi05", url=handle.url_template) as again:
                 assert isinstance(again.infer(pi_observation(metadata)), np.ndarray)
 
@@ -658,3 +658,37 @@ def test_wss_with_an_untrusted_certificate_raises_oserror(
         with pytest.raises(ssl.SSLCertVerificationError) as info:
             PolicyClient("pi05", url=f"wss://localhost:{port}/{{model}}")
     assert isinstance(info.value, OSError)
+
+
+def test_wss_server_offering_a_plain_ws_direct_route_is_not_followed(
+    certificate: tuple[Path, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A TLS connection never continues over plain TCP: the direct route is refused,
+    the proxied (TLS) connection kept, and the log says why."""
+    cert, key = certificate
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    with (
+        serving(models=("pi05",)) as direct,
+        serving(models=("pi05",), direct_url=direct.url("pi05")) as proxy,
+        tls_front(proxy.port, cert, key) as port,
+    ):
+        with PolicyClient("pi05", url=f"wss://localhost:{port}/{{model}}") as client:
+            assert client.url == f"wss://localhost:{port}/pi05"
+            metadata = client.get_server_metadata()
+            assert metadata["direct_url"] == direct.url("pi05")  # offered, as the server said
+            assert isinstance(client.infer(pi_observation(metadata)), np.ndarray)
+            assert proxy.stats.frames == 1
+        assert direct.total_connections == 0
+    assert "it would leave TLS (wss:// to ws://)" in caplog.text
+
+
+def test_plain_ws_server_may_offer_a_wss_or_ws_direct_route() -> None:
+    """Only a downgrade is refused: ws:// -> ws:// is followed as before."""
+    with (
+        serving(models=("pi05",)) as direct,
+        serving(models=("pi05",), direct_url=direct.url("pi05")) as proxy,
+    ):
+        with PolicyClient("pi05", url=proxy.url_template) as client:
+            assert client.url == direct.url("pi05")

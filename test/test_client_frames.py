@@ -1,4 +1,4 @@
-"""The client's frame writer: msgpack byte-identical to relay_ros.wire.codec.packb, and
+"""The transport's frame writer: msgpack byte-identical to relay_ros.wire.codec.packb, and
 valid masked WebSocket frames (parsed back with websockets' own frame parser)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from websockets.frames import Frame, Opcode
 from websockets.streams import StreamReader
 
-from relay_ros.wire.client import _encode_parts, _FrameWriter
-from relay_ros.wire.codec import CodecError, packb
+from relay_ros.wire.codec import CodecError, pack_parts, packb
+from relay_ros.wire.transport import FrameWriter
 
 Point = collections.namedtuple("Point", "x y")
 RNG = np.random.default_rng(3)
@@ -71,8 +71,7 @@ SAMPLES: list[Any] = [
 
 @pytest.mark.parametrize("obj", SAMPLES, ids=lambda o: type(o).__name__)
 def test_parts_are_byte_identical_to_codec(obj: Any) -> None:
-    parts: list[bytes | memoryview] = []
-    _encode_parts(obj, parts)
+    parts = pack_parts(obj)
     assert b"".join(bytes(part) for part in parts) == packb(obj)
 
 
@@ -90,7 +89,7 @@ def parse_frame(data: bytes) -> Frame:
 
 @pytest.mark.parametrize("obj", SAMPLES, ids=lambda o: type(o).__name__)
 def test_frames_parse_back_to_the_payload(obj: Any) -> None:
-    writer = _FrameWriter()
+    writer = FrameWriter()
     view = writer.frame(obj)
     data = bytes(view)
     view.release()
@@ -107,7 +106,7 @@ def test_header_lengths_at_the_boundaries(size: int) -> None:
         obj = b"x" * n
         if len(packb(obj)) != size:
             continue
-        view = _FrameWriter().frame(obj)
+        view = FrameWriter().frame(obj)
         data = bytes(view)
         view.release()
         assert bytes(parse_frame(data).data) == packb(obj)
@@ -116,7 +115,7 @@ def test_header_lengths_at_the_boundaries(size: int) -> None:
 
 
 def test_buffer_is_reused_and_grows() -> None:
-    writer = _FrameWriter()
+    writer = FrameWriter()
     big = np.ones(1_000_000, np.uint8)
     for obj in ({"a": 1}, {"big": big}, {"a": 2}, {"big": big}):
         view = writer.frame(obj)
@@ -126,7 +125,7 @@ def test_buffer_is_reused_and_grows() -> None:
 
 
 def test_each_frame_has_a_fresh_mask() -> None:
-    writer = _FrameWriter()
+    writer = FrameWriter()
     masks = set()
     for _ in range(8):
         view = writer.frame({"a": 1})
@@ -147,7 +146,7 @@ def test_each_frame_has_a_fresh_mask() -> None:
 )
 def test_refused_values_raise_codec_error(obj: Any) -> None:
     with pytest.raises(CodecError):
-        _FrameWriter().frame(obj)
+        FrameWriter().frame(obj)
 
 
 @pytest.mark.parametrize("depth", [60, 100, 400])
@@ -155,7 +154,7 @@ def test_deep_nesting_is_encoded_like_the_codec(depth: int) -> None:
     obj: Any = {"leaf": np.ones(2000, np.uint8)}
     for _ in range(depth):
         obj = [obj]
-    view = _FrameWriter().frame(obj)
+    view = FrameWriter().frame(obj)
     data = bytes(view)
     view.release()
     assert bytes(parse_frame(data).data) == packb(obj)
@@ -166,4 +165,4 @@ def test_over_deep_nesting_raises_codec_error() -> None:
     for _ in range(10_000):
         obj = [obj]
     with pytest.raises(CodecError):
-        _FrameWriter().frame(obj)
+        FrameWriter().frame(obj)

@@ -9,10 +9,9 @@ from relay_ros.pipeline.observation import (
     ObservationBuilder,
     ObservationError,
     ReplyError,
-    groot_action_widths,
     reply_to_chunk,
-    state_layout_from_joint_groups,
 )
+from relay_ros.pipeline.server_spec import ServerSpec
 from relay_ros.wire.codec import packb, unpackb
 
 PI_META = {
@@ -42,12 +41,20 @@ GROOT_META = {
 }
 
 
+PI = ServerSpec.from_metadata(PI_META, model="pi05")
+GROOT = ServerSpec.from_metadata(GROOT_META, model="groot")
+
+
+def spec(model, metadata):
+    return ServerSpec.from_metadata(metadata, model=model)
+
+
 def frame(height=480, width=640, value=100):
     return np.full((height, width, 3), value, np.uint8)
 
 
 def test_pi_observation_exact():
-    builder = ObservationBuilder("pi05", PI_META, camera_keys=["base_0_rgb", "left_wrist_0_rgb"])
+    builder = ObservationBuilder(PI, camera_keys=["base_0_rgb", "left_wrist_0_rgb"])
     assert builder.image_size == (224, 224) and builder.state_width == 32
     state = np.arange(7, dtype=np.float64) / 10
     obs = builder.build(
@@ -75,7 +82,7 @@ def test_pi_observation_exact():
 
 def test_optional_fields():
     meta = dict(PI_META, model="pi0", needs_session_id=True)
-    builder = ObservationBuilder("pi0", meta, camera_keys=["base_0_rgb"])
+    builder = ObservationBuilder(spec("pi0", meta), camera_keys=["base_0_rgb"])
     obs = builder.build(
         {"base_0_rgb": frame()},
         np.zeros(6),
@@ -95,7 +102,7 @@ def test_optional_fields():
 
 
 def test_pi_input_errors():
-    builder = ObservationBuilder("pi05", PI_META, camera_keys=["base_0_rgb"])
+    builder = ObservationBuilder(PI, camera_keys=["base_0_rgb"])
     ok = {"base_0_rgb": frame()}
     cases = [
         (
@@ -123,45 +130,28 @@ def test_pi_input_errors():
 
 def test_builder_config_errors():
     cases = [
-        (("pi1", PI_META), {"camera_keys": ["base_0_rgb"]}, "model 'pi1' is not one of"),
-        (("pi0", PI_META), {"camera_keys": ["base_0_rgb"]}, "server runs model 'pi05'"),
-        (("pi05", PI_META), {"camera_keys": ["front"]}, "camera key 'front' is not one of"),
-        (("pi05", PI_META), {"camera_keys": []}, "camera_keys is empty"),
+        (PI, {"camera_keys": ["front"]}, "camera key 'front' is not one of"),
+        (PI, {"camera_keys": []}, "camera_keys is empty"),
         (
-            ("pi05", dict(PI_META, max_cameras=1)),
+            spec("pi05", dict(PI_META, max_cameras=1)),
             {"camera_keys": ["base_0_rgb", "left_wrist_0_rgb"]},
             r"2 cameras \['base_0_rgb', 'left_wrist_0_rgb'\] exceed max_cameras=1",
         ),
         (
-            ("pi05", PI_META),
-            {"camera_keys": ["base_0_rgb"], "state_layout": {"x": [0]}},
-            "state_groups/state_layout apply to GR00T only",
-        ),
-        (
-            ("groot", GROOT_META),
+            GROOT,
             {"camera_keys": ["video.front"]},
             r"GR00T embodiment 'so100' needs every video key \['video.front', 'video.wrist'\]; "
             r"no camera for \['video.wrist'\]",
         ),
-        (
-            ("groot", GROOT_META),
-            {"camera_keys": ["video.front", "video.wrist"], "state_layout": {"state.gripper": [5]}},
-            r"state_layout key 'state.single_arm' is missing; expected exactly the state keys",
-        ),
-        (
-            ("groot", dict(GROOT_META, image_size=[224])),
-            {"camera_keys": ["video.front", "video.wrist"]},
-            r"metadata image_size \[224\] is not \[height, width\]",
-        ),
     ]
-    for args, kwargs, pattern in cases:
+    for server, kwargs, pattern in cases:
         with pytest.raises(ObservationError, match=pattern):
-            ObservationBuilder(*args, **kwargs)
+            ObservationBuilder(server, **kwargs)
 
 
 def test_openpi_metadata_defaults():
     # An openpi server sends neither image_size nor action_dim nor model.
-    builder = ObservationBuilder("pi0", {}, camera_keys=["base_0_rgb"])
+    builder = ObservationBuilder(spec("pi0", {"action_horizon": 10}), camera_keys=["base_0_rgb"])
     assert builder.image_size == (224, 224) and builder.state_width == 32
 
 
@@ -169,7 +159,7 @@ GROOT_KEYS = ["video.front", "video.wrist"]
 
 
 def test_groot_observation_exact():
-    builder = ObservationBuilder("groot", GROOT_META, camera_keys=GROOT_KEYS)
+    builder = ObservationBuilder(GROOT, camera_keys=GROOT_KEYS)
     state = np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.9])
     obs = builder.build(
         {"video.front": frame(), "video.wrist": frame(240, 320)},
@@ -199,40 +189,10 @@ def test_groot_observation_exact():
     )
 
 
-def test_groot_state_layout_from_joint_names():
-    joints = ["gripper", "pan", "lift", "elbow", "flex", "roll"]
-    layout = state_layout_from_joint_groups(
-        {
-            "state.single_arm": ["pan", "lift", "elbow", "flex", "roll"],
-            "state.gripper": ["gripper"],
-        },
-        joints,
-    )
-    assert layout == {"state.single_arm": (1, 2, 3, 4, 5), "state.gripper": (0,)}
-    builder = ObservationBuilder("groot", GROOT_META, camera_keys=GROOT_KEYS, state_layout=layout)
-    obs = builder.build(
-        {"video.front": frame(), "video.wrist": frame()},
-        np.array([0.9, 0.1, 0.2, 0.3, 0.4, 0.5]),
-        "",
-        session_id=None,
-        seed=None,
-    )
-    np.testing.assert_array_equal(obs["state"]["state.gripper"], np.float32([[0.9]]))
-    np.testing.assert_array_equal(
-        obs["state"]["state.single_arm"], np.float32([[0.1, 0.2, 0.3, 0.4, 0.5]])
-    )
-    with pytest.raises(ObservationError) as info:
-        state_layout_from_joint_groups({"state.gripper": ["jaw"]}, joints)
-    assert str(info.value) == (
-        "state group 'state.gripper': joint 'jaw' is not one of "
-        "['gripper', 'pan', 'lift', 'elbow', 'flex', 'roll']"
-    )
-
-
 def test_accepted_by_reference_server_validation():
     validation = pytest.importorskip("relay_ros.server.validation")
     embodiment_mod = pytest.importorskip("relay_ros.server.embodiment")
-    pi = ObservationBuilder("pi05", PI_META, camera_keys=["base_0_rgb", "right_wrist_0_rgb"])
+    pi = ObservationBuilder(PI, camera_keys=["base_0_rgb", "right_wrist_0_rgb"])
     obs = unpackb(
         packb(
             pi.build(
@@ -253,7 +213,7 @@ def test_accepted_by_reference_server_validation():
         adapters=[],
     )
     assert request.state.shape == (32,) and request.seed == 1
-    groot = ObservationBuilder("groot", GROOT_META, camera_keys=GROOT_KEYS)
+    groot = ObservationBuilder(GROOT, camera_keys=GROOT_KEYS)
     obs = unpackb(
         packb(
             groot.build(
@@ -277,83 +237,55 @@ def test_accepted_by_reference_server_validation():
 def test_reply_to_chunk_pi():
     actions = np.arange(50 * 32, dtype=np.float32).reshape(50, 32)
     actions.flags.writeable = False  # as decoded from the wire
-    chunk = reply_to_chunk(actions, PI_META)
+    chunk = reply_to_chunk(actions, PI)
     assert chunk.dtype == np.float32 and chunk.shape == (50, 32) and chunk.flags.writeable
     np.testing.assert_array_equal(chunk, actions)
     # A full reply map (openpi client) is unwrapped.
     full = {"actions": actions, "server_timing": {"infer_ms": 1.0}}
-    np.testing.assert_array_equal(reply_to_chunk(full, PI_META), actions)
+    np.testing.assert_array_equal(reply_to_chunk(full, PI), actions)
     with pytest.raises(ReplyError) as info:
-        reply_to_chunk(actions[:, :7], PI_META)
+        reply_to_chunk(actions[:, :7], PI)
     assert str(info.value) == "actions have shape (50, 7); metadata says (50, 32)"
     with pytest.raises(ReplyError, match=r"expected \(action_horizon, action_dim\)"):
-        reply_to_chunk(actions[None], PI_META)
+        reply_to_chunk(actions[None], PI)
 
 
 def test_reply_to_chunk_groot():
     arm = np.arange(16 * 5, dtype=np.float32).reshape(1, 16, 5)
     grip = np.full((1, 16, 1), -1.0, np.float32)
     reply = {"action.gripper": grip, "action.single_arm": arm}  # dict order differs
-    chunk = reply_to_chunk(reply, GROOT_META)
+    chunk = reply_to_chunk(reply, GROOT)
     assert chunk.shape == (16, 6) and chunk.dtype == np.float32
     np.testing.assert_array_equal(chunk[:, :5], arm[0])
     np.testing.assert_array_equal(chunk[:, 5], -1.0)
-    swapped = reply_to_chunk(
-        reply, GROOT_META, action_keys_order=["action.gripper", "action.single_arm"]
-    )
-    np.testing.assert_array_equal(swapped[:, 0], -1.0)
     with pytest.raises(ReplyError) as info:
-        reply_to_chunk({"action.single_arm": arm}, GROOT_META)
+        reply_to_chunk({"action.single_arm": arm}, GROOT)
     assert str(info.value) == (
         "reply action groups ['action.single_arm'] do not match the expected groups "
         "['action.single_arm', 'action.gripper']"
     )
+    wider = spec("groot", dict(GROOT_META, state_keys={"state.single_arm": 6, "state.gripper": 1}))
     with pytest.raises(ReplyError) as info:
-        reply_to_chunk(
-            reply,
-            GROOT_META,
-            action_widths=groot_action_widths(
-                dict(GROOT_META, state_keys={"state.single_arm": 6, "state.gripper": 1})
-            ),
-        )
+        reply_to_chunk(reply, wider)
     assert str(info.value) == "action group 'action.single_arm' has width 5; expected 6"
     with pytest.raises(ReplyError, match="has 8 steps; metadata action_horizon is 16"):
-        reply_to_chunk({"action.single_arm": arm[:, :8], "action.gripper": grip[:, :8]}, GROOT_META)
+        reply_to_chunk({"action.single_arm": arm[:, :8], "action.gripper": grip[:, :8]}, GROOT)
 
 
 def test_error_reply_refused():
     with pytest.raises(ReplyError) as info:
-        reply_to_chunk({"type": "error", "message": "Internal inference error"}, PI_META)
+        reply_to_chunk({"type": "error", "message": "Internal inference error"}, PI)
     assert str(info.value) == (
         "reply_to_chunk got a reply of type 'error' (message 'Internal inference error'), "
         "not actions; check for error replies before converting"
     )
     with pytest.raises(ReplyError, match="expected an array"):
-        reply_to_chunk([[0.0]], PI_META)
-
-
-def test_groot_action_widths():
-    assert groot_action_widths(GROOT_META) == {"action.single_arm": 5, "action.gripper": 1}
-    meta = dict(GROOT_META, action_keys=["action.eef", "action.gripper"])
-    with pytest.raises(ObservationError) as info:
-        groot_action_widths(meta)
-    assert str(info.value) == (
-        "width of GR00T action group 'action.eef' is unknown: no state group 'state.eef' in "
-        "['state.single_arm', 'state.gripper']; give it in action_widths"
-    )
-    assert groot_action_widths(meta, action_widths={"action.eef": 7}) == {
-        "action.eef": 7,
-        "action.gripper": 1,
-    }
-    with pytest.raises(ObservationError, match="action_widths names 'action.x'"):
-        groot_action_widths(GROOT_META, action_widths={"action.x": 1})
+        reply_to_chunk([[0.0]], PI)
 
 
 def test_state_joints_checked_at_start_and_build():
     arm = ["a", "b", "c", "d", "e"]
-    builder = ObservationBuilder(
-        "groot", GROOT_META, camera_keys=GROOT_KEYS, state_joints=arm + ["jaw"]
-    )
+    builder = ObservationBuilder(GROOT, camera_keys=GROOT_KEYS, state_joints=arm + ["jaw"])
     frames = {"video.front": frame(), "video.wrist": frame()}
     with pytest.raises(ObservationError) as info:
         builder.build(frames, np.zeros(5), "", session_id=None, seed=None)
@@ -361,29 +293,14 @@ def test_state_joints_checked_at_start_and_build():
         "state has 5 values; expected one per state joint ['a', 'b', 'c', 'd', 'e', 'jaw']"
     )
     with pytest.raises(ObservationError) as info:
-        ObservationBuilder("groot", GROOT_META, camera_keys=GROOT_KEYS, state_joints=arm)
+        ObservationBuilder(GROOT, camera_keys=GROOT_KEYS, state_joints=arm)
     assert str(info.value) == (
         "state_joints has 5 joints ['a', 'b', 'c', 'd', 'e']; GR00T state_keys "
-        "{'state.single_arm': 5, 'state.gripper': 1} need 6 (or give state_groups)"
+        "{'state.single_arm': 5, 'state.gripper': 1} need 6"
     )
     with pytest.raises(ObservationError) as info:
-        ObservationBuilder("pi05", PI_META, camera_keys=["base_0_rgb"], state_joints=["j"] * 33)
+        ObservationBuilder(PI, camera_keys=["base_0_rgb"], state_joints=["j"] * 33)
     assert str(info.value) == "state_joints has 33 joints; pi05 takes at most action_dim=32"
-    # Groups by joint name: the flat order may differ from the groups' order.
-    grouped = ObservationBuilder(
-        "groot",
-        GROOT_META,
-        camera_keys=GROOT_KEYS,
-        state_joints=["jaw"] + arm,
-        state_groups={"state.single_arm": arm, "state.gripper": ["jaw"]},
-    )
-    obs = grouped.build(frames, np.arange(6.0), "", session_id=None, seed=None)
-    np.testing.assert_array_equal(obs["state"]["state.gripper"], np.float32([[0.0]]))
-    np.testing.assert_array_equal(obs["state"]["state.single_arm"], np.float32([[1, 2, 3, 4, 5]]))
-    with pytest.raises(ObservationError, match="state_groups needs state_joints"):
-        ObservationBuilder(
-            "groot", GROOT_META, camera_keys=GROOT_KEYS, state_groups={"state.gripper": ["j"]}
-        )
 
 
 def test_strided_views_at_target_size_go_on_the_wire_unchanged():
@@ -391,7 +308,7 @@ def test_strided_views_at_target_size_go_on_the_wire_unchanged():
     # the builder passes it through and the codec packs it correctly.
     rgba = np.arange(224 * 224 * 4, dtype=np.uint8).reshape(224, 224, 4)[:, :, :3]
     rgba.flags.writeable = False
-    builder = ObservationBuilder("pi05", PI_META, camera_keys=["base_0_rgb"])
+    builder = ObservationBuilder(PI, camera_keys=["base_0_rgb"])
     obs = builder.build({"base_0_rgb": rgba}, np.zeros(3), "", session_id=None, seed=None)
     assert obs["images"]["base_0_rgb"] is rgba
     np.testing.assert_array_equal(unpackb(packb(obs))["images"]["base_0_rgb"], rgba)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
-from relay_ros.node.outputs import OutputController, OutputsError, chunk_width, load_outputs
+from relay_ros.pipeline.outputs import OutputController, OutputsError, load_outputs
+from relay_ros.pipeline.server_spec import ServerSpec
 
 PI_META = {"model": "pi05", "action_horizon": 50, "action_dim": 32, "max_cameras": 3}
 GROOT_META = {
@@ -25,25 +25,24 @@ PI_SPEC = {
     },
 }
 SO100 = ["pan", "lift", "elbow", "flex", "roll"]
+PI = ServerSpec.from_metadata(PI_META, model="pi05")
+GROOT = ServerSpec.from_metadata(GROOT_META, model="groot")
 
 
 def test_pi_outputs():
-    outputs = load_outputs(PI_SPEC, model="pi05", metadata=PI_META)
+    outputs = load_outputs(PI_SPEC, PI)
     assert outputs == [
         OutputController("arm", "/arm_controller/joint_trajectory", tuple(ARM), (0, 1, 2, 3, 4, 5)),
         OutputController(
             "gripper", "/gripper_controller/joint_trajectory", ("gripper_joint",), (6,)
         ),
     ]
-    chunk = np.arange(50 * 32, dtype=np.float32).reshape(50, 32)
-    np.testing.assert_array_equal(outputs[1].select(chunk), chunk[:, [6]])
-    assert outputs[0].select(chunk).shape == (50, 6)
-    assert chunk_width("pi0", PI_META) == 32
+    assert PI.chunk_width == 32
 
 
 def test_pi_dims_in_any_order():
     spec = {"arm": {"topic": "/a", "joints": ["b", "a"], "dims": [9, 3]}}
-    (arm,) = load_outputs(spec, model="pi0", metadata=PI_META)
+    (arm,) = load_outputs(spec, PI)
     assert arm.dims == (9, 3)
 
 
@@ -60,9 +59,9 @@ def test_groot_outputs_compute_flat_dims():
             "action_key": "action.single_arm",
         },
     }
-    gripper, arm = load_outputs(spec, model="groot", metadata=GROOT_META)
+    gripper, arm = load_outputs(spec, GROOT)
     assert gripper.dims == (5,) and arm.dims == (0, 1, 2, 3, 4)
-    assert chunk_width("groot", GROOT_META) == 6
+    assert GROOT.chunk_width == 6
     # Part of a group, reordered.
     spec = {
         "wrist": {
@@ -72,17 +71,8 @@ def test_groot_outputs_compute_flat_dims():
             "dims": [4, 3],
         }
     }
-    (wrist,) = load_outputs(spec, model="groot", metadata=GROOT_META)
+    (wrist,) = load_outputs(spec, GROOT)
     assert wrist.dims == (4, 3)
-
-
-def test_groot_explicit_widths():
-    meta = dict(GROOT_META, action_keys=["action.eef", "action.gripper"])
-    spec = {"g": {"topic": "/g", "joints": ["jaw"], "action_key": "action.gripper"}}
-    with pytest.raises(OutputsError, match="width of GR00T action group 'action.eef' is unknown"):
-        load_outputs(spec, model="groot", metadata=meta)
-    (g,) = load_outputs(spec, model="groot", metadata=meta, action_widths={"action.eef": 7})
-    assert g.dims == (7,)
 
 
 @pytest.mark.parametrize(
@@ -151,7 +141,7 @@ def test_groot_explicit_widths():
 )
 def test_pi_errors(spec, message):
     with pytest.raises(OutputsError) as info:
-        load_outputs(spec, model="pi05", metadata=PI_META)
+        load_outputs(spec, PI)
     assert str(info.value) == message
 
 
@@ -179,14 +169,11 @@ def test_pi_errors(spec, message):
 )
 def test_groot_errors(entry, message):
     with pytest.raises(OutputsError) as info:
-        load_outputs({"x": entry}, model="groot", metadata=GROOT_META)
+        load_outputs({"x": entry}, GROOT)
     assert str(info.value) == message
 
 
-def test_metadata_errors():
-    with pytest.raises(OutputsError, match=r"^model 'pi1' is not one of"):
-        load_outputs(PI_SPEC, model="pi1", metadata=PI_META)
-    with pytest.raises(OutputsError, match="metadata action_dim is 0; expected a positive"):
-        load_outputs(PI_SPEC, model="pi05", metadata={"action_dim": 0})
+def test_openpi_server_without_action_dim():
     # An openpi server sends no action_dim: the checkpoints' 32 is assumed.
-    assert len(load_outputs(PI_SPEC, model="pi05", metadata={})) == 2
+    openpi = ServerSpec.from_metadata({"action_horizon": 50}, model="pi05")
+    assert len(load_outputs(PI_SPEC, openpi)) == 2

@@ -2,7 +2,9 @@
 
 Each test starts the node against a server, feeds it real Image,
 CompressedImage and JointState messages, and checks what reaches the
-trajectory topics (or, in the unsafe cases, that nothing does).
+trajectory topics, services and /diagnostics. The decisions behind them
+(timelines, refusals, holds, live configuration) are tested on a synthetic
+clock in test_streaming.py; these tests check the wiring.
 """
 
 from __future__ import annotations
@@ -11,12 +13,13 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from fault_server import FaultServer
 from node_rig import Rig, stamp_of, t_obs_of, tfs_of, wait_for
+from rcl_interfaces.msg import Log
 from std_srvs.srv import SetBool, Trigger
 
 from relay_ros.pipeline.camera_map import CameraMapError
@@ -81,8 +84,11 @@ def test_trajectories_have_the_configured_joints_timing_and_velocities(
     with Rig(ros_context, server.url_template, tmp_path=tmp_path) as rig:
         wait_for(lambda: len(rig.snapshot().arm) >= 3 and rig.snapshot().gripper)
         got = rig.snapshot()
-        status = wait_for(lambda: (s := rig.last_status()) and s["image_to_wire_p99_ms"] and s)
-    assert status["message"] == "streaming" and status["connected"] == "True"
+        # OK only while the robot has points ahead (a loaded machine may stall it briefly).
+        status = wait_for(
+            lambda: (s := rig.last_status()) and s["message"] == "streaming" and s, timeout=15
+        )
+    assert status["level"] == 0 and status["connected"] == "True"
     assert float(status["latency_p50_ms"]) > 0
     for name in ("frame_processing", "request_to_wire", "image_to_wire"):
         assert float(status[f"{name}_p50_ms"]) > 0
@@ -103,125 +109,15 @@ def test_trajectories_have_the_configured_joints_timing_and_velocities(
     assert len(got.preview[0].joint_names) == 7
 
 
-def test_stale_actions_are_dropped_by_measured_latency(ros_context, tmp_path):
-    with run_server_in_thread(ServerOptions(models=("pi05",), latency_ms=150)) as slow:
-        with Rig(ros_context, slow.url_template, tmp_path=tmp_path) as rig:
-            msg = wait_for(lambda: rig.snapshot().arm)[0]
-    first_action_time = stamp_of(msg) + tfs_of(msg)[0]
-    first_index = round((first_action_time - t_obs_of(msg)) / DT)
-    # The reply takes >= 150 ms: the first 7 actions (0..140 ms) are already past.
-    assert first_index >= 8
-    assert len(msg.points) == H - first_index
-
-
-def test_switch_after_execute_horizon_and_early_requests(ros_context, server, tmp_path):
-    execute = 10
-    overrides = {"execute_horizon": execute, "request_lead_s": "0.1"}
-    with Rig(ros_context, server.url_template, overrides=overrides, tmp_path=tmp_path) as rig:
-        wait_for(lambda: len(rig.snapshot().arm) >= 5, timeout=15)
-        got = rig.snapshot().arm
-    for old, new in zip(got[1:4], got[2:5]):
-        old_first = stamp_of(old) + tfs_of(old)[0]
-        switch_time = old_first + (execute - 1) * DT  # time of the last executed action
-        # The new chunk is published at the switch time (within a tick of the 100 Hz timer,
-        # with room for a loaded machine)...
-        assert stamp_of(new) == pytest.approx(switch_time, abs=0.03)
-        # ...and its first point takes the slot right after the executed part.
-        assert stamp_of(new) + tfs_of(new)[0] == pytest.approx(switch_time + DT, abs=0.03)
-        # Early request: the observation was taken request_lead_s before the switch,
-        # i.e. before the old chunk's executed part ended.
-        assert t_obs_of(new) < switch_time
-        assert t_obs_of(new) == pytest.approx(switch_time - 0.1, abs=0.02)
-
-
-@pytest.mark.parametrize(
-    "mode, reason",
-    [
-        ("raise", "error reply from the server: Internal inference error"),
-        ("nan", "non-finite value nan at step 10, joint 'joint3'"),
-        ("inf", "non-finite value inf at step 3, joint 'joint1'"),
-        ("limits", "joint2"),
-        ("far", "joint1"),
-    ],
-)
-def test_unsafe_chunks_are_never_published(ros_context, tmp_path, mode, reason):
-    policy, server_cm = _scripted_server(mode)
+def test_error_replies_are_never_published_and_diagnostics_say_why(ros_context, tmp_path):
+    policy, server_cm = _scripted_server("raise")
     with server_cm as srv, Rig(ros_context, srv.url_template, tmp_path=tmp_path) as rig:
-        wait_for(lambda: len(policy.sessions) >= 2)
+        wait_for(lambda: rig.node.counts["error_replies"] >= 2)
         status = wait_for(lambda: (s := rig.last_status()) and s["hold_reason"] and s, timeout=5)
-        before = len(policy.sessions)
-        time.sleep(1.0)
-        retried = len(policy.sessions) - before
         got = rig.snapshot()
-        counts = rig.node.counts
     assert got.arm == [] and got.gripper == [] and got.preview == []
-    # Failed requests are retried every retry_delay_s (0.25 s), not at the timer's 100 Hz.
-    assert 1 <= retried <= 6
-    assert reason in status["hold_reason"] or reason in status["last_refusal"], status
-    assert status["message"].startswith("holding position")
-    if mode == "raise":
-        assert counts["error_replies"] >= 1
-    else:
-        assert counts["refusals"] >= 1
-
-
-def test_clamp_mode_publishes_clamped_positions(ros_context, tmp_path):
-    policy, server_cm = _scripted_server("limits")
-    overrides = {"limits_mode": "clamp"}
-    state = [0.1, 1.7, 0.1, 0.1, 0.1, 0.1, 0.1]
-    with (
-        server_cm as srv,
-        Rig(
-            ros_context, srv.url_template, overrides=overrides, state=state, tmp_path=tmp_path
-        ) as rig,
-    ):
-        msg = wait_for(lambda: rig.snapshot().arm)[0]
-    joint2 = [p.positions[1] for p in msg.points]
-    assert max(joint2) == 1.8 and joint2[-1] == 1.8 and joint2[0] < 1.8
-
-
-def test_stale_camera_stops_commanding_and_diagnostics_say_why(ros_context, server, tmp_path):
-    overrides = {"sensor_timeout_s": 0.3}
-    with Rig(ros_context, server.url_template, overrides=overrides, tmp_path=tmp_path) as rig:
-        wait_for(lambda: len(rig.snapshot().arm) >= 2)
-        rig.cameras_on = False
-        status = wait_for(
-            lambda: (s := rig.last_status()) and "stale" in s["hold_reason"] and s, timeout=5
-        )
-        before = len(rig.snapshot().arm)
-        time.sleep(1.0)
-        after = rig.snapshot().arm
-    assert "camera" in status["hold_reason"] and "sensor_timeout_s" in status["hold_reason"]
-    # At most one more message: the hold, a single point with zero velocity.
-    assert len(after) <= before + 1
-    hold = after[-1]
-    assert len(hold.points) == 1 and list(hold.points[0].velocities) == [0.0] * 6
-
-
-def test_stale_joint_states_stop_commanding(ros_context, server, tmp_path):
-    overrides = {"sensor_timeout_s": 0.3}
-    with Rig(ros_context, server.url_template, overrides=overrides, tmp_path=tmp_path) as rig:
-        wait_for(lambda: len(rig.snapshot().arm) >= 2)
-        rig.joint_states_on = False
-        status = wait_for(
-            lambda: (s := rig.last_status()) and "stale" in s["hold_reason"] and s, timeout=5
-        )
-        requests = rig.node.counts["requests"]
-        time.sleep(0.8)
-        assert rig.node.counts["requests"] == requests  # no observation while stale
-    assert status["hold_reason"].startswith("joint states: joint 'joint1' is stale")
-
-
-def test_node_starts_before_the_server_and_connects_when_it_comes_up(ros_context, tmp_path):
-    with run_server_in_thread(ServerOptions(models=("pi05",))) as probe:
-        port = probe.port  # a free port, closed again below
-    url = f"ws://127.0.0.1:{port}/{{model}}"
-    with Rig(ros_context, url, tmp_path=tmp_path) as rig:
-        status = wait_for(lambda: rig.last_status(), timeout=5)
-        assert status["connected"] == "False" and status["level"] == 2  # ERROR
-        assert "not connected" in status["message"]
-        with run_server_in_thread(ServerOptions(models=("pi05",), port=port)):
-            wait_for(lambda: len(rig.snapshot().arm) >= 2, timeout=15)
+    assert status["hold_reason"] == "error reply from the server: Internal inference error"
+    assert status["message"].startswith("holding position") and status["level"] == 1  # WARN
 
 
 def test_bad_camera_map_fails_at_start_naming_the_entry(ros_context, server, tmp_path):
@@ -232,24 +128,15 @@ def test_bad_camera_map_fails_at_start_naming_the_entry(ros_context, server, tmp
     assert "wrist_rgb" in str(info.value) and "left_wrist_0_rgb" in str(info.value)
 
 
-def test_missing_joint_gives_no_observation(ros_context, server, tmp_path):
-    with Rig(ros_context, server.url_template, tmp_path=tmp_path) as rig:
-        rig.joints[2] = "elbow_typo"
-        status = wait_for(
-            lambda: (s := rig.last_status()) and "joint3" in s["hold_reason"] and s, timeout=5
-        )
-        assert rig.node.counts["requests"] == 0
-        assert rig.snapshot().arm == []
-    assert "joint states" in status["hold_reason"]
-
-
 def test_dry_run_publishes_only_on_preview(ros_context, server, tmp_path):
     with Rig(
         ros_context, server.url_template, overrides={"dry_run": True}, tmp_path=tmp_path
     ) as rig:
         wait_for(lambda: len(rig.snapshot().preview) >= 4)
-        time.sleep(0.2)
         got = rig.snapshot()
+        # In dry run the node does not even advertise the controllers' topics.
+        assert rig.feeder.count_publishers(rig.arm_topic) == 0
+        assert rig.feeder.count_publishers(rig.gripper_topic) == 0
     assert got.arm == [] and got.gripper == []
     names = {tuple(m.joint_names) for m in got.preview}
     assert ("joint1", "joint2", "joint3", "joint4", "joint5", "joint6") in names
@@ -271,24 +158,18 @@ def test_reset_service_starts_a_new_session(ros_context, tmp_path):
     assert first is not None and policy.sessions[-1] == rig.node.session_id
 
 
-def test_enable_service_stops_and_restarts_commanding(ros_context, server, tmp_path):
-    overrides = {"autostart": False}
-    with Rig(ros_context, server.url_template, overrides=overrides, tmp_path=tmp_path) as rig:
-        time.sleep(1.0)
-        assert rig.snapshot().arm == [] and rig.node.counts["requests"] == 0
+def test_enable_service_stops_commanding(ros_context, server, tmp_path):
+    with Rig(ros_context, server.url_template, tmp_path=tmp_path) as rig:
+        wait_for(lambda: len(rig.snapshot().arm) >= 2)
         client = rig.feeder.create_client(SetBool, f"/{rig.node_name}/enable")
         assert client.wait_for_service(timeout_sec=5)
-        future = client.call_async(SetBool.Request(data=True))
-        wait_for(lambda: future.done())
-        wait_for(lambda: len(rig.snapshot().arm) >= 2)
         future = client.call_async(SetBool.Request(data=False))
-        wait_for(lambda: future.done())
-        time.sleep(0.2)
-        count = len(rig.snapshot().arm)
-        time.sleep(1.0)
-        assert len(rig.snapshot().arm) == count
-        hold = rig.snapshot().arm[-1]
-    assert len(hold.points) == 1
+        response = wait_for(lambda: future.done() and future.result())
+        assert response.success and response.message == "disabled: holding position"
+        hold = wait_for(lambda: [m for m in rig.snapshot().arm if len(m.points) == 1])[0]
+        status = wait_for(lambda: (s := rig.last_status()) and s["enabled"] == "False" and s)
+    assert list(hold.points[0].velocities) == [0.0] * 6
+    assert status["message"] == "disabled (call ~/enable)"
 
 
 def test_prompt_topic_replaces_the_prompt(ros_context, tmp_path):
@@ -315,6 +196,57 @@ def test_reconnects_after_the_server_restarts(ros_context, tmp_path):
                 assert rig.node.counts["connection_errors"] >= 1
         finally:
             rig.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", ["swallow", "freeze"])
+def test_a_stalled_server_makes_the_node_hold_warn_reconnect_and_resume(
+    ros_context, tmp_path, fault
+):
+    # swallow: the server reads a request and never answers (a hung model);
+    # freeze: it stops reading its socket (a stopped process, a half-open connection).
+    overrides = {"request_timeout_s": 2.0}
+    with FaultServer() as server:
+        rig = Rig(
+            ros_context,
+            server.url_template,
+            overrides=overrides,
+            state=[0.0] * 7,
+            tmp_path=tmp_path,
+        )
+        logs: list[str] = []
+        rig.feeder.create_subscription(
+            Log, "/rosout", lambda m: m.name == rig.node_name and logs.append(m.msg), 100
+        )
+        with rig:
+            wait_for(lambda: len(rig.snapshot().arm) >= 2)
+            server.add_faults(fault)
+            connections = server.connections
+            # The robot stands still for want of a chunk: WARN on /diagnostics, not OK.
+            stalled = wait_for(
+                lambda: [
+                    s
+                    for s in rig.statuses()
+                    if s["level"] == 1 and s["message"].startswith("stalled, waiting for a chunk")
+                ],
+                timeout=15,
+            )[0]
+            # The request times out: the node drops the connection, opens a new one and
+            # streams again.
+            wait_for(lambda: server.connections > connections, timeout=10)
+            before = len(rig.snapshot().arm)
+            wait_for(lambda: len(rig.snapshot().arm) >= before + 2, timeout=15)
+            resumed = wait_for(lambda: (s := rig.last_status()) and s["level"] == 0 and s)
+    assert "a request has been in flight for" in stalled["message"]
+    assert int(resumed["connection_errors"]) >= 1 and resumed["message"] == "streaming"
+    # Said in the node's log (the connection logs through the node's logger, to /rosout).
+    assert any(
+        "lost: request timed out after 2 s (request_timeout_s); reconnecting" in line
+        for line in logs
+    ), logs
+    assert any("holding position: connection lost during a request" in line for line in logs)
+    # The robot was told to hold: a one-point trajectory on the arm controller.
+    assert any(len(m.points) == 1 for m in rig.snapshot().arm)
 
 
 def test_groot_chunks_go_to_each_action_group(ros_context, server, tmp_path):

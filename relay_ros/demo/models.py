@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from relay_ros.demo.errors import DemoArgumentError, DemoError
+from relay_ros.models import MODEL_IDS
 from relay_ros.node.params import (
     PARAMETERS,
     NodeConfig,
@@ -27,7 +28,7 @@ from relay_ros.paths import config_dir, config_file
 __all__ = ["DEMO_MODELS", "REQUEST_MODES", "check_mode", "check_model", "load_model_config"]
 
 #: Models the demo can run (each has ``config/<model>.yaml`` and a camera map).
-DEMO_MODELS: tuple[str, ...] = ("pi05", "pi0", "groot")
+DEMO_MODELS = MODEL_IDS
 #: ``request_mode`` values of policy_node.
 REQUEST_MODES: tuple[str, ...] = ("early", "sync")
 

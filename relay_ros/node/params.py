@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from relay_ros.models import MODEL_IDS
 from relay_ros.paths import config_dir
 
 __all__ = [
@@ -31,7 +32,7 @@ __all__ = [
     "output_parameter_specs",
 ]
 
-MODELS = ("pi05", "pi0", "groot")
+MODELS = MODEL_IDS
 
 
 class ParameterError(ValueError):
@@ -157,6 +158,14 @@ PARAMETERS: tuple[ParamSpec, ...] = (
         "Wait after an error reply, a refused chunk or a failed request before the next "
         "request (s), so a misconfigured observation is not resent at the timer rate.",
     ),
+    ParamSpec(
+        "request_timeout_s",
+        "double",
+        0.0,
+        "Longest a request may take (s); then the connection is dropped and reopened and "
+        "the robot holds. 0 or negative: automatic, max(2 s, 10 x p99 of the measured "
+        "latency), 30 s until the first reply.",
+    ),
     ParamSpec("autostart", "bool", True, "Start commanding at once (else wait for ~/enable)."),
     ParamSpec("tick_hz", "double", 100.0, "Rate of the scheduling timer (Hz)."),
     ParamSpec(
@@ -213,7 +222,7 @@ class OutputSpec:
     action_key: str | None
 
     def as_mapping(self) -> dict[str, Any]:
-        """The dict form :func:`relay_ros.node.outputs.load_outputs` takes."""
+        """The dict form :func:`relay_ros.pipeline.outputs.load_outputs` takes."""
         entry: dict[str, Any] = {"topic": self.topic, "joints": list(self.joints)}
         if self.dims is not None:
             entry["dims"] = list(self.dims)
@@ -245,6 +254,7 @@ class NodeConfig:
     max_joint_step: float
     sensor_timeout_s: float
     retry_delay_s: float
+    request_timeout_s: float | None
     autostart: bool
     tick_hz: float
     reconnect_max_backoff_s: float
@@ -280,6 +290,15 @@ def _non_negative(name: str, value: float) -> float:
     if not math.isfinite(value) or value < 0:
         raise ParameterError(f"parameter '{name}' must be >= 0 seconds, got {value!r}")
     return float(value)
+
+
+def _timeout_or_auto(value: float) -> float | None:
+    """``request_timeout_s``: seconds, or None (automatic) for 0 or less."""
+    if math.isnan(value) or math.isinf(value):
+        raise ParameterError(
+            f"parameter 'request_timeout_s' is {value!r}; expected seconds, or 0 for automatic"
+        )
+    return value if value > 0 else None
 
 
 def _choice(name: str, value: str, allowed: Sequence[str]) -> str:
@@ -411,6 +430,7 @@ def build_config(
         max_joint_step=_positive("max_joint_step", float(_value(values, "max_joint_step"))),
         sensor_timeout_s=_positive("sensor_timeout_s", float(_value(values, "sensor_timeout_s"))),
         retry_delay_s=_non_negative("retry_delay_s", float(_value(values, "retry_delay_s"))),
+        request_timeout_s=_timeout_or_auto(float(_value(values, "request_timeout_s"))),
         autostart=bool(_value(values, "autostart")),
         tick_hz=_positive("tick_hz", float(_value(values, "tick_hz"))),
         reconnect_max_backoff_s=_positive(

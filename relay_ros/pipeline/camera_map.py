@@ -15,10 +15,12 @@ a GR00T ``video.*`` key) and each value says where the frames come from::
 (sensor_msgs/Image) otherwise; ``qos`` defaults to ``sensor_data`` (best effort,
 the QoS camera drivers publish with).
 
-The map is validated when the node starts, so a typo fails loudly instead of
-silently sending the model the wrong camera. The node only learns the allowed keys
-from the server metadata, so :data:`DEFAULT_CAMERA_KEYS` lets it check a π0/π0.5 map
-before the server answers; :func:`camera_constraints` derives the keys from metadata.
+The map is read and validated once, when the node starts, so a typo fails loudly
+instead of silently sending the model the wrong camera: :func:`load_model_camera_map`
+checks a π0-family map against the model's camera keys in the registry
+(:mod:`relay_ros.models`). GR00T keys depend on the embodiment the server runs, so a
+GR00T map is checked against the server's ``video_keys`` when it connects (by
+:class:`~relay_ros.pipeline.observation.ObservationBuilder`).
 """
 
 from __future__ import annotations
@@ -31,28 +33,19 @@ from typing import Any
 
 import yaml
 
+from relay_ros.models import UnknownModelError, get_model
+
 __all__ = [
-    "DEFAULT_CAMERA_KEYS",
-    "DEFAULT_MAX_CAMERAS",
     "QOS_VALUES",
     "TRANSPORTS",
     "CameraEntry",
     "CameraMapError",
     "camera_constraints",
     "load_camera_map",
+    "load_model_camera_map",
 ]
 
 logger = logging.getLogger(__name__)
-
-#: Camera keys a π0 / π0.5 server accepts (openpi's names). GR00T keys depend on the
-#: embodiment the server runs and are only known from its metadata (``video_keys``).
-DEFAULT_CAMERA_KEYS: dict[str, tuple[str, ...]] = {
-    "pi05": ("base_0_rgb", "left_wrist_0_rgb", "right_wrist_0_rgb"),
-    "pi0": ("base_0_rgb", "left_wrist_0_rgb", "right_wrist_0_rgb"),
-}
-
-#: ``max_cameras`` of the π0 / π0.5 servers, used before the metadata is known.
-DEFAULT_MAX_CAMERAS: dict[str, int] = {"pi05": 3, "pi0": 3}
 
 #: Accepted ``transport`` values: sensor_msgs/Image or sensor_msgs/CompressedImage.
 TRANSPORTS: tuple[str, ...] = ("raw", "compressed")
@@ -111,41 +104,30 @@ _UniqueKeyLoader.add_constructor(
 )
 
 
-def camera_constraints(
-    model: str, metadata: Mapping[str, Any] | None = None
-) -> tuple[tuple[str, ...] | None, int | None]:
-    """Return ``(allowed_keys, max_cameras)`` for ``model``.
+def camera_constraints(model: str) -> tuple[tuple[str, ...] | None, int | None]:
+    """Return ``(allowed_keys, max_cameras)`` for ``model`` before a server answers.
 
-    Args:
-        model: ``"pi05"``, ``"pi0"`` or ``"groot"``.
-        metadata: The server metadata, or None before the server has answered.
-
-    Returns:
-        For π0/π0.5 the three openpi keys and the metadata ``max_cameras``
-        (default 3). For GR00T the metadata ``video_keys`` (and their count as the
-        maximum), or ``(None, None)`` without metadata: any key passes the
-        structural check, and the node validates again once the metadata arrives.
+    π0 family: the registry's camera keys and ``max_cameras``. GR00T: ``(None,
+    None)``, any key passes the structural check; the keys come with the server's
+    metadata (``video_keys``).
 
     Raises:
-        CameraMapError: Unknown model, or GR00T metadata without ``video_keys``.
+        CameraMapError: ``model`` is not a registered model ID.
     """
-    if model in DEFAULT_CAMERA_KEYS:
-        max_cameras = DEFAULT_MAX_CAMERAS[model]
-        if metadata is not None and metadata.get("max_cameras") is not None:
-            max_cameras = int(metadata["max_cameras"])
-        return DEFAULT_CAMERA_KEYS[model], max_cameras
-    if model == "groot":
-        if metadata is None:
-            return None, None
-        video_keys = metadata.get("video_keys")
-        if not isinstance(video_keys, Sequence) or isinstance(video_keys, str) or not video_keys:
-            raise CameraMapError(
-                f"GR00T server metadata has no usable 'video_keys' (got {video_keys!r}); "
-                "expected a non-empty list of camera keys"
-            )
-        keys = tuple(str(k) for k in video_keys)
-        return keys, len(keys)
-    raise CameraMapError(f"model {model!r} is not one of ['pi05', 'pi0', 'groot']")
+    try:
+        info = get_model(model)
+    except UnknownModelError as exc:
+        raise CameraMapError(str(exc)) from None
+    if info.family == "groot":
+        return None, None
+    return info.camera_keys, info.max_cameras
+
+
+def load_model_camera_map(path: str | os.PathLike[str], model: str) -> list[CameraEntry]:
+    """Read and validate the camera map of a node set to ``model`` (see
+    :func:`camera_constraints` and :func:`load_camera_map`)."""
+    allowed, max_cameras = camera_constraints(model)
+    return load_camera_map(path, allowed_keys=allowed, max_cameras=max_cameras)
 
 
 def _read_yaml(path: str | os.PathLike[str]) -> Any:

@@ -4,7 +4,7 @@ A chunk is an (H, D) array computed from an observation taken at ``t_obs``;
 action ``i`` is meant for ``t_obs + i*dt``. :class:`ChunkScheduler` decides when
 to ask the policy for the next chunk and when and how to publish each chunk so
 that joint_trajectory_controller follows it without pauses or jumps (see
-``docs/streaming.md`` and the shared ``streaming.md`` spec):
+``docs/streaming.md``):
 
 - **Switch**: a chunk published at ``stamp`` with first kept index ``k``
   executes E actions, ``k .. k+E-1``; its switch time is the time of the last
@@ -15,9 +15,10 @@ that joint_trajectory_controller follows it without pauses or jumps (see
   later is published at once.
 - **Early request** (mode ``"early"``): the next observation is sent at
   ``switch_time - lead``; ``lead`` is ``request_lead_s`` or, when that is
-  ``None`` ("auto"), the ``lead_percentile`` (95) of the measured latencies plus
-  ``lead_margin_s``. (An early request is always timed from a published
-  chunk, whose reply was measured, so no initial guess is ever needed.) The
+  ``None`` ("auto"), the ``lead_percentile`` (95) of the measured latencies
+  (the :class:`LatencyStats` given to the scheduler) plus ``lead_margin_s``.
+  (An early request is always timed from a published chunk, whose reply was
+  measured, so no initial guess is ever needed.) The
   whole rest of the chunk is published, so a late reply leaves the robot
   following the current chunk instead of holding still.
 - **Sync** (mode ``"sync"``, openpi's ``ActionChunkBroker``): only the E executed
@@ -33,6 +34,12 @@ Times are float seconds on the node clock. Comparisons allow ``TIME_EPS_S``
 (1 ns, the ROS time resolution) so that float rounding never moves an action by
 one slot. The scheduler is not thread-safe: call it from one thread (the node's
 timer); only :attr:`ChunkScheduler.latencies` may be read from anywhere.
+
+Who records what: the caller that receives replies records each reply's latency
+in the :class:`LatencyStats` it passes in (the streaming core does, for every
+action reply, refused ones too, and keeps it across reconnects); the scheduler
+only reads it. The scheduler owns the timeline, the retry deadline, the stall
+time and the count of chunks it dropped for arriving too late.
 """
 
 from __future__ import annotations
@@ -241,33 +248,28 @@ class _Pending:
     seq: int
 
 
-@dataclass
-class _Counts:
-    requests_sent: int = 0
-    requests_failed: int = 0
-    chunks_received: int = 0
-    chunks_published: int = 0
-    chunks_dropped_late: int = 0
-    chunks_refused: int = 0
-    replies_discarded: int = 0
-    chunks_superseded: int = 0
-
-
 class ChunkScheduler:
     """State machine from chunk replies to timed publications (see module docs).
 
     Typical use from the node's timer, every tick at time ``now``::
 
         if sched.wants_request(now): send observation; sched.request_sent(now)
-        ...reply arrived (or failed): sched.chunk_received(chunk, t_obs, now)
-                                      / sched.request_failed(now)
+        ...reply arrived: latencies.add(now - t_obs)
+                          sched.chunk_received(chunk, t_obs, now)
+        ...or failed:     sched.request_failed(now)
         pub = sched.poll(now, check=...)  # publish pub if not None
+
+    Args:
+        config: The settings.
+        latencies: Reply latencies the auto lead reads, recorded by the caller;
+            pass the same instance to the next scheduler (after a reconnect) to
+            keep the measurements. Default: a new one of ``latency_window``.
     """
 
-    def __init__(self, config: SchedulerConfig) -> None:
+    def __init__(self, config: SchedulerConfig, latencies: LatencyStats | None = None) -> None:
         self._cfg = config
-        self.latencies = LatencyStats(config.latency_window)
-        self._counts = _Counts()
+        self.latencies = latencies if latencies is not None else LatencyStats(config.latency_window)
+        self._dropped_late = 0
         self._current: _Active | None = None
         self._pending: _Pending | None = None
         self._in_flight: float | None = None
@@ -275,8 +277,6 @@ class ChunkScheduler:
         self._retry_not_before = -math.inf
         self._seq = 0
         self._stall_s = 0.0
-        self._last_refusal: Refusal | None = None
-        self._last_failure: str | None = None
 
     # ------------------------------------------------------------------ state
     @property
@@ -300,54 +300,27 @@ class ChunkScheduler:
         return self._in_flight is not None
 
     @property
-    def requests_sent(self) -> int:
-        """Requests sent (``request_sent`` calls)."""
-        return self._counts.requests_sent
-
-    @property
-    def requests_failed(self) -> int:
-        """Requests that failed (``request_failed`` calls)."""
-        return self._counts.requests_failed
-
-    @property
-    def chunks_received(self) -> int:
-        """Chunks accepted by ``chunk_received`` (not counting discarded replies)."""
-        return self._counts.chunks_received
-
-    @property
-    def chunks_published(self) -> int:
-        """Publications returned by ``poll``."""
-        return self._counts.chunks_published
-
-    @property
     def chunks_dropped_late(self) -> int:
         """Chunks dropped because none of their actions was still in the future."""
-        return self._counts.chunks_dropped_late
+        return self._dropped_late
 
-    @property
-    def chunks_refused(self) -> int:
-        """Chunks refused by the ``check`` given to ``poll``."""
-        return self._counts.chunks_refused
+    def reconfigure(self, config: SchedulerConfig) -> None:
+        """Run with ``config`` from now on (a live parameter change).
 
-    @property
-    def chunks_superseded(self) -> int:
-        """Held chunks replaced by a newer reply before they were published."""
-        return self._counts.chunks_superseded
+        The lead, retry delay and mode apply to the next request; execute
+        horizon and blending to the next publication. The chunk being followed
+        and a held chunk stay as they are.
 
-    @property
-    def replies_discarded(self) -> int:
-        """Replies to requests sent before the last ``reset()``, thrown away."""
-        return self._counts.replies_discarded
-
-    @property
-    def last_refusal(self) -> Refusal | None:
-        """The most recent refusal returned by a ``poll`` check."""
-        return self._last_refusal
-
-    @property
-    def last_failure(self) -> str | None:
-        """The reason given with the most recent ``request_failed``."""
-        return self._last_failure
+        Raises:
+            SchedulerConfigError: ``dt`` or ``horizon`` differ (they come from
+                the server and only change with a new scheduler).
+        """
+        if config.dt != self._cfg.dt or config.horizon != self._cfg.horizon:
+            raise SchedulerConfigError(
+                f"reconfigure cannot change dt ({self._cfg.dt} -> {config.dt}) or horizon "
+                f"({self._cfg.horizon} -> {config.horizon}); they come from the server"
+            )
+        self._cfg = config
 
     def request_lead(self) -> float:
         """The lead in seconds used for early requests now (0 in sync mode).
@@ -407,23 +380,23 @@ class ChunkScheduler:
                 "is still in flight; at most one request may be in flight"
             )
         self._in_flight = float(t_obs)
-        self._counts.requests_sent += 1
 
     def request_failed(self, now: float, reason: str | None = None) -> None:
         """The request in flight failed (connection error, error reply or a chunk
-        refused by safety): request again after ``retry_delay_s``."""
+        refused by safety): request again after ``retry_delay_s``. ``reason`` is
+        logged at debug level."""
         if self._in_flight is None:
             raise SchedulerStateError("request_failed() without a request in flight")
         self._in_flight = None
         self._discard_reply = False
-        self._counts.requests_failed += 1
-        self._last_failure = reason
         self._retry_not_before = now + self._cfg.retry_delay_s
+        if reason:
+            _log.debug("request failed at %.6f: %s", now, reason)
 
     def chunk_received(self, chunk: np.ndarray, t_obs: float, now: float) -> bool:
         """A reply chunk (H, D) for the observation taken at ``t_obs`` arrived at ``now``.
 
-        Records the latency ``now - t_obs``. Returns ``False`` if the reply is
+        Returns ``False`` if the reply is
         discarded because ``reset()`` was called while it was in flight, or if
         it is dropped at once because it is too late to have any future action;
         ``True`` if it is accepted (publishable at once or held).
@@ -446,18 +419,13 @@ class ChunkScheduler:
         self._in_flight = None
         if self._discard_reply:
             self._discard_reply = False
-            self._counts.replies_discarded += 1
             _log.debug("discarding reply for t_obs=%.6f sent before reset()", t_obs)
             return False
         try:
             arr = self._validate_chunk(chunk)
-        except ChunkError as exc:
-            self._counts.requests_failed += 1
-            self._last_failure = str(exc)
+        except ChunkError:
             self._retry_not_before = now + self._cfg.retry_delay_s
             raise
-        self.latencies.add(now - t_obs)
-        self._counts.chunks_received += 1
         self._seq += 1
         due = now
         if self._current is not None:
@@ -465,8 +433,6 @@ class ChunkScheduler:
         if self._first_index(float(t_obs), due) >= self._cfg.horizon:
             self._drop_late(t_obs, now)
             return False
-        if self._pending is not None:
-            self._counts.chunks_superseded += 1
         self._pending = _Pending(arr, float(t_obs), due, self._seq)
         return True
 
@@ -519,8 +485,6 @@ class ChunkScheduler:
         if check is not None:
             refusal = check(publication)
             if refusal is not None:
-                self._counts.chunks_refused += 1
-                self._last_refusal = refusal
                 self._retry_not_before = now + cfg.retry_delay_s
                 _log.debug("chunk %d refused: %s", pending.seq, refusal.reason)
                 return None
@@ -529,7 +493,6 @@ class ChunkScheduler:
             self._stall_s += max(0.0, now - self._current.publication.end_time)
             start = self._commanded(self._current, now)
         self._current = _Active(pending.chunk, publication, np.array(start, dtype=np.float64))
-        self._counts.chunks_published += 1
         return publication
 
     def last_commanded(self, now: float) -> np.ndarray | None:
@@ -546,15 +509,15 @@ class ChunkScheduler:
     def reset(self) -> None:
         """Start a new episode: forget the current and held chunks.
 
-        A reply to a request still in flight will be discarded; latency
-        statistics, counters and the stall total are kept (a stall still going
-        on at the reset is not added: the episode is over).
+        A reply to a request still in flight will be discarded; the retry
+        deadline of a failed request (the server's trouble outlives the
+        episode), the drop count and the stall total are kept (a stall still
+        going on at the reset is not added: the episode is over).
         """
         self._current = None
         self._pending = None
         if self._in_flight is not None:
             self._discard_reply = True
-        self._retry_not_before = -math.inf
 
     # ---------------------------------------------------------------- helpers
     def _validate_chunk(self, chunk: np.ndarray) -> np.ndarray:
@@ -588,7 +551,7 @@ class ChunkScheduler:
         return k
 
     def _drop_late(self, t_obs: float, now: float) -> None:
-        self._counts.chunks_dropped_late += 1
+        self._dropped_late += 1
         _log.debug(
             "dropping chunk for t_obs=%.6f at %.6f: no action left %.3f s ahead",
             t_obs,

@@ -9,6 +9,12 @@ details are logged here, never sent. Frames above ``max_message_mib`` get
 more) make websockets close the socket with code 1009, because they are not
 buffered at all.
 
+Decoding is bounded (:data:`relay_ros.wire.codec.OBSERVATION_LIMITS`: objects,
+nesting, string, map and array lengths, checked before anything is built) and runs,
+with validation, on the server's decode threads (started with the server, at most
+``DECODE_THREADS``), so a client sending a costly frame delays only its own reply.
+Log lines quote client values through :func:`relay_ros.wire.logsafe.shorten`.
+
 :func:`run_server_in_thread` runs a server on its own event loop in a background
 thread, for tests, the demo and benchmarks.
 """
@@ -16,7 +22,9 @@ thread, for tests, the demo and benchmarks.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import dataclasses
 import functools
 import importlib
 import logging
@@ -35,6 +43,7 @@ from websockets.asyncio.server import Request as HttpRequest
 from websockets.asyncio.server import Response, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
+from relay_ros.models import family_of
 from relay_ros.server.embodiment import Embodiment, load_embodiment
 from relay_ros.server.metadata import MODELS, PI_CAMERA_KEYS, build_metadata
 from relay_ros.server.synthetic import SyntheticPolicy
@@ -47,7 +56,8 @@ from relay_ros.server.validation import (
     validate_groot,
     validate_pi,
 )
-from relay_ros.wire.codec import CodecError, packb, unpackb
+from relay_ros.wire.codec import OBSERVATION_LIMITS, CodecError, packb, unpackb
+from relay_ros.wire.logsafe import shorten
 
 __all__ = [
     "PolicyServer",
@@ -63,6 +73,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
+#: Threads that decode and validate frames off the event loop.
+DECODE_THREADS = 4
 
 
 class ServerStartError(RuntimeError):
@@ -209,6 +221,29 @@ class _Session:
     steps: int = 0
 
 
+@dataclass(frozen=True)
+class _Refusal:
+    """An error reply decided off the loop: public message and log detail."""
+
+    message: str
+    detail: str | None
+
+
+@dataclass(frozen=True)
+class _Control:
+    """A decoded control frame (a map with ``"type"``)."""
+
+    frame: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class _Accepted:
+    """A decoded and validated observation."""
+
+    obs: dict[str, Any]
+    request: Request
+
+
 @dataclass
 class _Connection:
     model: str
@@ -289,7 +324,7 @@ class PolicyServer:
         self.stats = ServerStats()
         self.port: int | None = None
         self._embodiment: Embodiment | None = None
-        if "groot" in options.models:
+        if any(family_of(m) == "groot" for m in options.models):
             try:
                 self._embodiment = load_embodiment(options.embodiment)
             except (ValueError, RuntimeError) as exc:
@@ -305,11 +340,15 @@ class PolicyServer:
         self._validators: dict[str, Callable[[dict[str, Any]], Request]] = {}
         self._action_dims: dict[str, int] = {}
         self._max_message_bytes = options.max_message_bytes
+        self._limits = dataclasses.replace(
+            OBSERVATION_LIMITS, max_bytes=options.max_message_bytes, max_bin_len=None
+        )
         self._jitter = random.Random()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._loaded: asyncio.Event | None = None
         self._stop_requested = False
+        self._decoder: concurrent.futures.ThreadPoolExecutor | None = None
         self._build_metadata(None)
 
     # ----------------------------------------------------------------- metadata
@@ -335,7 +374,7 @@ class PolicyServer:
     ) -> Callable[[dict[str, Any]], Request]:
         """The checks for ``model`` with its per-model arguments bound once."""
         opts = self.options
-        if model == "groot":
+        if family_of(model) == "groot":
             assert self._embodiment is not None
             self._action_dims[model] = self._embodiment.action_dim
             return functools.partial(
@@ -382,6 +421,18 @@ class PolicyServer:
         if self._stop_requested:
             self._stop.set()
         opts = self.options
+        self._decoder = concurrent.futures.ThreadPoolExecutor(
+            max_workers=DECODE_THREADS, thread_name_prefix="relay-server-decode"
+        )
+        # Start the first decode thread now, not on the first request's path.
+        await self._loop.run_in_executor(self._decoder, time.perf_counter)
+        try:
+            await self._serve(opts, on_bound)
+        finally:
+            self._decoder.shutdown(wait=False, cancel_futures=True)
+
+    async def _serve(self, opts: ServerOptions, on_bound: Callable[[int], None] | None) -> None:
+        assert self._stop is not None
         async with serve(
             self._handler,
             opts.host,
@@ -441,7 +492,7 @@ class PolicyServer:
         if path == "/healthz":
             return connection.respond(HTTPStatus.OK, "OK\n")
         if _model_from_path(request.path) not in self._metadata:
-            logger.info("404 for path %r (serving %s)", path, list(self._metadata))
+            logger.info("404 for path %s (serving %s)", shorten(path, 100), list(self._metadata))
             return connection.respond(
                 HTTPStatus.NOT_FOUND,
                 f"no model at {path!r}; this server serves {list(self._metadata)!r}\n",
@@ -502,32 +553,46 @@ class PolicyServer:
             logger.error("%s %s: request failed", conn.peer, conn.model, exc_info=True)
             return self._refuse(conn, INTERNAL_ERROR, None)
 
-    async def _answer(self, conn: _Connection, message: str | bytes) -> bytes:
-        started = time.perf_counter()
+    def inspect_frame(self, model: str, message: str | bytes) -> _Refusal | _Control | _Accepted:
+        """Decode and validate one client frame for ``model``: a refusal (public
+        message and log detail), a control frame, or an accepted observation.
+
+        Pure and thread-safe (the server runs it on a worker thread). Never raises
+        for any client input.
+        """
         if isinstance(message, str):
-            return self._refuse(conn, INVALID_PAYLOAD, "text frame; expected binary msgpack")
+            return _Refusal(INVALID_PAYLOAD, "text frame; expected binary msgpack")
         if len(message) > self._max_message_bytes:
-            return self._refuse(
-                conn,
+            return _Refusal(
                 INVALID_PAYLOAD,
                 f"frame of {len(message)} bytes exceeds limit of {self._max_message_bytes} bytes",
             )
         try:
-            obs = unpackb(message)
+            obs = unpackb(message, self._limits)
         except CodecError as exc:
-            return self._refuse(conn, INVALID_PAYLOAD, str(exc))
+            return _Refusal(INVALID_PAYLOAD, str(exc))
         if not isinstance(obs, dict):
-            return self._refuse(
-                conn, INVALID_PAYLOAD, f"frame holds {type(obs).__name__}; expected a map"
-            )
+            return _Refusal(INVALID_PAYLOAD, f"frame holds {type(obs).__name__}; expected a map")
         if "type" in obs:
-            return await self._control(conn, obs)
+            return _Control(obs)
         try:
-            request = self._validators[conn.model](obs)
+            return _Accepted(obs, self._validators[model](obs))
         except PublicRequestError as exc:
-            return self._refuse(conn, str(exc), str(exc))
+            return _Refusal(str(exc), str(exc))
         except ObservationError as exc:
-            return self._refuse(conn, INTERNAL_ERROR, str(exc))
+            return _Refusal(INTERNAL_ERROR, str(exc))
+
+    async def _answer(self, conn: _Connection, message: str | bytes) -> bytes:
+        started = time.perf_counter()
+        assert self._loop is not None and self._decoder is not None
+        verdict = await self._loop.run_in_executor(
+            self._decoder, self.inspect_frame, conn.model, message
+        )
+        if isinstance(verdict, _Refusal):
+            return self._refuse(conn, verdict.message, verdict.detail)
+        if isinstance(verdict, _Control):
+            return await self._control(conn, verdict.frame)
+        obs, request = verdict.obs, verdict.request
         session = conn.sessions.get(request.session_id)
         if session is None:
             session = conn.sessions[request.session_id] = _Session()
@@ -555,7 +620,9 @@ class PolicyServer:
     def _refuse(self, conn: _Connection, message: str, detail: str | None) -> bytes:
         self.stats._bump("errors")
         if detail is not None:
-            logger.warning("%s %s: %s (%s)", conn.peer, conn.model, message, detail)
+            logger.warning(
+                "%s %s: %s (%s)", conn.peer, conn.model, shorten(message), shorten(detail)
+            )
         return packb(_error(message))
 
     def _validate_slow(self, model: str, obs: dict[str, Any]) -> Request:
@@ -585,7 +652,7 @@ class PolicyServer:
             lora_scale=request.lora_scale,
             action_dim=self._action_dims[model],
         )
-        if model != "groot":
+        if family_of(model) != "groot":
             return flat
         assert self._embodiment is not None
         groups: dict[str, np.ndarray] = {}
@@ -605,7 +672,9 @@ class PolicyServer:
                 await asyncio.to_thread(reset)
             logger.info("%s %s: reset, %d session(s) cleared", conn.peer, conn.model, cleared)
             return packb({"type": "reset", "sessions_cleared": cleared})
-        return self._refuse(conn, INVALID_PAYLOAD, f"unknown control frame type {kind!r}")
+        return self._refuse(
+            conn, INVALID_PAYLOAD, f"unknown control frame type {shorten(kind, 80)}"
+        )
 
 
 class ServerHandle:

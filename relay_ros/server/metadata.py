@@ -1,7 +1,8 @@
 """Metadata the reference server sends on connect, per model (protocol version 1).
 
-The keys are exactly those of the protocol's metadata table; the defaults mirror the
-public π0/π0.5 and GR00T checkpoints (see docs/protocol.md).
+The keys are exactly those of the protocol's metadata table; the per-model values
+come from the model registry (:mod:`relay_ros.models`) and mirror the public π0/π0.5
+and GR00T checkpoints (see docs/protocol.md).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from relay_ros.models import MODEL_IDS, family_of, get_model
 from relay_ros.server.embodiment import Embodiment
 
 __all__ = [
@@ -19,23 +21,9 @@ __all__ = [
 ]
 
 PROTOCOL_VERSION = 1
-MODELS = ("pi05", "pi0", "groot")
+MODELS = MODEL_IDS
 # Camera keys π0/π0.5 accept, in openpi's order (base camera first).
-PI_CAMERA_KEYS = ("base_0_rgb", "left_wrist_0_rgb", "right_wrist_0_rgb")
-
-_PI_DEFAULTS: dict[str, Any] = {
-    "action_horizon": 50,
-    "image_size": [224, 224],
-    "control_hz": 50.0,
-    "action_dim": 32,
-    "max_cameras": 3,
-    "action_space": "joint_position",
-}
-_GROOT_DEFAULTS: dict[str, Any] = {
-    "action_horizon": 16,
-    "image_size": [224, 224],
-    "control_hz": 30.0,
-}
+PI_CAMERA_KEYS = get_model("pi05").camera_keys
 
 
 def build_metadata(
@@ -65,18 +53,16 @@ def build_metadata(
     if model not in MODELS:
         raise ValueError(f"model {model!r} is not one of {list(MODELS)!r}")
     meta: dict[str, Any] = {"protocol": PROTOCOL_VERSION, "model": model}
-    if model == "groot":
+    meta.update(get_model(model).server_metadata)
+    if family_of(model) == "groot":
         if embodiment is None:
             raise ValueError("model 'groot' needs an embodiment; none was given")
-        meta.update(_GROOT_DEFAULTS)
         meta.update(
             action_keys=embodiment.action_keys,
             embodiment=embodiment.name,
             state_keys=embodiment.state_keys,
             video_keys=list(embodiment.video_keys),
         )
-    else:
-        meta.update(_PI_DEFAULTS)
     if overrides:
         meta.update(overrides)
     meta.update(

@@ -10,6 +10,11 @@ Pure functions over decoded frames. Two kinds of failure:
 
 A frame that is not a msgpack map is not handled here: the app answers
 ``Invalid request payload`` before calling these checks.
+
+Messages quote client values through :func:`relay_ros.wire.logsafe.shorten`, so a
+huge value never makes a huge log line. JPEG frames are measured from their header
+(:func:`jpeg_size`) before they are decoded: a few hundred bytes can declare a
+16000 x 16000 image, and frames over :data:`MAX_JPEG_PIXELS` are refused undecoded.
 """
 
 from __future__ import annotations
@@ -24,15 +29,18 @@ import cv2
 import numpy as np
 
 from relay_ros.server.embodiment import Embodiment
+from relay_ros.wire.logsafe import shorten
 
 __all__ = [
     "INTERNAL_ERROR",
     "INVALID_PAYLOAD",
     "JPEG_MAGIC",
+    "MAX_JPEG_PIXELS",
     "ObservationError",
     "PublicRequestError",
     "Request",
     "check_sampling_params",
+    "jpeg_size",
     "validate_groot",
     "validate_pi",
 ]
@@ -41,6 +49,10 @@ INTERNAL_ERROR = "Internal inference error"
 INVALID_PAYLOAD = "Invalid request payload"
 # Every JPEG (JFIF, EXIF, raw) starts with SOI + a marker byte.
 JPEG_MAGIC = b"\xff\xd8\xff"
+#: Largest JPEG frame decoded, in pixels (16.8 MP; a 4K camera frame is 8.3 MP).
+MAX_JPEG_PIXELS = 4096 * 4096
+# Markers that start a frame header (SOF0..SOF15 except DHT, JPG and DAC).
+_SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 
 
 class ObservationError(ValueError):
@@ -71,6 +83,37 @@ class Request:
     seed: int | None
     lora: str | None
     lora_scale: float
+
+
+def jpeg_size(data: bytes) -> tuple[int, int] | None:
+    """``(height, width)`` declared by the first frame header (SOF) of a JPEG, read
+    without decoding; None when the markers before it are malformed or there is none.
+    """
+    size = len(data)
+    pos = 2  # after SOI (FF D8)
+    while pos + 4 <= size:
+        if data[pos] != 0xFF:
+            return None
+        marker = data[pos + 1]
+        if marker == 0xFF:  # fill byte
+            pos += 1
+            continue
+        if marker == 0x01 or 0xD0 <= marker <= 0xD7:  # TEM, RSTn: no length
+            pos += 2
+            continue
+        if marker in (0xD9, 0xDA):  # EOI or start of scan before any frame header
+            return None
+        if marker in _SOF_MARKERS:
+            if pos + 9 > size:
+                return None
+            height = int.from_bytes(data[pos + 5 : pos + 7], "big")
+            width = int.from_bytes(data[pos + 7 : pos + 9], "big")
+            return height, width
+        length = int.from_bytes(data[pos + 2 : pos + 4], "big")
+        if length < 2:
+            return None
+        pos += 2 + length
+    return None
 
 
 def check_sampling_params(params: Any, adapters: Sequence[str]) -> tuple[str | None, float]:
@@ -122,7 +165,7 @@ def _common(obs: Mapping[str, Any], needs_session_id: bool) -> tuple[str, str | 
     seed = obs.get("seed")
     if seed is not None:
         if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
-            raise ObservationError(f"seed is {seed!r}; expected an integer")
+            raise ObservationError(f"seed is {shorten(seed)}; expected an integer")
         seed = int(seed)
     return prompt, session_id, seed
 
@@ -168,6 +211,14 @@ def _check_frame(key: str, frame: Any) -> None:
         if not data.startswith(JPEG_MAGIC):
             raise ObservationError(
                 f"camera {key!r}: {len(data)} bytes that are not JPEG (no FF D8 FF header)"
+            )
+        declared = jpeg_size(data)
+        if declared is None or 0 in declared:
+            raise ObservationError(f"camera {shorten(key, 80)}: JPEG has no readable frame header")
+        if declared[0] * declared[1] > MAX_JPEG_PIXELS:
+            raise ObservationError(
+                f"camera {shorten(key, 80)}: JPEG declares {declared[1]}x{declared[0]} pixels; "
+                f"at most {MAX_JPEG_PIXELS} pixels are decoded"
             )
         decoded = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
         if decoded is None:
@@ -228,7 +279,9 @@ def validate_pi(
         )
     unknown = [k for k in images if k not in camera_keys]
     if unknown:
-        raise ObservationError(f"camera key {unknown[0]!r} is not one of {list(camera_keys)!r}")
+        raise ObservationError(
+            f"camera key {shorten(unknown[0], 80)} is not one of {list(camera_keys)!r}"
+        )
     if not images:
         raise ObservationError(f"no camera frames; expected at least one of {list(camera_keys)!r}")
     if len(images) > max_cameras:
@@ -267,7 +320,7 @@ def validate_groot(
         )
     if set(video) != set(embodiment.video_keys):
         raise ObservationError(
-            f"video keys {sorted(video)!r} differ from the embodiment's "
+            f"video keys {shorten(sorted(video, key=str))} differ from the embodiment's "
             f"{list(embodiment.video_keys)!r}"
         )
     for key, frame in video.items():
@@ -294,7 +347,7 @@ def validate_groot(
         )
     if set(state) != set(embodiment.state_keys):
         raise ObservationError(
-            f"state keys {sorted(state)!r} differ from the embodiment's "
+            f"state keys {shorten(sorted(state, key=str))} differ from the embodiment's "
             f"{list(embodiment.state_keys)!r}"
         )
     parts = []

@@ -1,6 +1,4 @@
-"""``PolicyClient``: a blocking WebSocket client for a relay (or openpi) policy server.
-
-What the seed promises, and how this module keeps it:
+"""``PolicyClient``: the blocking client API for a relay (or openpi) policy server.
 
 - ``PolicyClient(model)`` reads ``WALLE_URL`` (environment, else the nearest
   ``.env``), fills ``{model}``, opens the WebSocket and blocks until the server's
@@ -10,576 +8,75 @@ What the seed promises, and how this module keeps it:
   ``OSError`` when the server cannot be reached, raised as they are.
 - When the metadata offers ``direct_url`` and ``WALLE_DIRECT`` is unset or ``1``,
   the client opens the direct URL, reads its metadata and closes the proxied
-  connection.
+  connection, unless the direct route would leave TLS (``wss://`` to ``ws://``):
+  that route is refused and the proxied connection kept.
 - ``infer`` returns the actions (π0/π0.5: a float32 ``(action_horizon, action_dim)``
   array; GR00T: a dict of float32 ``(1, action_horizon, k)`` arrays) as read-only
   views of the received bytes, or the server's ``{"type": "error", "message": str}``
-  map without raising; the connection stays usable.
+  map without raising; the connection stays usable. Replies are decoded under
+  :data:`~relay_ros.wire.codec.REPLY_LIMITS` and a size cap, and checked against
+  the model family.
 - After ``close()``, every call raises ``websockets.exceptions.ConnectionClosed``.
 
-Why not ``websockets.sync.client``: its connection runs a background thread that
-reads the socket and hands each message to the caller through a condition
-variable. A policy client makes exactly one request at a time and waits for its
-reply, so this module drives websockets' Sans-I/O ``ClientProtocol`` over a
-blocking socket in the calling thread instead: no thread handoff per message, no
-extra wake-up, and the same framing, handshake checks and exceptions as
-websockets itself (see docs/client.md and docs/benchmarks.md for the
-measurement). Between calls, a small keep-alive thread services the idle
-socket every 0.5 s (answers pings and the server's closing handshake) so that an
-idle client behaves like websockets' own; it never touches the socket while a
-call is running, so replies never pass through it.
+The socket, TLS, framing, pings and deadlines live in
+:mod:`relay_ros.wire.transport`. Between calls, a small keep-alive thread services
+the idle socket every 0.5 s (answers pings and the server's closing handshake,
+sends keepalive pings) so that an idle client behaves like websockets' own; it
+never touches the socket while a call is running, so replies never pass through it.
 """
 
 from __future__ import annotations
 
-import errno
+import dataclasses
 import logging
-import os
-import secrets
-import select
-import socket
-import ssl
-import struct
 import threading
 import time
 import weakref
-from collections import deque
 from types import TracebackType
 from typing import Any
+from urllib.parse import urlsplit
 
 import numpy as np
-from websockets.client import ClientProtocol
-from websockets.exceptions import ConnectionClosed, ConnectionClosedOK
-from websockets.frames import Close, CloseCode, Frame, Opcode
-from websockets.http11 import Response
-from websockets.protocol import State
-from websockets.uri import WebSocketURI, parse_uri
+from websockets.exceptions import ConnectionClosed
+from websockets.frames import Close
 
-from relay_ros import __version__
-from relay_ros.wire.codec import packb, unpackb
-from relay_ros.wire.env import check_model, direct_enabled, resolve_url
+from relay_ros.models import family_of
+from relay_ros.wire.codec import REPLY_LIMITS, CodecError, DecodeLimits, unpackb
+from relay_ros.wire.env import check_model, direct_enabled, redact_url, resolve_url
+from relay_ros.wire.errors import OpenCancelled, PolicyServerError, RequestTimeout
+from relay_ros.wire.logsafe import shorten
+from relay_ros.wire.transport import Deadline, Transport
 
-__all__ = ["PolicyClient", "PolicyServerError", "MAX_MESSAGE_BYTES"]
+__all__ = [
+    "DEFAULT_MAX_REPLY_BYTES",
+    "DEFAULT_PING_INTERVAL_S",
+    "DEFAULT_PING_TIMEOUT_S",
+    "OpenCancelled",
+    "PolicyClient",
+    "PolicyServerError",
+    "Reply",
+    "RequestTimeout",
+    "decode_reply",
+]
 
-logger = logging.getLogger(__name__)
+_module_logger = logging.getLogger(__name__)
 
-#: Largest reply accepted from the server, in bytes (replies are a few kB; GR00T
-#: or custom ``--policy`` servers may send more).
-MAX_MESSAGE_BYTES = 256 * 2**20
-
-# Bytes read from the socket per recv() call. Below glibc's mmap threshold so
-# that each read is a cheap heap allocation.
-_RECV_BYTES = 64 * 1024
-# While opening with a cancel event, blocking waits are cut into slices this long
-# (seconds) so that cancellation is noticed promptly.
-_CANCEL_POLL_S = 0.05
-# How long close() waits for the server to answer the closing handshake, seconds.
-_CLOSE_TIMEOUT_S = 2.0
+#: Default cap on one reply, bytes. An action chunk is a few kB (π0.5: 50 x 32
+#: float32 = 6.4 kB); the cap leaves room for larger custom policies.
+DEFAULT_MAX_REPLY_BYTES = 8 * 2**20
+#: Default seconds without incoming bytes before a ping is sent while waiting.
+DEFAULT_PING_INTERVAL_S = 20.0
+#: Default seconds a ping may go unanswered before the connection is failed.
+DEFAULT_PING_TIMEOUT_S = 20.0
+# Largest metadata frame, bytes (the reference server's is well under 1 kB).
+_MAX_METADATA_BYTES = 2**20
 # How often the keep-alive thread services an idle connection, seconds.
 _KEEPALIVE_POLL_S = 0.5
-_USER_AGENT = f"relay_ros/{__version__}"
-
-
-class PolicyServerError(RuntimeError):
-    """The server sent something the protocol does not allow (e.g. metadata that is
-    not a map, an undecodable reply, or a refused control frame)."""
-
-
-class _Cancelled(Exception):
-    """Opening was cancelled through the cancel event (used by PolicyConnection)."""
-
-
-class _Deadline:
-    """Absolute deadline on the monotonic clock; ``None`` means no deadline."""
-
-    def __init__(self, timeout: float | None) -> None:
-        self._end = None if timeout is None else time.monotonic() + timeout
-        self.timeout = timeout
-
-    def remaining(self) -> float | None:
-        if self._end is None:
-            return None
-        return self._end - time.monotonic()
-
-
-class _Transport:
-    """One WebSocket connection, driven by the calling thread.
-
-    ``ClientProtocol`` does the HTTP upgrade, parses incoming frames, answers
-    pings and runs the closing handshake; this class moves bytes between it and
-    a blocking socket, and writes outgoing data frames itself with
-    :class:`_FrameWriter`. Not thread-safe, except :meth:`abort`.
-    """
-
-    def __init__(self, url: str, *, deadline: _Deadline, cancel: threading.Event | None) -> None:
-        self.url = url
-        ws_uri = parse_uri(url)  # raises InvalidURI
-        self._protocol = ClientProtocol(ws_uri, max_size=MAX_MESSAGE_BYTES)
-        self._messages: deque[bytes | str] = deque()
-        self._fragments: list[bytes] = []
-        self._fragment_text = False
-        self._response: Response | None = None
-        self._writer = _FrameWriter()
-        self._sock: socket.socket | None = None
-        self._closed = False
-        try:
-            self._sock = _open_tcp(ws_uri, deadline, cancel)
-            if ws_uri.secure:
-                self._sock = _start_tls(self._sock, ws_uri, deadline, cancel)
-            self._handshake(deadline, cancel)
-        except BaseException:
-            self._close_socket()
-            raise
-
-    # Opening.
-
-    def _handshake(self, deadline: _Deadline, cancel: threading.Event | None) -> None:
-        request = self._protocol.connect()
-        request.headers["User-Agent"] = _USER_AGENT
-        self._protocol.send_request(request)
-        self._flush()
-        while self._response is None:
-            self._receive_some(deadline, cancel)
-        if self._protocol.handshake_exc is not None:
-            raise self._protocol.handshake_exc
-        logger.debug("WebSocket open: %s", self.url)
-
-    # Messages.
-
-    def send(self, obj: Any) -> None:
-        """Encode ``obj`` (codec format) and send it as one binary message.
-
-        The frame is built by :class:`_FrameWriter` and written straight to the
-        socket; ``ClientProtocol`` keeps no state about outgoing data frames, and
-        every other write (pongs, close) goes through it on this same thread.
-
-        Raises:
-            relay_ros.wire.codec.CodecError: ``obj`` cannot be encoded (nothing was sent).
-            ConnectionClosed: the connection is closed or broke while sending.
-        """
-        if self._protocol.state is not State.OPEN:
-            raise self.closed_error()
-        frame = self._writer.frame(obj)
-        sock = self._sock
-        if sock is None:
-            raise self.closed_error()
-        try:
-            sock.sendall(frame)
-        except (OSError, ssl.SSLError) as exc:
-            logger.debug("send to %s failed: %s", self.url, exc)
-            self._connection_lost()
-            raise self.closed_error() from exc
-        finally:
-            frame.release()
-
-    def recv(
-        self, deadline: _Deadline | None = None, cancel: threading.Event | None = None
-    ) -> bytes | str:
-        """Return the next complete message, blocking until one arrives.
-
-        Raises:
-            ConnectionClosed: the connection closed before a message arrived.
-            TimeoutError: ``deadline`` passed (opening only).
-        """
-        while not self._messages:
-            self._receive_some(deadline, cancel)
-        return self._messages.popleft()
-
-    def poll(self) -> bool:
-        """Process whatever has arrived without blocking (answers pings).
-
-        Returns False when the connection is closed. Messages that arrive while
-        no request is in flight are kept for the next :meth:`recv`.
-        """
-        if self._closed or self._sock is None:
-            return False
-        try:
-            while self._readable_now():
-                self._receive_some(None, None)
-        except ConnectionClosed:
-            return False
-        return self._protocol.state is State.OPEN
-
-    def discard_stale(self) -> None:
-        """Drop messages that arrived while no request was in flight (a reply to a
-        call that was interrupted), so that they are not taken for the next reply."""
-        while self._messages:
-            stale = self._messages.popleft()
-            logger.warning(
-                "discarding an unexpected message of %d bytes from %s", len(stale), self.url
-            )
-
-    def _readable_now(self) -> bool:
-        sock = self._sock
-        assert sock is not None
-        if isinstance(sock, ssl.SSLSocket) and sock.pending():
-            return True
-        readable, _, _ = select.select([sock], [], [], 0)
-        return bool(readable)
-
-    def _receive_some(self, deadline: _Deadline | None, cancel: threading.Event | None) -> None:
-        """Read once from the socket and turn the bytes into protocol events."""
-        if self._closed or self._sock is None:
-            raise self.closed_error()
-        if deadline is not None or cancel is not None:
-            _wait(self._sock, write=False, deadline=deadline, cancel=cancel, what=self.url)
-        try:
-            data = self._sock.recv(_RECV_BYTES)
-        except (OSError, ssl.SSLError) as exc:
-            logger.debug("receive from %s failed: %s", self.url, exc)
-            self._connection_lost()
-            raise self.closed_error() from exc
-        if not data:
-            self._connection_lost()
-            if self._response is None and self._protocol.handshake_exc is not None:
-                raise self._protocol.handshake_exc
-            raise self.closed_error()
-        self._protocol.receive_data(data)
-        self._flush()
-        for event in self._protocol.events_received():
-            if isinstance(event, Frame):
-                self._on_frame(event)
-            elif isinstance(event, Response):
-                self._response = event
-        if self._protocol.state is State.CLOSING and self._protocol.close_rcvd is not None:
-            # The server closed; the close frame reply went out in _flush().
-            self._connection_lost()
-        elif self._protocol.state is State.CLOSED:
-            self._close_socket()
-        if self._closed and not self._messages:
-            # Messages that arrived before the close frame are still delivered.
-            raise self.closed_error()
-
-    def _on_frame(self, frame: Frame) -> None:
-        opcode = frame.opcode
-        if opcode is Opcode.BINARY or opcode is Opcode.TEXT:
-            if frame.fin:
-                data = bytes(frame.data)
-                self._messages.append(data.decode() if opcode is Opcode.TEXT else data)
-            else:
-                self._fragments = [bytes(frame.data)]
-                self._fragment_text = opcode is Opcode.TEXT
-        elif opcode is Opcode.CONT:
-            self._fragments.append(bytes(frame.data))
-            if frame.fin:
-                data = b"".join(self._fragments)
-                self._fragments = []
-                self._messages.append(data.decode() if self._fragment_text else data)
-        # PING (the protocol queued the PONG), PONG and CLOSE need nothing here.
-
-    def _flush(self) -> None:
-        sock = self._sock
-        if sock is None:
-            return
-        for chunk in self._protocol.data_to_send():
-            try:
-                if chunk:
-                    sock.sendall(chunk)
-                else:  # SEND_EOF: half-close
-                    sock.shutdown(socket.SHUT_WR)
-            except (OSError, ssl.SSLError) as exc:
-                logger.debug("send to %s failed: %s", self.url, exc)
-                self._connection_lost()
-                raise self.closed_error() from exc
-
-    # Closing.
-
-    def closed_error(self) -> ConnectionClosed:
-        """The exception every call raises once the connection is gone."""
-        if self._protocol.state is State.CLOSED:
-            return self._protocol.close_exc
-        return ConnectionClosedOK(None, Close(CloseCode.NORMAL_CLOSURE, ""), None)
-
-    def _connection_lost(self) -> None:
-        self._protocol.receive_eof()  # state -> CLOSED, close_exc available
-        self._close_socket()
-
-    def _close_socket(self) -> None:
-        self._closed = True
-        sock, self._sock = self._sock, None
-        if sock is not None:
-            try:
-                sock.close()
-            except OSError:
-                pass
-
-    def abort(self) -> None:
-        """Wake a call blocked on this connection from another thread.
-
-        Shuts the socket down so that a blocked ``recv`` returns at once; the
-        owning thread then sees the connection as closed.
-        """
-        sock = self._sock
-        if sock is not None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def close(self) -> None:
-        """Run the closing handshake (bounded by a short timeout) and close the socket."""
-        if self._closed:
-            return
-        try:
-            if self._protocol.state is State.OPEN:
-                self._protocol.send_close(CloseCode.NORMAL_CLOSURE)
-                self._flush()
-                deadline = _Deadline(_CLOSE_TIMEOUT_S)
-                # The server answers with its close frame, then closes TCP.
-                while not self._closed:
-                    self._receive_some(deadline, None)
-        except (ConnectionClosed, TimeoutError, OSError):
-            pass
-        finally:
-            if not self._closed:
-                self._connection_lost()
-
-
-# msgpack of the constant parts of an openpi array map (see relay_ros.wire.codec).
-_NDARRAY_HEAD = b"\x84" + packb(b"__ndarray__") + packb(True) + packb(b"data")
-_DTYPE_KEY = packb(b"dtype")
-_SHAPE_KEY = packb(b"shape")
-# Arrays and bytes at least this large are written from their own memory; smaller
-# ones and everything else go through relay_ros.wire.codec.packb as a whole.
-_DIRECT_ARRAY_BYTES = 1024
-# Kinds written from their own memory: bool, signed, unsigned, float.
-_DIRECT_KINDS = frozenset("biuf")
-# Frame buffers up to this size are kept for the next request, bytes.
-_KEEP_BUFFER_BYTES = 16 * 2**20
-# Payload offset in the frame buffer: room for the longest WebSocket header
-# (2 + 8 + 4 bytes) in front of it, and 4-byte alignment for in-place masking.
-_PAYLOAD_OFFSET = 16
-
-
-def _container_header(length: int, fix: int, code16: int, code32: int) -> bytes:
-    if length < 16:
-        return bytes((fix | length,))
-    if length < 0x10000:
-        return struct.pack(">BH", code16, length)
-    return struct.pack(">BI", code32, length)
-
-
-def _bin_header(length: int) -> bytes:
-    if length < 0x100:
-        return struct.pack(">BB", 0xC4, length)
-    if length < 0x10000:
-        return struct.pack(">BH", 0xC5, length)
-    return struct.pack(">BI", 0xC6, length)
-
-
-class _TooDeep(Exception):
-    """Nesting beyond what _encode_parts walks; the codec encodes the whole object."""
-
-
-def _encode_parts(obj: Any, parts: list[bytes | memoryview], depth: int = 0) -> None:
-    """Append the msgpack encoding of ``obj`` to ``parts``, byte-identical to
-    ``relay_ros.wire.codec.packb(obj)`` when joined, with large arrays as views.
-
-    Maps and arrays are walked here (msgpack packs dict and list/tuple subclasses
-    the same way); every other value, and arrays the codec would copy or refuse,
-    is encoded by ``packb`` itself. Nesting deeper than 64 levels raises
-    ``_TooDeep`` (the caller then uses ``packb`` for everything, so msgpack's own
-    nesting limit applies exactly as in the codec).
-    """
-    if depth > 64:
-        raise _TooDeep
-    if isinstance(obj, dict):
-        parts.append(_container_header(len(obj), 0x80, 0xDE, 0xDF))
-        for key, value in obj.items():
-            _encode_parts(key, parts, depth + 1)
-            _encode_parts(value, parts, depth + 1)
-    elif isinstance(obj, (list, tuple)):
-        parts.append(_container_header(len(obj), 0x90, 0xDC, 0xDD))
-        for value in obj:
-            _encode_parts(value, parts, depth + 1)
-    elif (
-        isinstance(obj, np.ndarray)
-        and obj.nbytes >= _DIRECT_ARRAY_BYTES
-        and obj.dtype.kind in _DIRECT_KINDS
-        and obj.flags.c_contiguous
-    ):
-        try:
-            data = memoryview(obj).cast("B")
-        except (TypeError, ValueError, BufferError):  # e.g. non-native byte order
-            parts.append(packb(obj))
-            return
-        parts.append(_NDARRAY_HEAD + _bin_header(data.nbytes))
-        parts.append(data)
-        parts.append(_DTYPE_KEY + packb(obj.dtype.str) + _SHAPE_KEY + packb(obj.shape))
-    elif isinstance(obj, (bytes, bytearray)) and len(obj) >= _DIRECT_ARRAY_BYTES:
-        # e.g. JPEG frames: msgpack bin, written from the object's own memory.
-        parts.append(_bin_header(len(obj)))
-        parts.append(memoryview(obj))
-    else:
-        parts.append(packb(obj))
-
-
-class _FrameWriter:
-    """Builds a masked binary WebSocket frame in a reusable buffer.
-
-    Why: a π0.5 observation is ~450 kB. ``codec.packb`` + ``ClientProtocol``
-    would copy it four times into fresh allocations (msgpack buffer, bytes,
-    masked copy, frame assembly), and on a loaded machine the page faults of
-    those allocations cost more than the copies. Here each array is copied once
-    into a buffer that is kept between requests and masked in place (RFC 6455
-    masking with a fresh random key per frame, as websockets does).
-    """
-
-    def __init__(self) -> None:
-        self._buffer = bytearray(_PAYLOAD_OFFSET + 64 * 1024)
-
-    def frame(self, obj: Any) -> memoryview:
-        """Return a view of the complete frame for ``obj``; release it after sending.
-
-        Raises:
-            relay_ros.wire.codec.CodecError: ``obj`` cannot be encoded.
-        """
-        parts: list[bytes | memoryview] = []
-        try:
-            _encode_parts(obj, parts)
-        except _TooDeep:
-            parts = [packb(obj)]
-        length = sum(len(part) if isinstance(part, bytes) else part.nbytes for part in parts)
-        needed = _PAYLOAD_OFFSET + length
-        buffer = self._buffer
-        if needed > len(buffer):
-            buffer = bytearray(max(needed, 2 * len(buffer)))
-            if len(buffer) <= _KEEP_BUFFER_BYTES:
-                self._buffer = buffer
-        offset = _PAYLOAD_OFFSET
-        for part in parts:
-            end = offset + (len(part) if isinstance(part, bytes) else part.nbytes)
-            buffer[offset:end] = part
-            offset = end
-        mask = secrets.token_bytes(4)
-        if length < 126:
-            header = struct.pack(">BB", 0x82, 0x80 | length)
-        elif length < 0x10000:
-            header = struct.pack(">BBH", 0x82, 0x80 | 126, length)
-        else:
-            header = struct.pack(">BBQ", 0x82, 0x80 | 127, length)
-        header += mask
-        start = _PAYLOAD_OFFSET - len(header)
-        buffer[start:_PAYLOAD_OFFSET] = header
-        words = length // 4
-        if words:
-            # Native-order uint32 XOR keeps byte i paired with mask[i % 4].
-            view = np.frombuffer(buffer, np.uint32, count=words, offset=_PAYLOAD_OFFSET)
-            np.bitwise_xor(view, np.frombuffer(mask, np.uint32)[0], out=view)
-            del view
-        for index in range(_PAYLOAD_OFFSET + 4 * words, needed):
-            buffer[index] ^= mask[(index - _PAYLOAD_OFFSET) % 4]
-        return memoryview(buffer)[start:needed]
-
-
-def _wait(
-    sock: socket.socket,
-    *,
-    write: bool,
-    deadline: _Deadline | None,
-    cancel: threading.Event | None,
-    what: str,
-) -> None:
-    """Block until ``sock`` is readable (or writable), the deadline passes or
-    ``cancel`` is set.
-
-    Raises:
-        TimeoutError: the deadline passed (an ``OSError``, like the seed promises).
-        _Cancelled: ``cancel`` was set.
-    """
-    if not write and isinstance(sock, ssl.SSLSocket) and sock.pending():
-        return
-    while True:
-        if cancel is not None and cancel.is_set():
-            raise _Cancelled(what)
-        remaining = None if deadline is None else deadline.remaining()
-        if remaining is not None and remaining <= 0:
-            raise TimeoutError(
-                errno.ETIMEDOUT,
-                f"timed out after {deadline.timeout} s waiting for {what}",  # type: ignore[union-attr]
-            )
-        timeout = remaining
-        if cancel is not None:
-            timeout = _CANCEL_POLL_S if timeout is None else min(timeout, _CANCEL_POLL_S)
-        if write:
-            _, ready, _ = select.select([], [sock], [], timeout)
-        else:
-            ready, _, _ = select.select([sock], [], [], timeout)
-        if ready:
-            return
-
-
-def _open_tcp(
-    ws_uri: WebSocketURI, deadline: _Deadline, cancel: threading.Event | None
-) -> socket.socket:
-    """Connect to the URI's host and port (every address it resolves to, in order).
-
-    A non-blocking connect waited on with :func:`_wait`, so that the deadline and
-    the cancel event apply. Sets TCP_NODELAY: requests are single large writes
-    and replies must not wait for Nagle's algorithm.
-
-    Raises:
-        OSError: name resolution failed, every address refused or timed out.
-    """
-    host, port = ws_uri.host, ws_uri.port
-    last_exc: OSError | None = None
-    for family, type_, proto, _, address in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM):
-        sock = socket.socket(family, type_, proto)
-        try:
-            sock.setblocking(False)
-            err = sock.connect_ex(address)
-            if err in (errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EAGAIN):
-                _wait(sock, write=True, deadline=deadline, cancel=cancel, what=f"{host}:{port}")
-                err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-            if err:
-                # OSError(errno, ...) becomes ConnectionRefusedError etc.
-                raise OSError(err, f"{os.strerror(err)}: cannot connect to {host}:{port}")
-            sock.setblocking(True)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            return sock
-        except OSError as exc:
-            sock.close()
-            last_exc = exc
-            if isinstance(exc, TimeoutError):
-                raise
-        except BaseException:
-            sock.close()
-            raise
-    if last_exc is None:  # getaddrinfo returned nothing (it raises gaierror otherwise)
-        last_exc = OSError(errno.EHOSTUNREACH, f"no address for {host}:{port}")
-    raise last_exc
-
-
-def _start_tls(
-    sock: socket.socket,
-    ws_uri: WebSocketURI,
-    deadline: _Deadline,
-    cancel: threading.Event | None,
-) -> ssl.SSLSocket:
-    """Run the TLS handshake for ``wss://`` with the system's default trust store
-    (``SSL_CERT_FILE``/``SSL_CERT_DIR`` apply) and hostname checking.
-
-    Raises:
-        ssl.SSLError: the handshake failed (an ``OSError``).
-    """
-    context = ssl.create_default_context()
-    tls = context.wrap_socket(sock, server_hostname=ws_uri.host, do_handshake_on_connect=False)
-    tls.setblocking(False)
-    while True:
-        try:
-            tls.do_handshake()
-            break
-        except ssl.SSLWantReadError:
-            _wait(tls, write=False, deadline=deadline, cancel=cancel, what=ws_uri.host)
-        except ssl.SSLWantWriteError:
-            _wait(tls, write=True, deadline=deadline, cancel=cancel, what=ws_uri.host)
-    tls.setblocking(True)
-    return tls
 
 
 def _keepalive_loop(
     client_ref: weakref.ref[PolicyClient],
-    transport: _Transport,
+    transport: Transport,
     lock: threading.Lock,
     stop: threading.Event,
 ) -> None:
@@ -602,14 +99,98 @@ def _keepalive_loop(
             if closed or not transport.poll():
                 return
         except Exception:  # the helper thread must never die noisily
-            logger.debug("keep-alive poll of %s failed", transport.url, exc_info=True)
+            _module_logger.debug(
+                "keep-alive poll of %s failed", transport.display_url, exc_info=True
+            )
             return
         finally:
             lock.release()
 
 
-def _is_error_reply(reply: Any) -> bool:
-    return isinstance(reply, dict) and reply.get("type") == "error"
+@dataclasses.dataclass(frozen=True)
+class Reply:
+    """One decoded reply: exactly one of ``actions`` and ``error`` is set.
+
+    Attributes:
+        actions: π0/π0.5 a 2-D float array, GR00T a dict of float arrays.
+        error: the server's error map ``{"type": "error", "message": ...}`` (a text
+            frame, as openpi sends its traceback, becomes one too).
+        timing: the reply's ``server_timing`` map, if any.
+    """
+
+    actions: Any = None
+    error: dict[str, Any] | None = None
+    timing: dict[str, Any] | None = None
+
+
+def decode_reply(
+    model: str, message: bytes | str, limits: DecodeLimits = REPLY_LIMITS, source: str = "server"
+) -> Reply:
+    """Decode one reply to an observation and check it against the model family.
+
+    Args:
+        model: the model ID the client asked for (its family fixes the action type).
+        message: the received message.
+        limits: decode bounds (size cap, objects, nesting, lengths).
+        source: who sent it, for error texts (a redacted URL).
+
+    Raises:
+        PolicyServerError: not decodable within ``limits``, not a map with
+            ``actions`` nor an error map, or actions of the wrong type.
+    """
+    if isinstance(message, str):
+        return Reply(error={"type": "error", "message": message})
+    try:
+        reply = unpackb(message, limits)
+    except CodecError as exc:
+        raise PolicyServerError(f"{source} sent an undecodable reply: {exc}") from exc
+    if not isinstance(reply, dict):
+        raise PolicyServerError(
+            f"{source} sent {type(reply).__name__} {shorten(reply, 80)} as a reply; "
+            "expected a map with 'actions' or an error map"
+        )
+    timing = reply.get("server_timing")
+    timing = timing if isinstance(timing, dict) else None
+    if reply.get("type") == "error":
+        message_text = reply.get("message")
+        if not isinstance(message_text, str):
+            raise PolicyServerError(
+                f"{source} sent an error map whose message is {shorten(message_text, 80)}; "
+                "expected a str"
+            )
+        return Reply(error=reply, timing=timing)
+    if "actions" not in reply:
+        raise PolicyServerError(
+            f"{source} sent a map with keys {shorten(list(reply), 80)} as a reply; "
+            "expected 'actions' or an error map"
+        )
+    _check_actions(model, reply["actions"], source)
+    return Reply(actions=reply["actions"], timing=timing)
+
+
+def _check_actions(model: str, actions: Any, url: str) -> None:
+    """Raise PolicyServerError unless ``actions`` has the model family's type:
+    π0/π0.5 a 2-D float array, GR00T a non-empty dict of float arrays."""
+    if family_of(model) == "groot":
+        if (
+            isinstance(actions, dict)
+            and actions
+            and all(
+                isinstance(key, str) and isinstance(value, np.ndarray) and value.dtype.kind == "f"
+                for key, value in actions.items()
+            )
+        ):
+            return
+        expected = "a dict of float arrays, one per action group"
+    else:
+        if isinstance(actions, np.ndarray) and actions.ndim == 2 and actions.dtype.kind == "f":
+            return
+        expected = "a 2-D float array (action_horizon, action_dim)"
+    if isinstance(actions, np.ndarray):
+        got = f"an array of shape {actions.shape} and dtype {actions.dtype}"
+    else:
+        got = f"{type(actions).__name__} {shorten(actions, 80)}"
+    raise PolicyServerError(f"{url} sent {got} as {model} actions; expected {expected}")
 
 
 class PolicyClient:
@@ -618,10 +199,22 @@ class PolicyClient:
     Args:
         model: ``"pi05"``, ``"pi0"`` or ``"groot"``; fills ``{model}`` in the URL.
         url: URL to use instead of ``WALLE_URL`` (``{model}`` is filled in too).
-        open_timeout: Seconds allowed for opening each connection (TCP, TLS, the
-            WebSocket handshake and the metadata frame). ``None`` (the default)
-            waits with no timeout, as the seed requires: a loading server answers
+        open_timeout: Seconds allowed for the whole open: DNS, TCP, TLS, the
+            WebSocket handshake, the metadata frame and the direct route, together.
+            ``None`` (the default) waits with no timeout: a loading server answers
             only when ready. A timeout raises ``TimeoutError`` (an ``OSError``).
+        max_reply_bytes: Largest reply accepted, bytes (default 8 MiB); a larger
+            one raises ``PolicyServerError`` naming the size and the cap, and closes
+            the connection.
+        ping_interval: Seconds without incoming bytes, while a call waits or the
+            client is idle (not while opening), before a ping is sent. None: no pings.
+        ping_timeout: Seconds a ping may go unanswered before the connection is
+            failed (the waiting call raises ``ConnectionClosed``). None: wait for ever.
+        cancel: When this event is set, opening gives up with
+            :class:`~relay_ros.wire.errors.OpenCancelled` (used by ``PolicyConnection``
+            so that its ``close()`` returns promptly while a server is loading).
+        logger: A ``logging.Logger``-like object for this client's messages
+            (default: this module's logger), e.g. a ROS node's logger.
 
     Raises:
         relay_ros.wire.env.UnknownModelError: ``model`` is not a known model ID.
@@ -643,61 +236,73 @@ class PolicyClient:
     last_roundtrip_s: float | None
     last_sent_at: float | None
 
-    def __init__(self, model: str, *, url: str | None = None, open_timeout: float | None = None):
-        self._open(model, url, open_timeout, None)
-
-    @classmethod
-    def _open_cancellable(
-        cls,
-        model: str,
-        *,
-        url: str | None,
-        open_timeout: float | None,
-        cancel: threading.Event,
-    ) -> PolicyClient:
-        """Like the constructor, but gives up (``_Cancelled``) once ``cancel`` is set.
-
-        For :class:`relay_ros.wire.connection.PolicyConnection`, whose ``close()`` must
-        return promptly even while the server is still loading.
-        """
-        client = cls.__new__(cls)
-        client._open(model, url, open_timeout, cancel)
-        return client
-
-    def _open(
+    def __init__(
         self,
         model: str,
-        url: str | None,
-        open_timeout: float | None,
-        cancel: threading.Event | None,
+        *,
+        url: str | None = None,
+        open_timeout: float | None = None,
+        max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
+        ping_interval: float | None = DEFAULT_PING_INTERVAL_S,
+        ping_timeout: float | None = DEFAULT_PING_TIMEOUT_S,
+        cancel: threading.Event | None = None,
+        logger: Any = None,
     ) -> None:
         self.model = check_model(model)
+        if not (isinstance(max_reply_bytes, int) and max_reply_bytes > 0):
+            raise ValueError(f"max_reply_bytes={max_reply_bytes!r}; expected a positive int")
+        for name, value in (("ping_interval", ping_interval), ("ping_timeout", ping_timeout)):
+            if value is not None and not value > 0:
+                raise ValueError(f"{name}={value!r}; expected a positive number of seconds or None")
+        self._log = logger if logger is not None else _module_logger
         self.last_server_timing = None
         self.last_roundtrip_s = None
         self.last_sent_at = None
+        self._sent_at: float | None = None
         self._lock = threading.Lock()
         self._closed = False
-        self._transport: _Transport | None = None
+        self._transport: Transport | None = None
+        self._reply_limits: DecodeLimits = dataclasses.replace(
+            REPLY_LIMITS, max_bytes=max_reply_bytes
+        )
+        self._max_reply_bytes = max_reply_bytes
+        self._ping = (ping_interval, ping_timeout)
         target = resolve_url(model) if url is None else url.replace("{model}", model)
         follow_direct = direct_enabled()
+        deadline = Deadline(open_timeout)
 
-        transport = _Transport(target, deadline=_Deadline(open_timeout), cancel=cancel)
+        transport = self._connect(target, deadline, cancel)
         try:
-            metadata = self._read_metadata(transport, _Deadline(open_timeout), cancel)
+            metadata = self._read_metadata(transport, deadline, cancel)
             direct_url = metadata.get("direct_url")
             if isinstance(direct_url, str) and direct_url and follow_direct:
-                logger.info("taking the direct route %s (proxied: %s)", direct_url, target)
-                direct = _Transport(direct_url, deadline=_Deadline(open_timeout), cancel=cancel)
-                try:
-                    direct_metadata = self._read_metadata(direct, _Deadline(open_timeout), cancel)
-                except BaseException:
-                    direct.close()
-                    raise
-                transport.close()  # the proxied connection is no longer needed
-                transport = direct
-                metadata = {**direct_metadata, "direct_url": direct_url}
+                if self._downgrades(target, direct_url):
+                    self._log.warning(
+                        "not taking the direct route %s offered by %s: it would leave TLS "
+                        "(wss:// to ws://); staying on the proxied connection",
+                        redact_url(direct_url),
+                        transport.display_url,
+                    )
+                else:
+                    self._log.info(
+                        "taking the direct route %s (proxied: %s)",
+                        redact_url(direct_url),
+                        transport.display_url,
+                    )
+                    direct = self._connect(direct_url, deadline, cancel)
+                    try:
+                        direct_metadata = self._read_metadata(direct, deadline, cancel)
+                    except BaseException:
+                        direct.close()
+                        raise
+                    transport.close()  # the proxied connection is no longer needed
+                    transport = direct
+                    metadata = {**direct_metadata, "direct_url": direct_url}
             elif direct_url:
-                logger.info("direct route %s offered but WALLE_DIRECT=0", direct_url)
+                self._log.info(
+                    "direct route %s offered but WALLE_DIRECT=0",
+                    shorten(redact_url(str(direct_url))),
+                )
         except BaseException:
             transport.close()
             raise
@@ -712,29 +317,57 @@ class PolicyClient:
             daemon=True,
         )
         self._keepalive.start()
-        logger.info(
+        self._log.info(
             "connected to %s (model %s, protocol %s)",
-            transport.url,
-            metadata.get("model", model),
-            metadata.get("protocol", "openpi"),
+            transport.display_url,
+            shorten(metadata.get("model", model), 40),
+            shorten(metadata.get("protocol", "openpi"), 20),
+        )
+
+    def _connect(self, url: str, deadline: Deadline, cancel: threading.Event | None) -> Transport:
+        return Transport(
+            url,
+            deadline=deadline,
+            cancel=cancel,
+            max_message_bytes=self._max_reply_bytes,
+            ping_interval=self._ping[0],
+            ping_timeout=self._ping[1],
+            logger=self._log,
         )
 
     @staticmethod
+    def _downgrades(target: str, direct_url: str) -> bool:
+        """True when ``direct_url`` would leave TLS that ``target`` uses."""
+        try:
+            direct_scheme = urlsplit(direct_url).scheme.lower()
+        except ValueError:
+            return False  # the transport refuses it with InvalidURI
+        return urlsplit(target).scheme.lower() == "wss" and direct_scheme != "wss"
+
+    @staticmethod
     def _read_metadata(
-        transport: _Transport, deadline: _Deadline, cancel: threading.Event | None
+        transport: Transport, deadline: Deadline, cancel: threading.Event | None
     ) -> dict[str, Any]:
-        message = transport.recv(deadline, cancel)
+        # No keepalive here: a server (or its proxy) that is loading its model may not
+        # answer pings, and the wait for metadata has no limit unless open_timeout.
+        message = transport.recv(deadline, cancel, keepalive=False)
         if isinstance(message, str):
             raise PolicyServerError(
-                f"{transport.url} sent a text frame as metadata; expected a binary msgpack map"
+                f"{transport.display_url} sent a text frame as metadata "
+                f"({shorten(message, 80)}); expected a binary msgpack map"
             )
         try:
-            metadata = unpackb(message)
-        except ValueError as exc:
-            raise PolicyServerError(f"{transport.url} sent undecodable metadata: {exc}") from exc
+            metadata = unpackb(
+                message, dataclasses.replace(REPLY_LIMITS, max_bytes=_MAX_METADATA_BYTES)
+            )
+        except CodecError as exc:
+            raise PolicyServerError(
+                f"{transport.display_url} sent undecodable metadata: {exc}"
+            ) from exc
         if not isinstance(metadata, dict):
             raise PolicyServerError(
-                f"{transport.url} sent metadata of type {type(metadata).__name__}; expected a map"
+                f"{transport.display_url} sent metadata of type {type(metadata).__name__}; "
+                "expected a map"
             )
         return metadata
 
@@ -742,15 +375,28 @@ class PolicyClient:
 
     @property
     def url(self) -> str:
-        """The URL of the connection in use (the direct URL when the route was taken)."""
+        """The URL of the connection in use (the direct URL when the route was taken).
+        It may hold secrets: show :attr:`display_url` instead."""
         return self._require_open().url
 
-    def infer(self, obs: dict[str, Any]) -> np.ndarray | dict[str, np.ndarray] | dict[str, Any]:
-        """Send one observation and wait (no timeout) for the policy's actions.
+    @property
+    def display_url(self) -> str:
+        """:attr:`url` with user info and query values replaced by ``***``."""
+        return self._require_open().display_url
+
+    def infer(
+        self, obs: dict[str, Any], timeout: float | None = None
+    ) -> np.ndarray | dict[str, np.ndarray] | dict[str, Any]:
+        """Send one observation and wait for the policy's actions.
 
         Args:
             obs: Camera frames, state, prompt and request options; the keys depend
                 on the model (docs/protocol.md).
+            timeout: Seconds for the whole request (sending and waiting). None
+                (default) waits with no timeout. When it passes,
+                :class:`~relay_ros.wire.errors.RequestTimeout` is raised and the
+                client is closed: a reply that arrived late would otherwise be read
+                as the answer to the next request. Open a new client to continue.
 
         Returns:
             π0/π0.5: float32 array ``(action_horizon, action_dim)``. GR00T: dict of
@@ -768,65 +414,93 @@ class PolicyClient:
 
         Raises:
             websockets.exceptions.ConnectionClosed: the connection is closed (by
-                ``close()``, the server's idle timeout or the network).
+                ``close()``, the server's idle timeout, the network, or a ping the
+                server did not answer).
             relay_ros.wire.codec.CodecError: ``obs`` holds a value the encoder refuses
                 (object, structured or complex arrays); nothing was sent.
-            PolicyServerError: the reply could not be decoded.
+            RequestTimeout: ``timeout`` passed (a ``TimeoutError``); the client is closed.
+            PolicyServerError: the reply could not be decoded, is over the size cap,
+                or is not the model family's action type.
         """
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"timeout={timeout!r}; expected a positive number of seconds or None")
         start = time.perf_counter()
         with self._lock:
             transport = self._require_open()
-            transport.discard_stale()
-            transport.send(obs)
-            self.last_sent_at = time.perf_counter()
-            message = transport.recv()
-        if isinstance(message, str):
-            reply: Any = {"type": "error", "message": message}
-        else:
-            try:
-                reply = unpackb(message)
-            except ValueError as exc:
-                raise PolicyServerError(
-                    f"{transport.url} sent an undecodable reply: {exc}"
-                ) from exc
+            message = self._exchange(transport, obs, timeout, "infer")
+            self.last_sent_at = self._sent_at
+        reply = decode_reply(self.model, message, self._reply_limits, transport.display_url)
         self.last_roundtrip_s = time.perf_counter() - start
-        if isinstance(reply, dict):
-            timing = reply.get("server_timing")
-            self.last_server_timing = timing if isinstance(timing, dict) else None
-            if _is_error_reply(reply):
-                logger.debug("server refused the observation: %s", reply.get("message"))
-                return reply
-            if "actions" in reply:
-                return reply["actions"]
-        else:
-            self.last_server_timing = None
-        return reply
+        self.last_server_timing = reply.timing
+        if reply.error is not None:
+            self._log.debug("server refused the observation: %s", shorten(reply.error["message"]))
+            return reply.error
+        return reply.actions
 
-    def reset(self) -> None:
+    def _exchange(
+        self, transport: Transport, obj: Any, timeout: float | None, what: str
+    ) -> bytes | str:
+        """Send ``obj`` and return the next message, all within ``timeout``; on a
+        timeout close the connection and raise RequestTimeout. Holds the lock."""
+        deadline = Deadline(timeout)
+        transport.discard_stale()
+        try:
+            transport.send(obj, deadline if timeout is not None else None)
+            self._sent_at = time.perf_counter()
+            return transport.recv(deadline if timeout is not None else None)
+        except TimeoutError as exc:
+            self._closed = True
+            self._stop_keepalive.set()
+            transport.abort()
+            transport.close()
+            self._log.debug(
+                "%s: no reply to %s within %.3g s; connection closed",
+                transport.display_url,
+                what,
+                timeout,
+            )
+            raise RequestTimeout(
+                exc.errno,
+                f"no reply from {transport.display_url} to {what} within {timeout:g} s; "
+                "the client is closed",
+            ) from None
+
+    def _decode_control(self, transport: Transport, message: bytes) -> Any:
+        try:
+            return unpackb(message, self._reply_limits)
+        except CodecError as exc:
+            raise PolicyServerError(
+                f"{transport.display_url} sent an undecodable reply: {exc}"
+            ) from exc
+
+    def reset(self, timeout: float | None = None) -> None:
         """Start the next observation fresh: clears every session on this connection.
 
         Sends ``{"type": "reset"}`` and waits for the acknowledgement. On a server
         whose metadata has no ``protocol`` >= 1 (an openpi server) this does nothing,
         since such servers know no control frames.
 
+        Args:
+            timeout: As for :meth:`infer`.
+
         Raises:
             websockets.exceptions.ConnectionClosed: the connection is closed.
+            RequestTimeout: ``timeout`` passed; the client is closed.
             PolicyServerError: the server answered with an error or an unexpected frame.
         """
         with self._lock:
             transport = self._require_open()
             if not isinstance(self._protocol_version, int) or self._protocol_version < 1:
-                logger.debug("reset() is a no-op: the server has no control frames (openpi)")
+                self._log.debug("reset() is a no-op: the server has no control frames (openpi)")
                 return
-            transport.discard_stale()
-            transport.send({"type": "reset"})
-            message = transport.recv()
-        reply = unpackb(message) if isinstance(message, bytes) else message
+            message = self._exchange(transport, {"type": "reset"}, timeout, "reset")
+        reply = self._decode_control(transport, message) if isinstance(message, bytes) else message
         if not (isinstance(reply, dict) and reply.get("type") == "reset"):
             raise PolicyServerError(
-                f"{transport.url} answered reset with {reply!r}; expected {{'type': 'reset', ...}}"
+                f"{transport.display_url} answered reset with {shorten(reply, 80)}; "
+                "expected {'type': 'reset', ...}"
             )
-        logger.debug("reset: %s session(s) cleared", reply.get("sessions_cleared"))
+        self._log.debug("reset: %s session(s) cleared", shorten(reply.get("sessions_cleared"), 20))
 
     def get_server_metadata(self) -> dict[str, Any]:
         """Return (a copy of) the metadata the server sent on connect; no network call.
@@ -844,19 +518,17 @@ class PolicyClient:
         """Close the connection (idempotent). Every later call raises ConnectionClosed.
 
         Runs the closing handshake (at most 2 s). Called from another thread while
-        a call is running, it waits for that call to finish.
+        a call is running, it waits for that call to finish (use :meth:`abort` first
+        to end the call at once).
         """
-        if self._closed:
-            return
         self._stop_keepalive.set()
         with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            transport = self._transport
-            if transport is not None:
-                transport.close()
-                logger.debug("closed %s", transport.url)
+            if not self._closed:
+                self._closed = True
+                transport = self._transport
+                if transport is not None:
+                    transport.close()
+                    self._log.debug("closed %s", transport.display_url)
         if self._keepalive is not threading.current_thread():
             self._keepalive.join()
 
@@ -872,17 +544,19 @@ class PolicyClient:
     ) -> None:
         self.close()
 
-    # Internals shared with PolicyConnection.
-
-    def _require_open(self) -> _Transport:
+    def _require_open(self) -> Transport:
         transport = self._transport
         assert transport is not None
         if self._closed:
             raise transport.closed_error()
         return transport
 
-    def _poll(self) -> bool:
-        """Answer pings and notice a closed connection while idle; False when closed."""
+    # For owners that run the client on a thread of their own (PolicyConnection).
+
+    def poll(self) -> bool:
+        """Service an idle connection now: answer pings, send a keepalive ping when
+        due, notice a connection the server closed. Returns False once the connection
+        is closed; True while it is open or a call is running."""
         if self._closed or self._transport is None:
             return False
         if not self._lock.acquire(blocking=False):
@@ -892,12 +566,19 @@ class PolicyClient:
         finally:
             self._lock.release()
 
-    def _closed_error(self) -> ConnectionClosed:
-        """The ConnectionClosed that describes how the connection ended."""
+    def closed_error(self) -> ConnectionClosed:
+        """The ``ConnectionClosed`` that describes how the connection ended."""
         assert self._transport is not None
         return self._transport.closed_error()
 
-    def _abort(self) -> None:
-        """From another thread: make a blocked call return (with ConnectionClosed)."""
+    @property
+    def close_received(self) -> Close | None:
+        """The close frame the server sent, if it closed the connection (e.g. code
+        1000, reason ``"idle for 30 s"`` after the server's idle timeout)."""
+        return None if self._transport is None else self._transport.close_received
+
+    def abort(self) -> None:
+        """From another thread: make a blocked call return at once (it raises
+        ``ConnectionClosed``). The client is unusable afterwards; call :meth:`close`."""
         if self._transport is not None:
             self._transport.abort()

@@ -12,8 +12,17 @@ non-blocking front:
   once; at most one request is in flight. The worker delivers exactly one
   :class:`InferOutcome` per accepted request through ``on_result``, called on
   the worker thread (the node forwards it to its executor).
-- While idle, the worker answers the server's pings and notices a closed
-  connection (the server's 30 s idle timeout) so it can reconnect early.
+- While idle, the worker answers the server's pings, pings a silent server and
+  notices a closed connection. The server's idle close (30 s without a request,
+  e.g. while the robot waits for its cameras) is expected: the worker reconnects
+  at once and says so at INFO the first time, DEBUG afterwards.
+- A request has a timeout (``request_timeout_s``, a number or a function asked
+  before each request); when it passes the outcome carries ``connection_error``
+  naming the timeout, and the worker drops the connection and reconnects, since
+  a late reply would otherwise be taken for the next one.
+- Whatever goes wrong on the worker (an unexpected exception, even
+  ``MemoryError``) ends the request with a ``connection_error`` and a reconnect;
+  the worker itself never dies.
 - :meth:`PolicyConnection.close` returns promptly in every state: opening is
   cancelled through a stop event, a blocked request is woken by shutting its
   socket down, and the thread is joined.
@@ -33,13 +42,18 @@ import numpy as np
 from websockets.exceptions import ConnectionClosed
 from websockets.uri import parse_uri
 
-from relay_ros.wire.client import PolicyClient, PolicyServerError, _Cancelled
+from relay_ros.wire.client import PolicyClient
 from relay_ros.wire.codec import CodecError
-from relay_ros.wire.env import check_model, resolve_url
+from relay_ros.wire.env import check_model, redact_text, redact_url, resolve_url
+from relay_ros.wire.errors import OpenCancelled, PolicyServerError, RequestTimeout
 
 __all__ = ["InferOutcome", "PolicyConnection"]
 
-logger = logging.getLogger(__name__)
+_module_logger = logging.getLogger(__name__)
+
+#: What a request timeout may be: seconds, None (no timeout), or a function that
+#: returns either, asked before each request.
+RequestTimeoutSetting = float | Callable[[], float | None] | None
 
 
 @dataclass(frozen=True)
@@ -55,7 +69,8 @@ class InferOutcome:
         roundtrip_s: Wall time of the request in seconds, None when it failed.
         server_timing: The reply's ``server_timing`` map, if any.
         connection_error: None on success, else why the request could not complete
-            (connection lost or closed); the worker then reconnects.
+            (connection lost or closed, ``request timed out after N s``, a reply
+            the client refused, an unexpected fault); the worker then reconnects.
         sent_at: ``time.perf_counter()`` when the observation was fully written to
             the socket; None when nothing was sent.
     """
@@ -69,8 +84,16 @@ class InferOutcome:
 
 
 def _describe(exc: BaseException) -> str:
-    text = str(exc)
+    """``Type: text`` of an exception, with any URL in it redacted."""
+    text = redact_text(str(exc))
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _is_idle_close(client: PolicyClient) -> bool:
+    """True when the server ended the connection with a normal close (code 1000),
+    as the reference server does after its idle timeout."""
+    close = client.close_received
+    return close is not None and close.code == 1000
 
 
 class PolicyConnection:
@@ -95,6 +118,14 @@ class PolicyConnection:
         reconnect_factor: Growth factor of the retry delay.
         idle_poll_s: How often an idle worker services the socket (pings, close
             detection), seconds.
+        request_timeout_s: Seconds one request may take (send and reply), a
+            function returning that (asked before each request, so it can follow
+            measured latency), or None for no timeout.
+        ping_interval, ping_timeout: The client's keepalive pings (seconds, see
+            :class:`~relay_ros.wire.client.PolicyClient`).
+        max_reply_bytes: The client's reply size cap, bytes.
+        logger: A ``logging.Logger``-like object for the connection's and its
+            clients' messages (default: this module's logger).
 
     Raises:
         relay_ros.wire.env.UnknownModelError: unknown model ID.
@@ -116,6 +147,11 @@ class PolicyConnection:
         reconnect_max_s: float = 10.0,
         reconnect_factor: float = 2.0,
         idle_poll_s: float = 1.0,
+        request_timeout_s: RequestTimeoutSetting = None,
+        ping_interval: float | None = 20.0,
+        ping_timeout: float | None = 20.0,
+        max_reply_bytes: int = 8 * 2**20,
+        logger: Any = None,
     ) -> None:
         check_model(model)
         for name, value in (
@@ -126,6 +162,12 @@ class PolicyConnection:
         ):
             if not value > 0:
                 raise ValueError(f"{name}={value!r} must be a positive number of seconds")
+        if not (request_timeout_s is None or callable(request_timeout_s)):
+            if not request_timeout_s > 0:
+                raise ValueError(
+                    f"request_timeout_s={request_timeout_s!r} must be a positive number of "
+                    "seconds, a function returning one, or None"
+                )
         if not reconnect_factor >= 1:
             raise ValueError(f"reconnect_factor={reconnect_factor!r} must be >= 1")
         self.model = model
@@ -139,6 +181,15 @@ class PolicyConnection:
         self._reconnect_max_s = reconnect_max_s
         self._reconnect_factor = reconnect_factor
         self._idle_poll_s = idle_poll_s
+        self._request_timeout = request_timeout_s
+        self._client_options: dict[str, Any] = {
+            "ping_interval": ping_interval,
+            "ping_timeout": ping_timeout,
+            "max_reply_bytes": max_reply_bytes,
+        }
+        self._log = logger if logger is not None else _module_logger
+        self.display_url = redact_url(self.url)
+        self._idle_closes = 0
 
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -170,6 +221,13 @@ class PolicyConnection:
     def last_error(self) -> str | None:
         """Why the last attempt failed or the connection was lost; None once connected."""
         return self._last_error
+
+    @property
+    def idle_closes(self) -> int:
+        """How many times the server closed the connection as idle (normal close,
+        e.g. ``idle for 30 s``); each was reconnected at once. Expected while no
+        requests are sent, so not a fault."""
+        return self._idle_closes
 
     @property
     def busy(self) -> bool:
@@ -215,10 +273,10 @@ class PolicyConnection:
             return  # called from a callback: the worker stops when the callback returns
         client = self._client
         if client is not None and self._in_flight:
-            client._abort()  # wake a request blocked on the socket
+            client.abort()  # wake a request blocked on the socket
         self._thread.join(timeout)
         if self._thread.is_alive():
-            logger.warning("policy connection worker did not stop within %.1f s", timeout)
+            self._log.warning("policy connection worker did not stop within %.1f s", timeout)
 
     def __enter__(self) -> PolicyConnection:
         return self
@@ -232,16 +290,21 @@ class PolicyConnection:
         delay = self._reconnect_initial_s
         while not self._stop.is_set():
             try:
-                client = PolicyClient._open_cancellable(
-                    self.model, url=self.url, open_timeout=self._open_timeout, cancel=self._stop
+                client = PolicyClient(
+                    self.model,
+                    url=self.url,
+                    open_timeout=self._open_timeout,
+                    cancel=self._stop,
+                    logger=self._log,
+                    **self._client_options,
                 )
-            except _Cancelled:
+            except OpenCancelled:
                 break
             except Exception as exc:  # every failure to connect is retried
                 self._last_error = _describe(exc)
-                logger.warning(
+                self._log.warning(
                     "cannot connect to %s (%s); retrying in %.1f s",
-                    self.url,
+                    self.display_url,
                     self._last_error,
                     delay,
                 )
@@ -258,20 +321,57 @@ class PolicyConnection:
                 self._connected = True
                 self._last_error = None
             self._call(self._on_connect, dict(metadata))
-            reason = self._serve(client)
+            try:
+                reason = self._serve(client)
+            except Exception as exc:  # a fault of any kind: drop the connection, go on
+                reason = f"unexpected fault on the connection worker: {_describe(exc)}"
+                self._log.error("%s; reconnecting", reason, exc_info=True)
             with self._lock:
                 self._connected = False
                 self._metadata = None
                 self._client = None
                 self._reset_requested = False
-            client.close()
+            idle = reason is not None and _is_idle_close(client)
+            try:
+                client.close()
+            except Exception:
+                self._log.debug("closing the client failed", exc_info=True)
             if reason is None:  # stopping
                 break
             self._last_error = reason
-            logger.warning("connection to %s lost: %s", self.url, reason)
+            if idle:
+                self._idle_closes += 1
+                level = logging.INFO if self._idle_closes == 1 else logging.DEBUG
+                self._log.log(
+                    level,
+                    "%s closed the idle connection (%s); reconnecting (expected while no "
+                    "requests are sent; further idle closes are logged at DEBUG)",
+                    self.display_url,
+                    reason,
+                )
+            else:
+                self._log.warning(
+                    "connection to %s lost: %s; reconnecting", self.display_url, reason
+                )
             self._fail_pending(reason)
             self._call(self._on_disconnect, reason)
         self._fail_pending("connection closed")
+
+    def _timeout_now(self) -> float | None:
+        setting = self._request_timeout
+        if not callable(setting):
+            return setting
+        try:
+            value = setting()
+        except Exception:
+            self._log.exception("request_timeout_s function failed; no timeout for this request")
+            return None
+        if value is None:
+            return None
+        if not value > 0:
+            self._log.warning("request_timeout_s function returned %r; no timeout used", value)
+            return None
+        return float(value)
 
     def _serve(self, client: PolicyClient) -> str | None:
         """Run requests until the connection is lost (returns why) or stop (None)."""
@@ -285,23 +385,26 @@ class PolicyConnection:
                 pending = self._pending
             if reset:
                 try:
-                    client.reset()
+                    client.reset(timeout=self._timeout_now())
+                except RequestTimeout as exc:
+                    return f"reset timed out: {_describe(exc)}"
                 except ConnectionClosed as exc:
                     return _describe(exc)
                 except PolicyServerError as exc:
-                    logger.warning("reset refused: %s", exc)
+                    self._log.warning("reset refused: %s", redact_text(str(exc)))
             if pending is not None:
                 reason = self._infer(client, *pending)
                 if reason is not None:
                     return None if self._stop.is_set() else reason
-            elif not reset and not client._poll():
-                return _describe(client._closed_error())
+            elif not reset and not client.poll():
+                return _describe(client.closed_error())
 
     def _infer(self, client: PolicyClient, obs: dict[str, Any], tag: object) -> str | None:
         """Run one request and deliver its outcome; returns a loss reason or None."""
         reason: str | None = None
+        timeout = self._timeout_now()
         try:
-            reply = client.infer(obs)
+            reply = client.infer(obs, timeout=timeout)
             outcome = InferOutcome(
                 tag,
                 reply,
@@ -313,8 +416,15 @@ class PolicyConnection:
         except CodecError as exc:  # nothing was sent; the connection is fine
             message = f"observation cannot be encoded: {exc}"
             outcome = InferOutcome(tag, {"type": "error", "message": message}, None, None, None)
+        except RequestTimeout:
+            reason = f"request timed out after {timeout:g} s (request_timeout_s)"
+            outcome = InferOutcome(tag, None, None, None, reason)
         except (ConnectionClosed, PolicyServerError, OSError) as exc:
             reason = _describe(exc)
+            outcome = InferOutcome(tag, None, None, None, reason)
+        except Exception as exc:  # anything else: this request failed, the worker goes on
+            reason = f"unexpected fault during the request: {_describe(exc)}"
+            self._log.error("%s", reason, exc_info=True)
             outcome = InferOutcome(tag, None, None, None, reason)
         with self._lock:
             self._pending = None
@@ -329,11 +439,10 @@ class PolicyConnection:
         if pending is not None:
             self._call(self._on_result, InferOutcome(pending[1], None, None, None, reason))
 
-    @staticmethod
-    def _call(callback: Callable[[Any], None] | None, argument: Any) -> None:
+    def _call(self, callback: Callable[[Any], None] | None, argument: Any) -> None:
         if callback is None:
             return
         try:
             callback(argument)
         except Exception:
-            logger.exception("policy connection callback %r failed", callback)
+            self._log.exception("policy connection callback %r failed", callback)

@@ -1,24 +1,32 @@
 """Where the client finds its server: ``WALLE_URL`` and ``WALLE_DIRECT``.
 
-The seed says relay reads its variables from the environment, or else from a
-``.env`` file in the working directory or the nearest parent that has one, and
-that variables already set in the environment win. This module does exactly
-that with python-dotenv, *reading* the file (``dotenv_values``) so that
-``os.environ`` is never modified: a ``.env`` must not leak into child processes
-or into other libraries of the robot's process.
+relay reads its variables from the environment, or else from a ``.env`` file in
+the working directory or the nearest parent that has one; variables already set
+in the environment win. This module does that with python-dotenv, *reading* the
+file (``dotenv_values``) so that ``os.environ`` is never modified: a ``.env`` must
+not leak into child processes or into other libraries of the robot's process.
 
 ``WALLE_URL`` holds a ``{model}`` placeholder, e.g.
 ``wss://acme--walle-{model}.modal.run`` or ``ws://127.0.0.1:8000/{model}``;
 :func:`resolve_url` fills it with one of the model IDs in :data:`MODELS`.
+
+A URL may carry secrets (``wss://user:token@host/...``, ``?token=...``). The
+client needs them to connect, but nothing else may show them: every log line,
+exception text and diagnostic that names a URL goes through :func:`redact_url`
+(or :func:`redact_text` for text that may contain URLs).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from dotenv import dotenv_values, find_dotenv
+
+from relay_ros.models import MODEL_IDS as MODELS
 
 __all__ = [
     "MODELS",
@@ -28,11 +36,10 @@ __all__ = [
     "direct_enabled",
     "find_env_file",
     "get_setting",
+    "redact_text",
+    "redact_url",
     "resolve_url",
 ]
-
-#: The model IDs a relay server can serve; each fills ``{model}`` in ``WALLE_URL``.
-MODELS: tuple[str, ...] = ("pi05", "pi0", "groot")
 
 
 class UnknownModelError(ValueError):
@@ -136,3 +143,51 @@ def direct_enabled(environ: Mapping[str, str] | None = None, *, cwd: Path | None
     if value.strip() == "0":
         return False
     raise EnvSettingError(f"WALLE_DIRECT={value!r} is not one of ['0', '1']")
+
+
+#: What replaces a secret in a redacted URL.
+REDACTED = "***"
+# A URL inside free text: a scheme, "://", then everything up to white space or a
+# quote (exception texts quote URLs with ' or ").
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its secrets replaced by ``***``: the user info (``user:password@``
+    becomes ``***@``) and every query value (``?token=abc&x=1`` becomes
+    ``?token=***&x=***``); a fragment is dropped. Scheme, host, port and path stay,
+    so the result still tells which server is meant.
+
+    Text that does not parse as a URL is returned with everything after the
+    scheme's ``//`` up to the first ``/`` replaced, which errs on the side of hiding.
+    """
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = parts.port
+    except ValueError:
+        head, sep, rest = url.partition("://")
+        if not sep:
+            return url
+        _, slash, path = rest.partition("/")
+        return f"{head}://{REDACTED}{slash}{path.split('?')[0]}"
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = f"{REDACTED}@" + (f"[{host}]" if ":" in host else host)
+        if port is not None:
+            netloc += f":{port}"
+    query = parts.query
+    if query:
+        query = "&".join(
+            f"{field.partition('=')[0]}={REDACTED}" if "=" in field else REDACTED
+            for field in query.split("&")
+        )
+    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+
+
+def redact_text(text: str) -> str:
+    """``text`` with every URL in it passed through :func:`redact_url` (for exception
+    texts of other libraries that quote the URL, e.g. ``InvalidURI``)."""
+    if "://" not in text:
+        return text
+    return _URL_IN_TEXT.sub(lambda match: redact_url(match.group(0)), text)

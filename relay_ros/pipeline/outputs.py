@@ -6,11 +6,11 @@ published as a ``JointTrajectory`` with its ``joints`` on its ``topic``.
 
 The node passes the ``outputs`` parameters as a mapping name -> entry:
 
-- π0 / π0.5: ``{"topic": str, "joints": [names], "dims": [indices into 0..action_dim-1]}``.
+- π0 family: ``{"topic": str, "joints": [names], "dims": [indices into 0..D-1]}``.
 - GR00T: ``{"topic": str, "joints": [names], "action_key": "action.single_arm",
   "dims": [indices within that group]}`` (``dims`` optional: the whole group). The
-  flat dims are computed from the group offsets in the chunk, i.e. the metadata
-  ``action_keys`` order with the widths of :func:`groot_action_widths`.
+  flat dims are computed from the group offsets in the chunk, i.e. the server's
+  ``action_keys`` order with their widths (:attr:`ServerSpec.action_groups`).
 
 Validation refuses: a missing/unknown field, a dims count that differs from the joint
 count, dims out of range, a dim or joint used twice (also across controllers),
@@ -26,14 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from relay_ros.pipeline.observation import (
-    DEFAULT_ACTION_DIM,
-    MODELS,
-    ObservationError,
-    groot_action_widths,
-)
+from relay_ros.pipeline.server_spec import ServerSpec
 
-__all__ = ["OutputController", "OutputsError", "chunk_width", "load_outputs"]
+__all__ = ["OutputController", "OutputsError", "load_outputs"]
 
 logger = logging.getLogger(__name__)
 
@@ -61,31 +56,6 @@ class OutputController:
     joints: tuple[str, ...]
     dims: tuple[int, ...]
 
-    def select(self, chunk: np.ndarray) -> np.ndarray:
-        """Return this controller's columns of an (H, D) chunk as (H, len(joints))."""
-        return chunk[:, list(self.dims)]
-
-
-def chunk_width(
-    model: str, metadata: Mapping[str, Any], *, action_widths: Mapping[str, int] | None = None
-) -> int:
-    """Width D of the flat chunk: ``action_dim`` (π0, default 32) or the sum of GR00T widths.
-
-    Raises:
-        OutputsError: Unknown model or metadata without the needed fields.
-    """
-    if model not in MODELS:
-        raise OutputsError(f"model {model!r} is not one of {list(MODELS)}")
-    if model == "groot":
-        try:
-            return sum(groot_action_widths(metadata, action_widths=action_widths).values())
-        except ObservationError as exc:
-            raise OutputsError(str(exc)) from exc
-    dim = metadata.get("action_dim", DEFAULT_ACTION_DIM)  # openpi servers do not send it
-    if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim <= 0:
-        raise OutputsError(f"metadata action_dim is {dim!r}; expected a positive integer")
-    return int(dim)
-
 
 def _int_list(name: str, field: str, value: Any) -> list[int]:
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
@@ -99,21 +69,13 @@ def _int_list(name: str, field: str, value: Any) -> list[int]:
 
 
 def load_outputs(
-    spec: Mapping[str, Mapping[str, Any]],
-    *,
-    model: str,
-    metadata: Mapping[str, Any],
-    action_widths: Mapping[str, int] | None = None,
+    spec: Mapping[str, Mapping[str, Any]], server: ServerSpec
 ) -> list[OutputController]:
     """Validate the output controller config and compute flat chunk dims.
 
     Args:
         spec: Controller name -> entry (see the module docstring).
-        model: ``"pi05"``, ``"pi0"`` or ``"groot"``.
-        metadata: The server metadata (``action_dim``; GR00T ``action_keys``,
-            ``state_keys``).
-        action_widths: GR00T only: width per action group when it cannot be derived
-            from the state group of the same name.
+        server: The server's model family, chunk width and GR00T action groups.
 
     Returns:
         The controllers in ``spec`` order.
@@ -122,16 +84,17 @@ def load_outputs(
         OutputsError: Any invalid entry; the message names the entry and the
             expected values.
     """
-    width = chunk_width(model, metadata, action_widths=action_widths)
+    width = server.chunk_width
+    model = server.model
+    groot = server.family == "groot"
     if not spec:
         raise OutputsError("outputs is empty; expected at least one controller")
     groups: dict[str, tuple[int, int]] = {}
-    if model == "groot":
-        offset = 0
-        for key, group_width in groot_action_widths(metadata, action_widths=action_widths).items():
-            groups[key] = (offset, group_width)
-            offset += group_width
-    fields = _GROOT_FIELDS if model == "groot" else _PI_FIELDS
+    offset = 0
+    for key, group_width in server.action_groups.items():
+        groups[key] = (offset, group_width)
+        offset += group_width
+    fields = _GROOT_FIELDS if groot else _PI_FIELDS
 
     controllers: list[OutputController] = []
     dim_owner: dict[int, str] = {}
@@ -167,7 +130,7 @@ def load_outputs(
                 raise OutputsError(f"output {name!r}: joint {joint!r} is already driven by {where}")
             joint_owner[joint] = name
 
-        if model == "groot":
+        if groot:
             key = entry.get("action_key")
             if key not in groups:
                 raise OutputsError(

@@ -1,0 +1,147 @@
+"""The settings the streaming core runs with, and which of them may change live.
+
+:class:`StreamingSettings` names what :class:`~relay_ros.pipeline.streaming.StreamingCore`
+reads; :class:`relay_ros.node.params.NodeConfig` has all of it, and so does any
+object a test builds. The settings that come with a node's wiring (model, URL,
+camera map, topics, joints, outputs, rates) need a restart, :data:`FIXED_SETTINGS`;
+the others change live through ``StreamingCore.apply_config``.
+:func:`check_live_settings` refuses values the safety checks would only reject when
+a chunk arrives, and :func:`scheduler_config` derives the scheduler's settings from
+them and the server.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, cast
+
+from relay_ros.pipeline.safety import LIMITS_MODES, JointLimits, SafetyError
+from relay_ros.pipeline.scheduler import SchedulerConfig, SchedulerConfigError, SchedulerMode
+from relay_ros.pipeline.server_spec import ServerSpec
+
+__all__ = [
+    "FIXED_SETTINGS",
+    "OutputSettings",
+    "StreamingConfigError",
+    "StreamingSettings",
+    "check_live_settings",
+    "scheduler_config",
+]
+
+#: Settings that need a new connection or a restart of the node to change.
+FIXED_SETTINGS = (
+    "model",
+    "policy_url",
+    "camera_map",
+    "joint_states_topic",
+    "state_joints",
+    "outputs",
+    "control_hz",
+    "tick_hz",
+    "reconnect_max_backoff_s",
+)
+
+
+class StreamingConfigError(ValueError):
+    """A configuration change the core cannot apply; nothing was changed."""
+
+
+class OutputSettings(Protocol):
+    """One configured output controller (:class:`relay_ros.node.params.OutputSpec`)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def joints(self) -> tuple[str, ...]: ...
+    def as_mapping(self) -> dict[str, Any]: ...
+
+
+class StreamingSettings(Protocol):
+    """The settings the core reads (:class:`relay_ros.node.params.NodeConfig` has them)."""
+
+    @property
+    def model(self) -> str: ...
+    @property
+    def prompt(self) -> str: ...
+    @property
+    def seed(self) -> int | None: ...
+    @property
+    def state_joints(self) -> tuple[str, ...]: ...
+    @property
+    def outputs(self) -> Sequence[OutputSettings]: ...
+    @property
+    def commanded_joints(self) -> tuple[str, ...]: ...
+    @property
+    def joint_limits(self) -> Mapping[str, tuple[float, float]]: ...
+    @property
+    def limits_mode(self) -> str: ...
+    @property
+    def control_hz(self) -> float | None: ...
+    @property
+    def execute_horizon(self) -> int | None: ...
+    @property
+    def request_lead_s(self) -> float | None: ...
+    @property
+    def request_mode(self) -> str: ...
+    @property
+    def blend_steps(self) -> int: ...
+    @property
+    def dry_run(self) -> bool: ...
+    @property
+    def max_joint_step(self) -> float: ...
+    @property
+    def sensor_timeout_s(self) -> float: ...
+    @property
+    def retry_delay_s(self) -> float: ...
+    @property
+    def request_timeout_s(self) -> float | None: ...
+    @property
+    def autostart(self) -> bool: ...
+    @property
+    def tick_hz(self) -> float: ...
+
+
+def scheduler_config(cfg: StreamingSettings, spec: ServerSpec) -> SchedulerConfig:
+    """The scheduler's settings for ``cfg`` and the connected server.
+
+    Raises:
+        StreamingConfigError: no control rate known, or values the server's horizon
+            does not allow (e.g. ``execute_horizon`` > ``action_horizon``).
+    """
+    control_hz = cfg.control_hz or spec.control_hz
+    if not control_hz:
+        raise StreamingConfigError(
+            "server metadata has no control_hz; set the 'control_hz' parameter"
+        )
+    try:
+        return SchedulerConfig(
+            dt=1.0 / control_hz,
+            horizon=spec.action_horizon,
+            execute_horizon=cfg.execute_horizon or max(1, spec.action_horizon // 2),
+            request_lead_s=cfg.request_lead_s,
+            blend_steps=cfg.blend_steps,
+            mode=cast(SchedulerMode, cfg.request_mode),  # checked by SchedulerConfig
+            retry_delay_s=cfg.retry_delay_s,
+            # The timer polls every tick: publish up to one tick before the switch
+            # so that no action slot is skipped at the boundary.
+            publish_early_s=min(1.0 / cfg.tick_hz, 0.5 / control_hz),
+        )
+    except SchedulerConfigError as exc:
+        raise StreamingConfigError(str(exc)) from None
+
+
+def check_live_settings(cfg: StreamingSettings) -> None:
+    """Refuse settings the safety checks would reject only when a chunk arrives."""
+    try:
+        JointLimits.from_mapping(cfg.joint_limits, cfg.commanded_joints)
+    except SafetyError as exc:
+        raise StreamingConfigError(str(exc)) from None
+    if cfg.limits_mode not in LIMITS_MODES:
+        raise StreamingConfigError(
+            f"limits_mode {cfg.limits_mode!r} is not one of {list(LIMITS_MODES)}"
+        )
+    for name in ("max_joint_step", "sensor_timeout_s"):
+        value = getattr(cfg, name)
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+            raise StreamingConfigError(f"{name} {value!r} must be a number > 0")

@@ -1,0 +1,211 @@
+"""A synthetic-clock rig around StreamingCore: no ROS, no sockets, no sleeping.
+
+The rig plays the node's part: it feeds camera frames and joint states every
+step, delivers each submitted observation's reply after a chosen latency (from a
+policy function, as the reference server would compute it), ticks the core at
+the timer rate and records every trajectory the core publishes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from relay_ros.demo.models import load_model_config
+from relay_ros.models import family_of
+from relay_ros.node.params import NodeConfig
+from relay_ros.paths import config_dir
+from relay_ros.pipeline.camera_map import load_model_camera_map
+from relay_ros.pipeline.health import assess
+from relay_ros.pipeline.streaming import RequestTag, StreamingCore, TrajectoryMessage
+from relay_ros.server.embodiment import load_embodiment
+from relay_ros.server.metadata import build_metadata
+from relay_ros.wire.connection import InferOutcome
+
+PI_JOINTS = ["joint1", "joint2", "joint3", "joint4", "joint5", "joint6", "gripper_joint"]
+GROOT_JOINTS = ["joint1", "joint2", "joint3", "joint4", "joint5", "gripper_joint"]
+
+Policy = Callable[[dict[str, Any]], Any]
+
+
+def ramp_policy(horizon: int, step: float = 0.002) -> Policy:
+    """Actions that start at the observed state and move every joint by ``step``."""
+
+    ramp = np.arange(horizon, dtype=np.float32)[:, None] * step
+
+    def infer(obs: dict[str, Any]) -> Any:
+        state = obs["state"]
+        if isinstance(state, dict):  # GR00T: one (1, H, k) array per action group
+            return {
+                "action." + key.split(".", 1)[1]: (np.asarray(value).reshape(1, -1) + ramp)[None]
+                for key, value in state.items()
+            }
+        return np.asarray(state, dtype=np.float32).reshape(-1)[None, :] + ramp
+
+    return infer
+
+
+class ListLogger:
+    """Collects what the core logs, and passes it on to ``logging``."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str]] = []
+        self._log = logging.getLogger("streaming_rig")
+
+    def info(self, message: str) -> None:
+        self.lines.append(("info", message))
+        self._log.info(message)
+
+    def warning(self, message: str) -> None:
+        self.lines.append(("warning", message))
+        self._log.warning(message)
+
+    def error(self, message: str) -> None:
+        self.lines.append(("error", message))
+        self._log.error(message)
+
+    def text(self, level: str | None = None) -> str:
+        return "\n".join(m for lvl, m in self.lines if level is None or lvl == level)
+
+
+@dataclass
+class _InFlight:
+    obs: dict[str, Any]
+    tag: RequestTag
+    arrival: float
+    deadline: float  # the request timeout the core asked for, as PolicyConnection does
+
+
+@dataclass
+class CoreRig:
+    """StreamingCore for ``model`` with config/<model>.yaml plus ``overrides``."""
+
+    model: str = "pi05"
+    overrides: dict[str, Any] = field(default_factory=dict)
+    policy: Policy | None = None
+    latency_s: float = 0.05
+    tick_s: float = 0.01
+    metadata: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        base = load_model_config(self.model)
+        self.config: NodeConfig = dataclasses.replace(base, **self.overrides)
+        cameras = load_model_camera_map(config_dir() / f"{self.model}_cameras.yaml", self.model)
+        self.camera_keys = [c.key for c in cameras]
+        groot = family_of(self.model) == "groot"
+        self.joints = list(GROOT_JOINTS if groot else PI_JOINTS)
+        self.state = np.full(len(self.joints), 0.1)
+        if self.metadata is None:
+            embodiment = load_embodiment("so100") if groot else None
+            self.metadata = build_metadata(self.model, embodiment=embodiment)
+        if self.policy is None:
+            self.policy = ramp_policy(int(self.metadata["action_horizon"]))
+        self.log = ListLogger()
+        self.now = 0.0
+        self.cameras_on = True
+        self.joint_states_on = True
+        self.accept = True  # the connection takes a request
+        self.connected = False
+        self.reconnect_at: float | None = None
+        self.timeouts = 0
+        self.in_flight: _InFlight | None = None
+        self.observations: list[dict[str, Any]] = []
+        self.published: list[tuple[float, TrajectoryMessage]] = []
+        self.server_resets = 0
+        self.core = StreamingCore(
+            self.config,
+            camera_keys=self.camera_keys,
+            submit=self._submit,
+            publish=lambda msg: self.published.append((self.now, msg)),
+            request_reset=self._reset,
+            log=self.log,
+            perf_clock=lambda: self.now,
+        )
+
+    # ------------------------------------------------------------ the connection
+    def _submit(self, obs: dict[str, Any], tag: RequestTag) -> bool:
+        if not (self.accept and self.connected) or self.in_flight is not None:
+            return False
+        self.observations.append(obs)
+        timeout = self.core.request_timeout()
+        self.in_flight = _InFlight(obs, tag, self.now + self.latency_s, self.now + timeout)
+        return True
+
+    def _reset(self) -> None:
+        self.server_resets += 1
+
+    def connect(self) -> None:
+        self.connected = True
+        assert self.metadata is not None
+        self.core.connected(self.metadata, self.now)
+
+    def disconnect(self, reason: str = "connection closed") -> None:
+        self.connected = False
+        if self.in_flight is not None:
+            self._deliver(InferOutcome(self.in_flight.tag, None, None, None, reason))
+        self.core.disconnected(reason, self.now)
+
+    def _deliver(self, outcome: InferOutcome) -> None:
+        self.in_flight = None
+        self.core.result(outcome, self.now)
+
+    # ------------------------------------------------------------ the clock
+    def feed(self) -> None:
+        size = self.core.image_size
+        if self.cameras_on and size is not None:
+            for key in self.camera_keys:
+                self.core.frame_received(key, np.zeros((*size, 3), np.uint8), self.now, 0.001)
+        if self.joint_states_on:
+            self.core.joint_state(self.joints, [float(v) for v in self.state], self.now)
+
+    def step(self) -> None:
+        self.now = round(self.now + self.tick_s, 9)
+        self.feed()
+        if not self.connected and self.reconnect_at is not None and self.now >= self.reconnect_at:
+            self.reconnect_at = None
+            self.connect()
+        flight = self.in_flight
+        timed_out = flight is not None and flight.deadline < flight.arrival
+        if flight is not None and timed_out and self.now >= flight.deadline - 1e-9:
+            # PolicyConnection: the request failed, the connection is dropped and reopened.
+            timeout = flight.deadline - flight.tag.t_obs
+            self.timeouts += 1
+            self.disconnect(f"no reply within request_timeout_s = {timeout:.1f} s")
+            self.reconnect_at = self.now + 0.25
+        elif flight is not None and self.now >= flight.arrival - 1e-9:
+            assert self.policy is not None
+            reply = self.policy(flight.obs)
+            self._deliver(
+                InferOutcome(flight.tag, reply, self.latency_s, None, None, flight.tag.started)
+            )
+        self.core.tick(self.now)
+
+    def run(self, seconds: float) -> None:
+        for _ in range(int(round(seconds / self.tick_s))):
+            self.step()
+
+    def run_until(self, predicate: Callable[[], Any], timeout_s: float = 10.0) -> None:
+        for _ in range(int(round(timeout_s / self.tick_s))):
+            if predicate():
+                return
+            self.step()
+        raise AssertionError(f"condition not met within {timeout_s} s of synthetic time")
+
+    # ------------------------------------------------------------ what came out
+    def messages(self, output: str | None) -> list[TrajectoryMessage]:
+        """Trajectories published to one controller (None: ~/preview)."""
+        return [msg for _, msg in self.published if msg.output == output]
+
+    def chunks(self, output: str | None = "arm") -> list[TrajectoryMessage]:
+        return [m for m in self.messages(output) if m.frame_id]
+
+    def holds(self, output: str | None = "arm") -> list[TrajectoryMessage]:
+        return [m for m in self.messages(output) if not m.frame_id]
+
+    def health(self) -> Any:
+        return assess(self.core, self.now, connected=self.connected, connection_error=None)
