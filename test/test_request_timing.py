@@ -52,3 +52,38 @@ def test_without_server_timing_upload_is_everything_before_the_reply() -> None:
 )
 def test_server_seconds(timing, expected) -> None:
     assert server_seconds(timing) == (pytest.approx(expected) if expected else expected)
+
+
+def test_policy_client_reports_the_split_over_an_emulated_link() -> None:
+    """Through the wan link emulator: bytes match what crossed the link, and the
+    upload of a raw request dominates while the server reports its simulated 50 ms."""
+    import numpy as np
+
+    from relay_ros import PolicyClient
+    from relay_ros.server.app import ServerOptions, run_server_in_thread
+    from relay_ros.sim.link import LinkThread
+
+    with run_server_in_thread(ServerOptions(latency_ms=50.0)) as server:
+        with LinkThread("wan", ("127.0.0.1", server.port), lifetime_s=60, seed=2) as link:
+            with PolicyClient("pi05", url=link.proxied_url(server.url("pi05"))) as client:
+                assert client.last_timing is None
+                meta = client.get_server_metadata()
+                height, width = meta["image_size"]
+                obs = {
+                    "images": {"base_0_rgb": np.zeros((height, width, 3), np.uint8)},
+                    "state": np.zeros(meta["action_dim"], np.float32),
+                    "prompt": "pick",
+                }
+                before = link.stats()
+                client.infer(obs)
+                after = link.stats()
+                timing = client.last_timing
+    assert timing is not None
+    assert timing.bytes_sent == after.bytes_up - before.bytes_up
+    assert timing.bytes_received == after.bytes_down - before.bytes_down
+    assert timing.bytes_sent > height * width * 3
+    assert timing.send_start <= timing.send_done <= timing.first_byte <= timing.reply_done
+    assert timing.server_s is not None and timing.server_s >= 0.05
+    # 150 kB over 20 Mbit/s is 60 ms, plus a 30 ms (at least) round trip.
+    assert timing.upload_s >= 0.08
+    assert timing.total_s == pytest.approx(client.last_roundtrip_s, abs=0.02)
