@@ -123,3 +123,32 @@ def test_jpeg_request_is_small_and_fast_over_wan(server: ServerHandle) -> None:
     assert sent["raw"] > 450_000
     assert sent["jpeg"] <= 60_000, f"{sent['jpeg']} bytes at quality {DEFAULT_JPEG_QUALITY}"
     assert times["jpeg"] < times["raw"]
+
+
+def _node_values(model: str, **change: object) -> dict:
+    import yaml
+
+    from relay_ros.paths import config_dir
+
+    data = yaml.safe_load((config_dir() / f"{model}.yaml").read_text())
+    values = dict(data["/**"]["ros__parameters"])
+    values.update(change)
+    return values
+
+
+def test_node_parameters_image_encoding() -> None:
+    from relay_ros.node.params import ParameterError, build_config
+
+    assert build_config(_node_values("pi05")).image_encoding == "raw"
+    config = build_config(_node_values("pi0", image_encoding="jpeg", jpeg_quality=80))
+    assert (config.image_encoding, config.jpeg_quality) == ("jpeg", 80)
+    with pytest.raises(
+        ParameterError,
+        match=r"parameter image_encoding 'jpeg' does not work with model 'groot': its server "
+        r"takes raw arrays only",
+    ):
+        build_config(_node_values("groot", image_encoding="jpeg"))
+    with pytest.raises(ParameterError, match=r"jpeg_quality 0 is outside \[1, 100\]"):
+        build_config(_node_values("pi05", image_encoding="jpeg", jpeg_quality=0))
+    with pytest.raises(ParameterError, match=r"image_encoding 'png' is unknown"):
+        build_config(_node_values("pi05", image_encoding="png"))

@@ -19,6 +19,7 @@ from typing import Any
 
 from relay_ros.models import MODEL_IDS
 from relay_ros.paths import config_dir
+from relay_ros.pipeline.image_encoding import ImageEncodingError, check_image_encoding
 
 __all__ = [
     "MODELS",
@@ -166,6 +167,15 @@ PARAMETERS: tuple[ParamSpec, ...] = (
         "the robot holds. 0 or negative: automatic, max(2 s, 10 x p99 of the measured "
         "latency), 30 s until the first reply.",
     ),
+    ParamSpec(
+        "image_encoding",
+        "string",
+        "raw",
+        "Camera frames on the wire: 'raw' arrays or 'jpeg' bytes (pi0/pi05 only; about a "
+        "twentieth of the bytes, see docs/network.md). Frames are fitted to the server's "
+        "image_size first.",
+    ),
+    ParamSpec("jpeg_quality", "int", 90, "JPEG quality 1..100 for image_encoding 'jpeg'."),
     ParamSpec("autostart", "bool", True, "Start commanding at once (else wait for ~/enable)."),
     ParamSpec("tick_hz", "double", 100.0, "Rate of the scheduling timer (Hz)."),
     ParamSpec(
@@ -258,6 +268,8 @@ class NodeConfig:
     autostart: bool
     tick_hz: float
     reconnect_max_backoff_s: float
+    image_encoding: str = "raw"
+    jpeg_quality: int = 90
 
     @property
     def commanded_joints(self) -> tuple[str, ...]:
@@ -407,6 +419,12 @@ def build_config(
     if blend_steps < 0:
         raise ParameterError(f"parameter 'blend_steps' must be >= 0, got {blend_steps}")
     seed = int(_value(values, "seed"))
+    image_encoding = str(_value(values, "image_encoding"))
+    jpeg_quality = _value(values, "jpeg_quality")
+    try:
+        check_image_encoding(model, image_encoding, jpeg_quality)
+    except ImageEncodingError as exc:
+        raise ParameterError(f"parameter {exc}") from None
 
     return NodeConfig(
         model=model,
@@ -436,4 +454,6 @@ def build_config(
         reconnect_max_backoff_s=_positive(
             "reconnect_max_backoff_s", float(_value(values, "reconnect_max_backoff_s"))
         ),
+        image_encoding=image_encoding,
+        jpeg_quality=int(jpeg_quality),
     )

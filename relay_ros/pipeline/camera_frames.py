@@ -10,6 +10,7 @@ camera when a request is made:
 - ``sensor_msgs/Image`` (as a serialized CDR buffer, read by
   :mod:`relay_ros.pipeline.image_cdr`, or as a message object): to RGB without a
   copy where possible, then ``resize_with_pad`` to the server's ``image_size``;
+- an (H, W, 3) uint8 RGB array: taken as it is;
 - ``sensor_msgs/CompressedImage``: decoded (at half scale when the frame is at
   least twice the target size), then ``resize_with_pad``;
 - then, with ``encoding="jpeg"``, JPEG-encoded
@@ -150,6 +151,7 @@ class CameraFrames:
         self.jpeg_quality = int(jpeg_quality)
         self._deserialize = deserialize
         self._latest: dict[str, _Latest] = {}
+        self._good: dict[str, _Latest] = {}  # the newest message that converted, per camera
         self._period: dict[str, float] = {}  # last interval between two messages per camera
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
@@ -191,13 +193,19 @@ class CameraFrames:
         """Cameras of the map with no message yet, in map order."""
         return [key for key in self._cameras if key not in self._latest]
 
-    def drop(self, key: str) -> None:
-        """Forget camera ``key``'s newest message (e.g. one that did not convert)."""
-        self._latest.pop(key, None)
+    def _reject(self, key: str) -> None:
+        """The newest message of ``key`` did not convert: fall back to the last one
+        that did (it ages out through the freshness check), or to none."""
+        good = self._good.get(key)
+        if good is None:
+            self._latest.pop(key, None)
+        else:
+            self._latest[key] = good
 
     def clear(self) -> None:
         """Forget every message (after a reconnect: the image size may change)."""
         self._latest.clear()
+        self._good.clear()
         self._period.clear()
 
     def prepare(self, key: str, image_size: tuple[int, int]) -> float:
@@ -208,7 +216,8 @@ class CameraFrames:
 
         Raises:
             KeyError: no message from ``key`` yet.
-            FrameConversionError: the message does not convert; it is dropped.
+            FrameConversionError: the message does not convert; the camera falls
+                back to its last message that did (or none).
         """
         latest = self._latest[key]
         size = (int(image_size[0]), int(image_size[1]))
@@ -218,10 +227,11 @@ class CameraFrames:
         try:
             latest.converted = self._convert(key, latest.msg, size)
         except FrameConversionError:
-            self.drop(key)
+            self._reject(key)
             raise
         latest.size = size
         latest.processing_s = time.perf_counter() - start
+        self._good[key] = latest
         return latest.processing_s
 
     # Request time: convert what is new.
@@ -229,7 +239,9 @@ class CameraFrames:
     def _convert(self, key: str, msg: Any, size: tuple[int, int]) -> np.ndarray | bytes:
         entry = self._cameras[key]
         try:
-            if entry.transport == "compressed":
+            if isinstance(msg, np.ndarray):
+                rgb = msg  # an RGB frame already (tests, bag tools)
+            elif entry.transport == "compressed":
                 rgb = compressed_to_rgb(msg, source=entry.topic, target_size=size)
             else:
                 image = msg
@@ -267,8 +279,8 @@ class CameraFrames:
         Raises:
             KeyError: a camera has no message yet (check :meth:`missing` first).
             FrameConversionError: a camera's newest message does not convert; the
-                message names the camera, topic and reason. That message is dropped,
-                so the next call waits for a new one.
+                message names the camera, topic and reason. The camera falls back to
+                its last message that converted (or none); the caller tries again.
         """
         size = (int(image_size[0]), int(image_size[1]))
         todo = []
@@ -284,11 +296,12 @@ class CameraFrames:
             for (key, latest), future in zip(todo, futures):
                 try:
                     latest.converted, latest.size = future.result(CONVERT_TIMEOUT_S), size
+                    self._good[key] = latest
                 except FrameConversionError as exc:
-                    self.drop(key)
+                    self._reject(key)
                     failure = failure or exc
                 except FutureTimeoutError:
-                    self.drop(key)
+                    self._reject(key)
                     topic = self._cameras[key].topic
                     reason = f"conversion took longer than {CONVERT_TIMEOUT_S:g} s"
                     failure = failure or FrameConversionError(key, topic, reason)
@@ -299,9 +312,10 @@ class CameraFrames:
                 try:
                     latest.converted = self._convert(key, latest.msg, size)
                 except FrameConversionError:
-                    self.drop(key)
+                    self._reject(key)
                     raise
                 latest.size = size
+                self._good[key] = latest
         elapsed = time.perf_counter() - start if todo else 0.0
         fresh = {key for key, _ in todo}
         newest_key = max(self._cameras, key=lambda k: self._latest[k].received)

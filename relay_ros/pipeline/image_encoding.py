@@ -30,12 +30,12 @@ from typing import Any
 import cv2
 import numpy as np
 
+from relay_ros.models import UnknownModelError, family_of
 from relay_ros.pipeline.images import ImageConversionError, resize_with_pad
 
 __all__ = [
     "DEFAULT_JPEG_QUALITY",
     "IMAGE_ENCODINGS",
-    "JPEG_MODELS",
     "ImageEncodingError",
     "check_image_encoding",
     "decode_jpeg",
@@ -46,9 +46,6 @@ __all__ = [
 
 #: The values of ``image_encoding``.
 IMAGE_ENCODINGS: tuple[str, ...] = ("raw", "jpeg")
-
-#: Models whose servers accept JPEG bytes as frames (GR00T needs raw arrays).
-JPEG_MODELS: tuple[str, ...] = ("pi05", "pi0")
 
 #: JPEG quality (1..100) used when none is given. Three 224x224 frames of a textured,
 #: photograph-like scene make a 46 kB request at 90 (mean absolute error 3.7 grey
@@ -77,17 +74,23 @@ def check_image_encoding(model: str, encoding: str, quality: Any = DEFAULT_JPEG_
 
     Raises:
         ImageEncodingError: an unknown encoding, a quality outside [1, 100], or
-            ``"jpeg"`` for GR00T (its servers take raw arrays only).
+            ``"jpeg"`` for a GR00T-family model (its servers take raw arrays only).
     """
     if encoding not in IMAGE_ENCODINGS:
         raise ImageEncodingError(
             f"image_encoding {encoding!r} is unknown; expected one of {list(IMAGE_ENCODINGS)}"
         )
     _check_quality(quality)
-    if encoding == "jpeg" and model not in JPEG_MODELS:
+    if encoding != "jpeg":
+        return
+    try:
+        family = family_of(model)
+    except UnknownModelError as exc:
+        raise ImageEncodingError(str(exc)) from None
+    if family != "pi":
         raise ImageEncodingError(
             f"image_encoding 'jpeg' does not work with model {model!r}: its server takes raw "
-            f"arrays only; use image_encoding 'raw' (JPEG is for {list(JPEG_MODELS)})"
+            "arrays only; use image_encoding 'raw' (JPEG is for the pi0/pi05 family)"
         )
 
 
