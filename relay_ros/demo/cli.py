@@ -93,6 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
         "(relay_ros.sim.link; default: direct loopback)",
     )
     p.add_argument(
+        "--image-encoding",
+        choices=("raw", "jpeg"),
+        help="policy_node's image_encoding (default: the model config's, raw); jpeg is "
+        "for pi0/pi05 only",
+    )
+    p.add_argument(
         "--output-dir",
         type=Path,
         default=Path("demo_output"),
@@ -157,6 +163,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     jitter_ms=args.jitter_ms,
                     progress=show,
                     link=args.link,
+                    node_overrides=(
+                        {"image_encoding": args.image_encoding} if args.image_encoding else None
+                    ),
                 )
             )
             err.write("\n")

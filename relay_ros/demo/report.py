@@ -73,6 +73,18 @@ def _summary_rows(r: DemoResult) -> list[tuple[str, str]]:
             if r.bytes_per_request is not None
             else []
         ),
+        *(
+            [
+                (
+                    "upload / server / download p50 [ms]",
+                    " / ".join(
+                        format_ms(r.network.get(k)) for k in ("upload_s", "server_s", "download_s")
+                    ),
+                )
+            ]
+            if r.network
+            else []
+        ),
     ]
 
 
@@ -94,7 +106,7 @@ def format_summary(results: Sequence[DemoResult]) -> str:
     if first.execute_horizon is not None:
         header += f", execute horizon {first.execute_horizon}"
     if first.link is not None:
-        header += f"\nlink {first.link}"
+        header += f"\nlink {first.link}; frames {first.image_encoding}"
     titles = [f"{r.request_mode} ({r.duration_s:g} s)" for r in results]
     rows = [_summary_rows(r) for r in results]
     labels = [label for label, _ in rows[0]]

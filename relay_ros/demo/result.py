@@ -102,6 +102,9 @@ class DemoResult:
         bytes_per_request: Uplink bytes per request through the link (observation,
             WebSocket framing, the connection's handshake spread over the requests),
             None without a link.
+        network: policy_node's latency split, p50 in seconds: ``upload_s``,
+            ``server_s``, ``download_s``, ``total_s`` (docs/network.md).
+        image_encoding: How policy_node sent the frames (``raw`` or ``jpeg``).
     """
 
     model: str
@@ -135,6 +138,8 @@ class DemoResult:
     server_pid: int | None = None
     link: str | None = None
     bytes_per_request: float | None = None
+    network: dict[str, float] = field(default_factory=dict)
+    image_encoding: str = "raw"
 
     def latency_percentile_s(self, q: float) -> float | None:
         """The ``q``-th percentile (0..100) of the latencies in seconds, or None."""

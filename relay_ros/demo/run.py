@@ -312,6 +312,12 @@ def run_demo(
             recorded_chunks = list(recorded)
         execute_horizon = policy.config.execute_horizon
         link_bytes_up = None if link_thread is None else link_thread.stats().bytes_up
+        network = {
+            f"{name}_s": value
+            for name, stats in policy.core.network_timing.items()
+            if name != "request_bytes" and (value := stats.percentile(50)) is not None
+        }
+        image_encoding = policy.config.image_encoding
     finally:
         with _sigint_masked():
             stop_spinning.set_result(None)
@@ -383,6 +389,8 @@ def run_demo(
         bytes_per_request=(
             link_bytes_up / counts["requests"] if link_bytes_up and counts["requests"] else None
         ),
+        network=network,
+        image_encoding=image_encoding,
     )
 
 
