@@ -39,6 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from relay_ros.demo.errors import DemoError  # noqa: E402
 from relay_ros.demo.result import DemoResult  # noqa: E402
 from relay_ros.sim.link_profiles import PRESETS  # noqa: E402
 
@@ -93,7 +94,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         for preset in presets:
             for encoding in encodings:
                 started = time.monotonic()
-                result = run(preset, encoding, args.duration, args.latency_ms, context)
+                try:
+                    result: DemoResult | str = run(
+                        preset, encoding, args.duration, args.latency_ms, context
+                    )
+                except DemoError as exc:  # e.g. the node never started: say why in the table
+                    result = str(exc)
                 rows.append((preset, encoding, result))
                 sys.stderr.write(
                     f"{preset} {encoding}: done in {time.monotonic() - started:.0f} s\n"
@@ -112,6 +118,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print("|---|---|---:|---:|---:|---:|---:|---|")
     for preset, encoding, r in rows:
+        if isinstance(r, str):
+            print(f"| {preset} | {encoding} | - | - | - | - | - | did not run: {r} |")
+            continue
         net = r.network
         split = " / ".join(_ms(net.get(k)) for k in ("upload_s", "server_s", "download_s"))
         goal = ""
