@@ -211,9 +211,11 @@ class _Pipe:
             wait = release - loop.time()
             if wait > _MIN_SLEEP_S:
                 await asyncio.sleep(wait)
+            # Counted before the write: another thread may read the bytes (and the
+            # stats) before this line would run after it.
+            self._counter[0] += len(segment)
             self._writer.write(segment)
             await self._writer.drain()
-            self._counter[0] += len(segment)
 
 
 class LinkProxy:
