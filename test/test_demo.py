@@ -39,6 +39,8 @@ from relay_ros.demo import (
     server_command,
     stall_intervals,
 )
+from relay_ros.demo.policy_settings import DemoPolicy
+from relay_ros.demo.task import TaskMeasures, jerk_rms
 
 REPO = Path(__file__).resolve().parents[1]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -127,6 +129,8 @@ def _result(mode: str, *, stall: float, latencies_ms: list[float]) -> DemoResult
         followed=followed,
         switch_times=np.array([0.4, 0.8, 1.2]),
         chunks=chunks,
+        task=TaskMeasures(errors_m=np.array([0.01, 0.02, 0.025, 0.02, 0.1]), on_target_m=0.03),
+        jerk_rms=1234.4,
     )
 
 
@@ -147,6 +151,13 @@ def _result(mode: str, *, stall: float, latencies_ms: list[float]) -> DemoResult
             "argument --latency-ms: '-5' is not a number of milliseconds >= 0",
         ),
         (["--jitter-ms", "nan"], "argument --jitter-ms: 'nan' is not a number of milliseconds"),
+        (["--seed", "-1"], "argument --seed: '-1' is not an integer >= 0"),
+        (["--chunk-noise", "x"], "argument --chunk-noise: 'x' is not a number"),
+        (
+            ["--fault", "loose-cable"],
+            "argument --fault: invalid choice: 'loose-cable' (choose from swap-cameras, "
+            "swap-red-blue)",
+        ),
         (
             ["--model", "gpt"],
             "argument --model: invalid choice: 'gpt' (choose from pi05, pi0, groot)",
@@ -175,6 +186,40 @@ def test_run_demo_argument_errors():
     with pytest.raises(DemoArgumentError) as info:
         run_demo("pi05", 1.0, latency_ms=-1.0)
     assert str(info.value) == "latency_ms -1.0 is not a finite number of ms >= 0"
+    with pytest.raises(DemoArgumentError) as info:
+        run_demo("pi05", 1.0, fault="swap-wires")
+    assert str(info.value) == "fault 'swap-wires' is not one of ['swap-cameras', 'swap-red-blue']"
+    for kwargs, message in [
+        ({"kind": "random"}, "policy 'random' is not one of ['visual', 'flow']"),
+        ({"smoothing": "spline"}, "smoothing 'spline' is not one of ['none', 'blend', 'prefix']"),
+        ({"chunk_noise": -1.0}, "chunk_noise -1.0 is not a finite number >= 0"),
+        ({"seed": -2}, "seed -2 is not an integer >= 0"),
+    ]:
+        with pytest.raises(DemoArgumentError) as info:
+            DemoPolicy(**kwargs)
+        assert str(info.value) == message
+
+
+def test_demo_policy_blend_steps_follow_the_horizon():
+    from relay_ros.models import MODEL_IDS, get_model
+    from relay_ros.server.action_prefix import default_soft_steps
+
+    for model in MODEL_IDS:
+        horizon = get_model(model).server_metadata["action_horizon"]
+        assert DemoPolicy(smoothing="blend").blend_steps(model) == default_soft_steps(horizon)
+    assert DemoPolicy(smoothing="blend").blend_steps("pi05") == 20
+    assert DemoPolicy(smoothing="blend").blend_steps("groot") == 6
+    assert DemoPolicy(smoothing="prefix").blend_steps("pi05") == 0
+
+
+def test_jerk_is_the_rms_third_difference():
+    times = np.arange(10) * 0.01
+    # x = t^3 has a constant third derivative of 6.
+    positions = np.stack([times**3, np.zeros(10)], axis=1)
+    assert jerk_rms(times, positions) == pytest.approx(6.0 / np.sqrt(2.0))
+    assert jerk_rms(times[:3], positions[:3]) is None
+    positions[5, 0] = np.nan
+    assert jerk_rms(times, positions) is None
 
 
 # --------------------------------------------------------------------------- what starts
@@ -192,8 +237,15 @@ def test_node_parameters_match_the_model_config(model):
 
     assert params["policy_node"] == [
         str(REPO / "config" / f"{model}.yaml"),
-        {"policy_url": f"ws://127.0.0.1:8123/{model}", "request_mode": "sync"},
+        {
+            "policy_url": f"ws://127.0.0.1:8123/{model}",
+            "request_mode": "sync",
+            "blend_steps": 0,  # the default smoothing is the server's action prefix
+        },
     ]
+    blended = demo_node_parameters(model, policy=DemoPolicy(smoothing="blend", seed=4))
+    assert blended["policy_node"][1]["blend_steps"] == (20 if model == "pi05" else 6)
+    assert blended["sim_cameras"][0]["seed"] == 4
 
     cameras = params["sim_cameras"][0]
     topics = {cameras[f"cameras.{name}.topic"]: name for name in cameras["cameras"]}
@@ -238,7 +290,14 @@ def test_server_command():
     ) == [
         "python", "-m", "relay_ros.server", "--host", "127.0.0.1", "--port", "0",
         "--model", "groot", "--latency-ms", "80", "--jitter-ms", "12.5",
-        "--log-level", "WARNING", "--port-file", "/tmp/p",
+        "--log-level", "WARNING", "--synthetic", "visual", "--chunk-noise", "1",
+        "--seed", "0", "--action-prefix", "--port-file", "/tmp/p",
+    ]  # fmt: skip
+    prefix = server_command(
+        "pi05", policy=DemoPolicy(kind="flow", chunk_noise=0.5, smoothing="blend", seed=3)
+    )
+    assert prefix[prefix.index("--synthetic") :] == [
+        "--synthetic", "flow", "--chunk-noise", "0.5", "--seed", "3",
     ]  # fmt: skip
     with pytest.raises(DemoArgumentError) as info:
         server_command("pi05", jitter_ms=float("inf"))
@@ -349,9 +408,10 @@ def test_summary_table_puts_runs_side_by_side():
     assert lines[0] == (
         "relay_ros demo: pi05, simulated inference 80 ms +/- 20 ms, dt 20.0 ms, execute horizon 25"
     )
-    assert lines[2].split() == ["early", "(4", "s)", "sync", "(4", "s)"]
+    assert lines[1] == "visual policy, chunk noise 1, smoothing prefix, seed 0"
+    assert lines[3].split() == ["early", "(4", "s)", "sync", "(4", "s)"]
     rows = {}
-    for line in lines[4:]:
+    for line in lines[5:]:
         label, *cells = re.split(r"\s{2,}", line.strip())
         rows[label] = " ".join(cells).split()
     assert rows["latency p50 / p99 [ms]"] == ["85", "/", "100", "80", "/", "80"]
@@ -361,6 +421,9 @@ def test_summary_table_puts_runs_side_by_side():
     assert rows["action age p50 / max [ms]"] == ["350", "/", "610", "350", "/", "610"]
     assert rows["rejected messages"] == ["0", "0"]
     assert rows["requests"] == ["10", "10"]
+    assert rows["target error med / p90 [cm]"] == ["2.0", "/", "7.0", "2.0", "/", "7.0"]
+    assert rows["time on target"] == ["80%", "80%"]
+    assert rows["jerk RMS [rad/s^3]"] == ["1234", "1234"]
     for label in ("chunks (received/published)", "stall events", "refused by the node"):
         assert label in rows
     with pytest.raises(DemoArgumentError) as info:
@@ -438,9 +501,33 @@ def test_demo_loop_early_has_no_stall_sync_does(ros_context, tmp_path):
         assert result.server_pid is not None and _gone(result.server_pid)
     assert seen and not seen[-1].starting and seen[-1].elapsed_s == pytest.approx(5.0)
 
+    # The visual task: the arm tracks the target (measured from the followed joints;
+    # the run includes the first approach from the start pose).
+    assert early.task is not None and early.task.median_m is not None
+    assert early.task.median_m < 0.06 and early.task.on_target_share > 0.15, table
+    assert early.jerk_rms is not None
+    # Default smoothing: the server continues the committed actions (action_prefix),
+    # so the typical switch is about as smooth as the motion itself (~1; the first
+    # point lies up to two steps after the take-over). Without it the median is ~10.
+    assert float(np.median(early.boundary_steps["arm_controller"])) < 3.0, table
+
     path = plot_demo([early, sync], tmp_path / "demo_pi05.png")
     assert path.read_bytes()[:8] == PNG_SIGNATURE
     assert "stall time [s]" in format_summary([early, sync])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("fault", ["swap-cameras", "swap-red-blue"])
+def test_demo_wiring_faults_fail_the_task(ros_context, fault):
+    """No error anywhere, yet the arm never gets to the target: the task shows the mistake."""
+    result = run_demo("pi05", 5.0, fault=fault, context=ros_context)
+    table = format_summary([result])
+    assert result.fault == fault and f"early {fault} (5 s)" in table
+    assert result.rejected == 0 and result.error_replies == 0, table
+    assert result.task is not None
+    assert result.task.on_target_share < 0.1, table
+    assert result.task.median_m > 0.1, table
 
 
 @pytest.mark.slow

@@ -27,6 +27,7 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint  # noqa: E
 from relay_ros.sim.arm_node import SimArmConfigError, SimArmNode  # noqa: E402
 from relay_ros.sim.cameras_node import SimCamerasConfigError, SimCamerasNode  # noqa: E402
 from relay_ros.sim.trajectory_follower import format_t_obs  # noqa: E402
+from relay_ros.sim.world_camera import World, WorldCamera  # noqa: E402
 
 pytestmark = pytest.mark.ros
 
@@ -225,6 +226,7 @@ def test_sim_cameras_publish_raw_and_compressed_frames(ros_context, executor) ->
         node_name=name,
         context=ros_context,
         parameter_overrides={
+            "scene": "shapes",
             "cameras": ["front", "wrist"],
             "cameras.front.topic": f"/{name}/front/image_raw",
             "cameras.front.width": 64,
@@ -273,6 +275,55 @@ def test_sim_cameras_publish_raw_and_compressed_frames(ros_context, executor) ->
         probe.destroy_node()
 
 
+def test_sim_cameras_draw_the_world_from_the_joint_states(ros_context, executor) -> None:
+    """The base view follows the arm's joint states; swap_red_blue reverses the channels."""
+    name = unique("cams")
+    joints_topic = f"/{name}/joint_states"
+    cameras = SimCamerasNode(
+        node_name=name,
+        context=ros_context,
+        parameter_overrides={
+            "cameras": ["base"],
+            "cameras.base.topic": f"/{name}/base/image_raw",
+            "cameras.base.width": 96,
+            "cameras.base.height": 96,
+            "cameras.base.rate_hz": 50.0,
+            "joint_states_topic": joints_topic,
+            "arm_joints": ["a1", "a2"],
+            "seed": 5,
+            "swap_red_blue": True,
+        },
+    )
+    assert cameras.cameras["base"].role == "base"
+    probe = Node(unique("probe"), context=ros_context)
+    frames: list[Image] = []
+    try:
+        probe.create_subscription(
+            Image, f"/{name}/base/image_raw", frames.append, qos_profile_sensor_data
+        )
+        states = probe.create_publisher(JointState, joints_topic, 10)
+        executor.add_node(cameras)
+        executor.add_node(probe)
+        pose = (0.6, -0.4)
+
+        def drawn_at_pose() -> bool:
+            states.publish(JointState(name=["x", "a2", "a1"], position=[9.0, pose[1], pose[0]]))
+            if not frames:
+                return False
+            msg = frames[-1]
+            t = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+            got = np.frombuffer(bytes(msg.data), np.uint8).reshape(96, 96, 3)
+            expected = WorldCamera("base", 96, 96, World(seed=5)).render(t, *pose)
+            return np.array_equal(got, expected[..., ::-1])
+
+        assert spin_until(executor, drawn_at_pose, 10)
+    finally:
+        executor.remove_node(cameras)
+        executor.remove_node(probe)
+        cameras.destroy_node()
+        probe.destroy_node()
+
+
 def test_sim_cameras_configuration_errors(ros_context) -> None:
     with pytest.raises(SimCamerasConfigError) as info:
         SimCamerasNode(
@@ -292,6 +343,19 @@ def test_sim_cameras_configuration_errors(ros_context) -> None:
     assert str(info.value) == (
         "camera 'c': scene width 4 is not an integer number of pixels in [16, 8192]"
     )
+    for overrides, message in [
+        (
+            {"cameras": ["c"], "cameras.c.role": "top"},
+            "parameter 'cameras.c.role' is 'top'; expected one of ['base', 'wrist']",
+        ),
+        ({"scene": "mars"}, "parameter 'scene' is 'mars'; expected one of ['world', 'shapes']"),
+        ({"arm_joints": ["j1"]}, "parameter 'arm_joints' is ['j1']; expected two joint names"),
+    ]:
+        with pytest.raises(SimCamerasConfigError) as info:
+            SimCamerasNode(
+                node_name=unique("cams"), context=ros_context, parameter_overrides=overrides
+            )
+        assert str(info.value) == message
 
 
 @pytest.mark.slow

@@ -3,10 +3,12 @@
 Starts the reference policy server (a subprocess, so that its simulated inference
 never holds this process's GIL), then, in this process, the simulated cameras, the
 simulated arm (a ``joint_trajectory_controller`` stand-in per configured output) and
-``policy_node`` with ``config/<model>.yaml``, all spun by one ``MultiThreadedExecutor``.
-It runs once with early requests and once with synchronous requests (openpi's
-``ActionChunkBroker`` behaviour), prints the streaming measures of both side by
-side and writes a PNG of commanded vs followed joint positions.
+``policy_node`` with ``config/<model>.yaml``, spun by two ``SingleThreadedExecutor`` s in
+their own threads. The cameras draw a simulated world whose red target the reference
+policy has to find and reach. It runs once with early requests and once with
+synchronous requests (openpi's ``ActionChunkBroker`` behaviour), prints the task and
+streaming measures of both side by side and writes a PNG of commanded vs followed
+joint positions.
 
 One module per concept, so that everything except `run_demo` is tested without ROS:
 
@@ -17,7 +19,12 @@ One module per concept, so that everything except `run_demo` is tested without R
   ``launch/demo.launch.py``);
 - ``server_process.py``: `server_command`, `ServerProcess`: the server subprocess,
   always terminated on exit;
+- ``policy_settings.py``: `DemoPolicy`, `FAULTS`: the policy, its noise, the
+  smoothing and the wiring mistake to make;
 - ``result.py``: `DemoResult`, `CommandedChunk`, `DemoProgress`: what a run produced;
+- ``task.py``: `TaskMeasures`, `task_measures`, `jerk_rms`: tracking error and jerk;
+- ``recorder.py``: `ChunkRecorder`, `LatencyCollector`: what a run records;
+- ``rig.py``: `DemoRig`: the steps of a run on rclpy (start, wait, run, snapshot, stop);
 - ``run.py``: `run_demo` -> `DemoResult`: one run of the loop with its measures and
   series;
 - ``report.py``, ``plot.py``: `format_progress`, `format_summary`, `stall_intervals`,
@@ -42,22 +49,29 @@ from relay_ros.demo.launch_plan import (
 )
 from relay_ros.demo.models import DEMO_MODELS, REQUEST_MODES, load_model_config
 from relay_ros.demo.plot import plot_demo
+from relay_ros.demo.policy_settings import FAULTS, POLICY_KINDS, SMOOTHINGS, DemoPolicy
 from relay_ros.demo.report import format_progress, format_summary, stall_intervals
 from relay_ros.demo.result import CommandedChunk, DemoProgress, DemoResult
 from relay_ros.demo.run import run_demo
 from relay_ros.demo.server_process import ServerProcess, server_command
+from relay_ros.demo.task import TaskMeasures
 
 __all__ = [
     "DEMO_LAUNCH_ARGUMENTS",
     "DEMO_MODELS",
+    "FAULTS",
+    "POLICY_KINDS",
     "REQUEST_MODES",
+    "SMOOTHINGS",
     "CommandedChunk",
     "DemoLaunchPlan",
+    "DemoPolicy",
     "DemoArgumentError",
     "DemoError",
     "DemoProgress",
     "DemoResult",
     "ServerProcess",
+    "TaskMeasures",
     "build_parser",
     "demo_launch_plan",
     "demo_node_parameters",

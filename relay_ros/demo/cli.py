@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from relay_ros.demo.errors import DemoError
 from relay_ros.demo.launch_plan import ARM_NODE, CAMERAS_NODE, POLICY_NODE
 from relay_ros.demo.models import DEMO_MODELS
 from relay_ros.demo.plot import plot_demo
+from relay_ros.demo.policy_settings import FAULTS, POLICY_KINDS, SMOOTHINGS, DemoPolicy
 from relay_ros.demo.report import format_progress, format_summary
 from relay_ros.demo.result import DemoProgress, DemoResult
 from relay_ros.demo.run import run_demo
@@ -30,24 +31,30 @@ from relay_ros.sim.link_profiles import PRESETS
 __all__ = ["build_parser", "main"]
 
 
-def _positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
-    return value
+def _number(
+    kind: type, what: str, *, minimum: float = 0.0, strict: bool = False
+) -> Callable[[str], Any]:
+    """An argparse type: ``kind(text)``, finite and above ``minimum`` (or at least it)."""
+    relation = "positive" if strict and minimum == 0 else f">= {minimum:g}"
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if not math.isfinite(value) or value < minimum or (strict and value == minimum):
+            if relation == "positive":
+                raise argparse.ArgumentTypeError(f"{text!r} is not a positive {what[2:]}")
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what} {relation}")
+        return value
+
+    return parse
 
 
-def _non_negative_ms(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of milliseconds") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of milliseconds >= 0")
-    return value
+_positive_seconds = _number(float, "a number of seconds", strict=True)
+_non_negative_ms = _number(float, "a number of milliseconds")
+_non_negative_number = _number(float, "a number")
+_non_negative_int = _number(int, "an integer")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -99,6 +106,41 @@ def build_parser() -> argparse.ArgumentParser:
         "for pi0/pi05 only",
     )
     p.add_argument(
+        "--policy",
+        choices=POLICY_KINDS,
+        default="visual",
+        help="reference policy: visual (finds the red target in the cameras and moves the arm "
+        "to it) or flow (a smooth motion that ignores the cameras); default %(default)s",
+    )
+    p.add_argument(
+        "--chunk-noise",
+        type=_non_negative_number,
+        default=1.0,
+        metavar="SCALE",
+        help="chunk-to-chunk variation of the policy, like a sampled VLA "
+        "(0 = off, 1 = realistic; default %(default)g)",
+    )
+    p.add_argument(
+        "--smoothing",
+        choices=SMOOTHINGS,
+        default="prefix",
+        help="chunk boundaries: none, blend (policy_node blend_steps) or prefix (the server "
+        "continues the committed actions, real-time chunking); default %(default)s",
+    )
+    p.add_argument(
+        "--fault",
+        choices=FAULTS,
+        help="make a wiring mistake on purpose and see the task fail: swap-cameras (base and "
+        "wrist topics exchanged in the camera map) or swap-red-blue (a camera driver sending "
+        "BGR labelled rgb8)",
+    )
+    p.add_argument(
+        "--seed",
+        type=_non_negative_int,
+        default=0,
+        help="seed of the target's path and the policy's noise (default %(default)s)",
+    )
+    p.add_argument(
         "--output-dir",
         type=Path,
         default=Path("demo_output"),
@@ -147,6 +189,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         err.flush()
         shown[0] = len(line)
 
+    policy = DemoPolicy(
+        kind=args.policy, chunk_noise=args.chunk_noise, smoothing=args.smoothing, seed=args.seed
+    )
     plan = [("early", args.duration)]
     if not args.no_sync:
         plan.append(("sync", args.sync_duration or args.duration))
@@ -166,6 +211,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     node_overrides=(
                         {"image_encoding": args.image_encoding} if args.image_encoding else None
                     ),
+                    policy=policy,
+                    fault=args.fault,
                 )
             )
             err.write("\n")

@@ -15,6 +15,7 @@ from typing import Any
 
 from relay_ros.demo.errors import DemoArgumentError, DemoError
 from relay_ros.demo.models import DEMO_MODELS, check_mode, load_model_config
+from relay_ros.demo.policy_settings import DemoPolicy
 from relay_ros.demo.server_process import server_command
 from relay_ros.node.launch_args import LaunchArgument
 from relay_ros.paths import config_file
@@ -58,6 +59,7 @@ def demo_node_parameters(
     port: int = 8000,
     request_mode: str = "early",
     host: str = "127.0.0.1",
+    policy: DemoPolicy | None = None,
 ) -> dict[str, list[Any]]:
     """The parameters of the three demo nodes, as launch ``parameters=`` lists.
 
@@ -65,13 +67,16 @@ def demo_node_parameters(
     transport) at 320x240 pixels, 15 Hz; the arm has one simulated controller per
     output of ``config/<model>.yaml`` (its joints and topic), starting at zero or at
     the middle of the joint limits when zero is outside them; policy_node uses the
-    params file with ``policy_url`` pointing at the local server and ``request_mode``.
+    params file with ``policy_url`` pointing at the local server, ``request_mode`` and
+    ``blend_steps`` (from the policy's smoothing); the cameras draw the world of the
+    policy's ``seed``.
 
     Args:
         model: One of `DEMO_MODELS`.
         port: TCP port of the reference server.
         request_mode: ``"early"`` or ``"sync"``.
         host: Host of the reference server.
+        policy: The demo's policy settings (None = `DemoPolicy` defaults).
 
     Returns:
         ``{"sim_cameras": [dict], "sim_arm": [dict], "policy_node": [params file, dict]}``.
@@ -88,7 +93,11 @@ def demo_node_parameters(
     from relay_ros.pipeline.camera_map import load_camera_map
 
     cameras = load_camera_map(config.camera_map, allowed_keys=None, max_cameras=None)
-    camera_params: dict[str, Any] = {"cameras": [_camera_name(c.key) for c in cameras]}
+    policy = policy or DemoPolicy()
+    camera_params: dict[str, Any] = {
+        "cameras": [_camera_name(c.key) for c in cameras],
+        "seed": policy.seed,
+    }
     for entry in cameras:
         name = _camera_name(entry.key)
         camera_params[f"cameras.{name}.topic"] = entry.topic
@@ -124,6 +133,7 @@ def demo_node_parameters(
     policy_overrides = {
         "policy_url": f"ws://{url_host}:{port}/{model}",
         "request_mode": request_mode,
+        "blend_steps": policy.blend_steps(model),
     }
     return {
         "sim_cameras": [camera_params],

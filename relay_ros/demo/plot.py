@@ -86,9 +86,13 @@ def plot_demo(results: Sequence[DemoResult], path: str | os.PathLike[str]) -> Pa
             ax.tick_params(labelsize=7)
             ax.set_xlim(-PRE_ROLL_S, r.duration_s)
             if j == 0:
+                task = ""
+                if r.task is not None and r.task.on_target_share is not None:
+                    task = f", on target {100.0 * r.task.on_target_share:.0f}%"
+                fault = f" ({r.fault})" if r.fault else ""
                 ax.set_title(
-                    f"{r.request_mode} requests: stall {r.stall_time_s:.2f} s ({share:.0f}%), "
-                    f"{r.chunks_published} chunks",
+                    f"{r.request_mode} requests{fault}: stall {r.stall_time_s:.2f} s "
+                    f"({share:.0f}%), {r.chunks_published} chunks{task}",
                     fontsize=10,
                 )
             if j < len(joints) - 1:

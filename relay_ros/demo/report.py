@@ -58,13 +58,23 @@ def _summary_rows(r: DemoResult) -> list[tuple[str, str]]:
         age = "n/a"
     else:
         age = f"{format_ms(r.action_age_p50_s)} / {format_ms(r.action_age_max_s)}"
+    task = r.task
+    if task is None or task.median_m is None:
+        error, on_target = "n/a", "n/a"
+    else:
+        error = f"{task.median_m * 100:.1f} / {(task.p90_m or 0.0) * 100:.1f}"
+        on_target = f"{100.0 * (task.on_target_share or 0.0):.0f}%"
+    jerk = "n/a" if r.jerk_rms is None else f"{r.jerk_rms:.0f}"
     return [
+        ("target error med / p90 [cm]", error),
+        ("time on target", on_target),
         ("chunks (received/published)", f"{r.chunks_received} / {r.chunks_published}"),
         ("requests", str(r.requests)),
         ("latency p50 / p99 [ms]", f"{format_ms(r.latency_p50_s)} / {format_ms(r.latency_p99_s)}"),
         ("stall time [s]", f"{r.stall_time_s:.3f} ({share:.1f}%)"),
         ("stall events", str(r.stall_events)),
         *steps,
+        ("jerk RMS [rad/s^3]", jerk),
         ("action age p50 / max [ms]", age),
         ("rejected messages", str(r.rejected)),
         ("refused by the node", str(r.refusals)),
@@ -88,6 +98,16 @@ def _summary_rows(r: DemoResult) -> list[tuple[str, str]]:
     ]
 
 
+def _title(r: DemoResult, with_policy: bool) -> str:
+    """Column title: mode and duration, the smoothing when runs differ, and any fault."""
+    parts = [r.request_mode]
+    if with_policy:
+        parts.append(r.policy.smoothing)
+    if r.fault:
+        parts.append(r.fault)
+    return f"{' '.join(parts)} ({r.duration_s:g} s)"
+
+
 def format_summary(results: Sequence[DemoResult]) -> str:
     """The summary table of one or more runs side by side (one column per run).
 
@@ -105,9 +125,12 @@ def format_summary(results: Sequence[DemoResult]) -> str:
         header += f", dt {first.dt * 1000:.1f} ms"
     if first.execute_horizon is not None:
         header += f", execute horizon {first.execute_horizon}"
+    policies = {r.policy.label() for r in results}
+    if len(policies) == 1:
+        header += f"\n{policies.pop()}"
     if first.link is not None:
         header += f"\nlink {first.link}; frames {first.image_encoding}"
-    titles = [f"{r.request_mode} ({r.duration_s:g} s)" for r in results]
+    titles = [_title(r, len(policies) > 1) for r in results]
     rows = [_summary_rows(r) for r in results]
     labels = [label for label, _ in rows[0]]
     label_width = max(len(label) for label in labels)

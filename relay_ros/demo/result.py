@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from relay_ros.demo.policy_settings import DemoPolicy
+from relay_ros.demo.task import TaskMeasures
+
 __all__ = ["PRE_ROLL_S", "CommandedChunk", "DemoProgress", "DemoResult"]
 
 #: Seconds of history before the first chunk that the recorded series keep.
@@ -98,6 +101,11 @@ class DemoResult:
         switch_times: Times a new trajectory took over on the arm.
         chunks: Every published chunk.
         server_pid: Process id of the server subprocess (gone when the run returns).
+        policy: The reference policy, noise, smoothing and world seed of the run.
+        fault: The wiring mistake made on purpose, or None.
+        task: Tracking error to the target over the measured cycles (None when the
+            model's first two state joints are not commanded).
+        jerk_rms: RMS jerk of the commanded positions (rad/s^3), or None.
         link: The emulated network link (`LinkProfile.describe`), None for loopback.
         bytes_per_request: Uplink bytes per request through the link (observation,
             WebSocket framing, the connection's handshake spread over the requests),
@@ -136,6 +144,10 @@ class DemoResult:
     switch_times: np.ndarray
     chunks: list[CommandedChunk] = field(default_factory=list)
     server_pid: int | None = None
+    policy: DemoPolicy = field(default_factory=DemoPolicy)
+    fault: str | None = None
+    task: TaskMeasures | None = None
+    jerk_rms: float | None = None
     link: str | None = None
     bytes_per_request: float | None = None
     network: dict[str, float] = field(default_factory=dict)

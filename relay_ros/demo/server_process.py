@@ -21,6 +21,7 @@ from typing import IO
 
 from relay_ros.demo.errors import DemoArgumentError, DemoError
 from relay_ros.demo.models import check_model
+from relay_ros.demo.policy_settings import DemoPolicy
 
 __all__ = ["ServerProcess", "server_command"]
 
@@ -45,6 +46,7 @@ def server_command(
     jitter_ms: float = 20.0,
     port_file: Path | None = None,
     executable: Sequence[str] = ("relay-policy-server",),
+    policy: DemoPolicy | None = None,
 ) -> list[str]:
     """The command line of the reference server for the demo.
 
@@ -55,6 +57,8 @@ def server_command(
         jitter_ms: Uniform random extra latency in [-J, +J] ms (>= 0).
         port_file: Where the server writes its bound port.
         executable: The server program, e.g. ``[sys.executable, "-m", "relay_ros.server"]``.
+        policy: The built-in policy's plan, noise, seed and (smoothing ``prefix``) the
+            ``action_prefix`` extension; None = `DemoPolicy` defaults.
 
     Raises:
         DemoArgumentError: unknown model, negative or non-finite latency or jitter,
@@ -81,6 +85,17 @@ def server_command(
         "--log-level",
         "WARNING",
     ]
+    policy = policy or DemoPolicy()
+    command += [
+        "--synthetic",
+        policy.kind,
+        "--chunk-noise",
+        f"{policy.chunk_noise:g}",
+        "--seed",
+        str(policy.seed),
+    ]
+    if policy.smoothing == "prefix":
+        command.append("--action-prefix")
     if port_file is not None:
         command += ["--port-file", str(port_file)]
     return command
@@ -101,6 +116,7 @@ class ServerProcess:
         jitter_ms: Uniform random extra latency in [-J, +J] ms.
         startup_timeout_s: How long to wait for the port file in seconds.
         stop_timeout_s: How long to wait after SIGTERM before SIGKILL in seconds.
+        policy: What the built-in policy runs (see `server_command`).
     """
 
     def __init__(
@@ -111,8 +127,10 @@ class ServerProcess:
         jitter_ms: float = 20.0,
         startup_timeout_s: float = 30.0,
         stop_timeout_s: float = 5.0,
+        policy: DemoPolicy | None = None,
     ) -> None:
         self._model = model
+        self._policy = policy
         self._latency_ms = latency_ms
         self._jitter_ms = jitter_ms
         self._startup_timeout_s = startup_timeout_s
@@ -165,6 +183,7 @@ class ServerProcess:
             jitter_ms=self._jitter_ms,
             port_file=port_file,
             executable=self._executable(),
+            policy=self._policy,
         )
         self._log = open(tmp / "server.log", "wb")  # noqa: SIM115 - closed in stop()
         self._process = subprocess.Popen(

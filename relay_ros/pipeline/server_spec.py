@@ -116,6 +116,8 @@ class ServerSpec:
         state_groups: GR00T: state key -> width, in metadata order (empty for π0).
         action_groups: GR00T: action key -> width, in metadata order (empty for π0).
         embodiment: GR00T: the embodiment name, if announced.
+        action_prefix: The server takes ``action_prefix`` / ``committed_steps``
+            (metadata ``"action_prefix": true``; docs/protocol.md, "Action prefix").
         metadata: The map as received, read-only.
     """
 
@@ -133,6 +135,7 @@ class ServerSpec:
     state_groups: Mapping[str, int] = field(default_factory=dict)
     action_groups: Mapping[str, int] = field(default_factory=dict)
     embodiment: str | None = None
+    action_prefix: bool = False
     metadata: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -180,6 +183,7 @@ class ServerSpec:
             "control_hz": control_hz,
             "image_size": _image_size(metadata.get("image_size")),
             "needs_session_id": bool(metadata.get("needs_session_id", False)),
+            "action_prefix": metadata.get("action_prefix") is True,
             "metadata": MappingProxyType(dict(metadata)),
         }
         if info.family == "groot":

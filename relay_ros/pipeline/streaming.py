@@ -41,6 +41,7 @@ from typing import Any, Protocol, cast
 
 import numpy as np
 
+from relay_ros.pipeline.action_prefix import committed_prefix, to_action_space
 from relay_ros.pipeline.camera_frames import CameraFrames, FrameConversionError
 from relay_ros.pipeline.camera_map import CameraEntry
 from relay_ros.pipeline.observation import ObservationBuilder, ObservationError, reply_to_chunk
@@ -646,6 +647,15 @@ class StreamingCore:
             session_id=self._session_id,
             seed=cfg.seed,
         )
+        if active.spec.action_prefix:
+            # Real-time chunking: the actions committed while the server infers.
+            committed = committed_prefix(active.scheduler, now)
+            if committed is not None:
+                rows, steps = committed
+                observation["action_prefix"] = to_action_space(
+                    rows, active.used_dims.tolist(), active.spec.chunk_width
+                )
+                observation["committed_steps"] = steps
         tag = RequestTag(active.generation, self._session_id, now, started, wire.newest_prepared_s)
         if self._submit(observation, tag):
             active.scheduler.request_sent(now)

@@ -104,6 +104,33 @@ def build_parser() -> argparse.ArgumentParser:
         help="advertise needs_session_id and refuse observations without session_id",
     )
     p.add_argument(
+        "--synthetic",
+        choices=["flow", "visual"],
+        default="flow",
+        help="built-in policy: flow (a smooth motion that ignores the cameras) or visual "
+        "(moves the simulated arm to the red target it finds in the cameras); "
+        "default %(default)s",
+    )
+    p.add_argument(
+        "--chunk-noise",
+        type=float,
+        default=0.0,
+        metavar="SCALE",
+        help="built-in policy: seeded chunk-to-chunk variation like a sampled VLA "
+        "(0 = off, 1 = realistic); default %(default)g",
+    )
+    p.add_argument(
+        "--action-prefix",
+        action="store_true",
+        help="advertise and honour the action_prefix extension (real-time chunking): the "
+        "chunk starts with the committed actions the observation carries",
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        help="seed the random streams of observations without a seed (reproducible runs)",
+    )
+    p.add_argument(
         "--log-level",
         default="INFO",
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
@@ -132,6 +159,10 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         embodiment=args.embodiment,
         policy=args.policy,
         needs_session_id=args.needs_session_id,
+        synthetic=args.synthetic,
+        chunk_noise=args.chunk_noise,
+        action_prefix=args.action_prefix,
+        seed=args.seed,
     )
 
 

@@ -44,9 +44,10 @@ from websockets.asyncio.server import Response, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
 from relay_ros.models import family_of
+from relay_ros.server.chunk_noise import ChunkNoise
 from relay_ros.server.embodiment import Embodiment, load_embodiment
 from relay_ros.server.metadata import MODELS, PI_CAMERA_KEYS, build_metadata
-from relay_ros.server.synthetic import SyntheticPolicy
+from relay_ros.server.synthetic import POLICY_KINDS, ReferencePolicy
 from relay_ros.server.validation import (
     INTERNAL_ERROR,
     INVALID_PAYLOAD,
@@ -114,6 +115,14 @@ class ServerOptions:
             ``None`` serves the built-in synthetic policy.
         needs_session_id: advertise ``needs_session_id`` and refuse observations
             without ``session_id``.
+        synthetic: the built-in policy's plan: ``"flow"`` (ignores the cameras) or
+            ``"visual"`` (moves to the red target of the simulated world).
+        chunk_noise: scale of the built-in policy's chunk-to-chunk variation (0 = off,
+            1 = the realistic default of `ChunkNoise`).
+        action_prefix: advertise and honour the ``action_prefix`` extension
+            (built-in policy only).
+        seed: seeds the random streams of observations without ``seed`` (session k
+            of the server gets ``[seed, k]``); None = fresh OS entropy.
     """
 
     host: str = "127.0.0.1"
@@ -129,8 +138,16 @@ class ServerOptions:
     embodiment: str | None = None
     policy: str | Callable[[], Any] | None = None
     needs_session_id: bool = False
+    synthetic: str = "flow"
+    chunk_noise: float = 0.0
+    action_prefix: bool = False
+    seed: int | None = None
 
     def __post_init__(self) -> None:
+        if self.synthetic not in POLICY_KINDS:
+            raise ValueError(f"synthetic={self.synthetic!r}; expected one of {list(POLICY_KINDS)}")
+        if not math.isfinite(self.chunk_noise) or self.chunk_noise < 0:
+            raise ValueError(f"chunk_noise={self.chunk_noise!r}; expected a finite number >= 0")
         if not self.models:
             raise ValueError(f"models is empty; expected some of {list(MODELS)!r}")
         for model in self.models:
@@ -336,7 +353,8 @@ class PolicyServer:
         )
         self._policy: Any = None
         self._metadata: dict[str, dict[str, Any]] = {}
-        self._synthetic: dict[str, SyntheticPolicy] = {}
+        self._synthetic: dict[str, ReferencePolicy] = {}
+        self._sessions_made = 0
         self._validators: dict[str, Callable[[dict[str, Any]], Request]] = {}
         self._action_dims: dict[str, int] = {}
         self._max_message_bytes = options.max_message_bytes
@@ -362,10 +380,14 @@ class PolicyServer:
                 direct_url=opts.direct_url,
                 embodiment=self._embodiment,
                 overrides=overrides,
+                action_prefix=opts.action_prefix and self._factory is None,
             )
             self._metadata[model] = meta
-            self._synthetic[model] = SyntheticPolicy(
-                action_horizon=int(meta["action_horizon"]), control_hz=float(meta["control_hz"])
+            self._synthetic[model] = ReferencePolicy(
+                opts.synthetic,
+                action_horizon=int(meta["action_horizon"]),
+                control_hz=float(meta["control_hz"]),
+                noise=ChunkNoise(scale=opts.chunk_noise),
             )
             self._validators[model] = self._make_validator(model, meta)
 
@@ -374,6 +396,7 @@ class PolicyServer:
     ) -> Callable[[dict[str, Any]], Request]:
         """The checks for ``model`` with its per-model arguments bound once."""
         opts = self.options
+        prefix_horizon = int(meta["action_horizon"]) if meta.get("action_prefix") else None
         if family_of(model) == "groot":
             assert self._embodiment is not None
             self._action_dims[model] = self._embodiment.action_dim
@@ -382,6 +405,7 @@ class PolicyServer:
                 embodiment=self._embodiment,
                 needs_session_id=opts.needs_session_id,
                 adapters=opts.lora_adapters,
+                prefix_horizon=prefix_horizon,
             )
         try:
             action_dim, max_cameras = int(meta["action_dim"]), int(meta["max_cameras"])
@@ -398,6 +422,7 @@ class PolicyServer:
             max_cameras=max_cameras,
             needs_session_id=opts.needs_session_id,
             adapters=opts.lora_adapters,
+            prefix_horizon=prefix_horizon,
         )
 
     def metadata(self, model: str) -> dict[str, Any]:
@@ -595,7 +620,7 @@ class PolicyServer:
         obs, request = verdict.obs, verdict.request
         session = conn.sessions.get(request.session_id)
         if session is None:
-            session = conn.sessions[request.session_id] = _Session()
+            session = conn.sessions[request.session_id] = self._new_session()
         session.steps += 1
         if self._policy is not None:
             # A real model may block for a long time: keep the loop free for other clients.
@@ -616,6 +641,13 @@ class PolicyServer:
         timing["infer_ms"] = (time.perf_counter() - started) * 1000.0
         reply["server_timing"] = timing
         return packb(reply)
+
+    def _new_session(self) -> _Session:
+        """A session whose random stream is seeded from ``options.seed`` when set."""
+        if self.options.seed is None:
+            return _Session()
+        self._sessions_made += 1
+        return _Session(rng=np.random.default_rng([self.options.seed, self._sessions_made]))
 
     def _refuse(self, conn: _Connection, message: str, detail: str | None) -> bytes:
         self.stats._bump("errors")
@@ -644,14 +676,7 @@ class PolicyServer:
         rng = (
             np.random.default_rng(request.seed % 2**64) if request.seed is not None else session.rng
         )
-        flat = self._synthetic[model].chunk(
-            request.state,
-            rng,
-            prompt=request.prompt,
-            lora=request.lora,
-            lora_scale=request.lora_scale,
-            action_dim=self._action_dims[model],
-        )
+        flat = self._synthetic[model].chunk(request, rng, action_dim=self._action_dims[model])
         if family_of(model) != "groot":
             return flat
         assert self._embodiment is not None

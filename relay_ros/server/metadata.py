@@ -34,6 +34,7 @@ def build_metadata(
     direct_url: str | None = None,
     embodiment: Embodiment | None = None,
     overrides: Mapping[str, Any] | None = None,
+    action_prefix: bool = False,
 ) -> dict[str, Any]:
     """The metadata map for ``model``.
 
@@ -46,6 +47,9 @@ def build_metadata(
         overrides: model-specific values from a custom policy's ``metadata`` (e.g. its
             ``action_horizon``); ``protocol``, ``model``, ``needs_session_id``,
             ``lora_adapters`` and ``direct_url`` always come from the server.
+        action_prefix: advertise the ``action_prefix`` extension (``"action_prefix":
+            true``): observations may carry the committed actions, and the chunk
+            starts with them (docs/protocol.md, "Action prefix").
 
     Raises:
         ValueError: unknown model, or GR00T without an embodiment.
@@ -71,6 +75,8 @@ def build_metadata(
         needs_session_id=bool(needs_session_id),
         lora_adapters=list(lora_adapters),
     )
+    if action_prefix:
+        meta["action_prefix"] = True
     meta.pop("direct_url", None)
     if direct_url:
         meta["direct_url"] = direct_url

@@ -1,6 +1,17 @@
-"""The reference server's built-in policy: smooth, believable action chunks without a model.
+"""The reference server's built-in policies: action chunks without a model.
 
-Each chunk integrates an autonomous joint-space flow from the observed state, so
+`ReferencePolicy` is what the server runs for every observation: one of two plans,
+
+- ``"flow"`` (`SyntheticPolicy`, below): a smooth joint-space motion that ignores the
+  cameras; chunks join seamlessly;
+- ``"visual"`` (`relay_ros.server.visual_policy.VisualPolicy`): finds the red target
+  of the simulated world in the cameras and moves the arm to it;
+
+then, optionally, seeded chunk-to-chunk variation (`relay_ros.server.chunk_noise`)
+and prefix conditioning (`relay_ros.server.action_prefix`), in that order, so the
+committed prefix is reproduced exactly whatever the noise.
+
+`SyntheticPolicy`: each chunk integrates an autonomous joint-space flow from the observed state, so
 action 0 is the state, the arm visibly moves, and the next chunk, started from
 wherever the arm got to, continues the same motion (no jump at chunk switches).
 
@@ -29,10 +40,18 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-__all__ = ["FlowParams", "SyntheticPolicy"]
+from relay_ros.server.action_prefix import apply_prefix, default_soft_steps
+from relay_ros.server.chunk_noise import ChunkNoise
+from relay_ros.server.validation import Request
+
+__all__ = ["POLICY_KINDS", "FlowParams", "ReferencePolicy", "SyntheticPolicy"]
+
+#: Plans `ReferencePolicy` can run.
+POLICY_KINDS = ("flow", "visual")
 
 # Entries kept per memo (directions per prompt, speeds per adapter); cleared when full.
 _CACHE_SIZE = 256
@@ -149,3 +168,65 @@ class SyntheticPolicy:
                 self._shapes.clear()
             self._shapes[key] = shape
         return shape
+
+
+class ReferencePolicy:
+    """The built-in policy of one model: a plan, then noise, then the action prefix.
+
+    Args:
+        kind: ``"flow"`` or ``"visual"`` (`POLICY_KINDS`).
+        action_horizon: actions per chunk ``H``.
+        control_hz: action rate (Hz).
+        noise: chunk-to-chunk variation (None = none).
+        soft_steps: cross-fade after an action prefix (None = `default_soft_steps`).
+
+    Raises:
+        ValueError: an unknown kind, or a bad horizon or rate.
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        *,
+        action_horizon: int,
+        control_hz: float,
+        noise: ChunkNoise | None = None,
+        soft_steps: int | None = None,
+    ) -> None:
+        if kind not in POLICY_KINDS:
+            raise ValueError(f"policy kind {kind!r} is not one of {list(POLICY_KINDS)}")
+        self.kind = kind
+        self.dt = 1.0 / float(control_hz)
+        self.noise = noise
+        self.soft_steps = default_soft_steps(action_horizon) if soft_steps is None else soft_steps
+        self._flow = SyntheticPolicy(action_horizon=action_horizon, control_hz=control_hz)
+        self._visual: Any = None
+        if kind == "visual":
+            # Imported here: it pulls in OpenCV and the simulated world.
+            from relay_ros.server.visual_policy import VisualPolicy
+
+            self._visual = VisualPolicy(action_horizon=action_horizon, control_hz=control_hz)
+
+    def chunk(self, request: Request, rng: np.random.Generator, *, action_dim: int) -> np.ndarray:
+        """The float32 chunk ``(H, action_dim)`` for a validated observation."""
+        if self._visual is not None:
+            plan = self._visual.chunk(request.state, request.images or {}, action_dim=action_dim)
+        else:
+            plan = self._flow.chunk(
+                request.state,
+                rng,
+                prompt=request.prompt,
+                lora=request.lora,
+                lora_scale=request.lora_scale,
+                action_dim=action_dim,
+            )
+        if self.noise is not None and self.noise.enabled:
+            plan = self.noise.apply(plan, rng, self.dt)
+            if self._visual is None:
+                limit = self._flow.params.limit
+                plan = np.clip(plan, -limit, limit)
+        if request.action_prefix is not None:
+            plan = apply_prefix(
+                plan, request.action_prefix, request.committed_steps, self.soft_steps
+            )
+        return np.asarray(plan, dtype=np.float32)

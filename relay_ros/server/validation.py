@@ -39,6 +39,7 @@ __all__ = [
     "ObservationError",
     "PublicRequestError",
     "Request",
+    "check_action_prefix",
     "check_sampling_params",
     "jpeg_size",
     "validate_groot",
@@ -75,6 +76,11 @@ class Request:
         seed: sampling seed; ``None`` means random.
         lora: adapter name, or ``None`` for the base model.
         lora_scale: adapter strength (1.0 when not given).
+        images: the camera frames by key (π0/π0.5 ``images``, GR00T ``video``), as sent.
+        action_prefix: float32 (P, action width) committed actions, when the server
+            advertises ``action_prefix`` and the observation carries one; else None.
+        committed_steps: how many rows of ``action_prefix`` execute before the new
+            chunk takes over (0 without a prefix).
     """
 
     state: np.ndarray
@@ -83,6 +89,9 @@ class Request:
     seed: int | None
     lora: str | None
     lora_scale: float
+    images: Mapping[str, Any] | None = None
+    action_prefix: np.ndarray | None = None
+    committed_steps: int = 0
 
 
 def jpeg_size(data: bytes) -> tuple[int, int] | None:
@@ -151,6 +160,37 @@ def check_sampling_params(params: Any, adapters: Sequence[str]) -> tuple[str | N
     ):
         raise PublicRequestError("lora scale must be a number")
     return name, float(scale)
+
+
+def check_action_prefix(
+    obs: Mapping[str, Any], *, width: int, horizon: int
+) -> tuple[np.ndarray | None, int]:
+    """``(action_prefix as float32 (P, width), committed_steps)``, or ``(None, 0)`` when absent.
+
+    ``action_prefix`` must be a finite numeric (P, width) array with 1 <= P <= horizon;
+    ``committed_steps`` an integer in [0, P] (default P).
+
+    Raises:
+        ObservationError: either key is malformed (detail for the log).
+    """
+    if "action_prefix" not in obs:
+        if "committed_steps" in obs:
+            raise ObservationError("committed_steps without action_prefix")
+        return None, 0
+    prefix = _finite_state(obs["action_prefix"], "action_prefix")
+    if prefix.ndim != 2 or prefix.shape[1] != width or not 1 <= prefix.shape[0] <= horizon:
+        raise ObservationError(
+            f"action_prefix has shape {prefix.shape}; "
+            f"expected (P, {width}) with 1 <= P <= {horizon}"
+        )
+    steps = obs.get("committed_steps", prefix.shape[0])
+    if isinstance(steps, (bool, np.bool_)) or not isinstance(steps, (int, np.integer)):
+        raise ObservationError(f"committed_steps is {steps!r}; expected an integer")
+    if not 0 <= int(steps) <= prefix.shape[0]:
+        raise ObservationError(
+            f"committed_steps {int(steps)} is not in [0, {prefix.shape[0]}] (the prefix's rows)"
+        )
+    return prefix, int(steps)
 
 
 def _common(obs: Mapping[str, Any], needs_session_id: bool) -> tuple[str, str | None, int | None]:
@@ -263,8 +303,12 @@ def validate_pi(
     max_cameras: int,
     needs_session_id: bool,
     adapters: Sequence[str],
+    prefix_horizon: int | None = None,
 ) -> Request:
     """Check a π0/π0.5 observation.
+
+    ``prefix_horizon`` (the action horizon) turns on the ``action_prefix`` checks;
+    None (the extension not advertised) ignores those keys.
 
     Raises:
         ObservationError: the model cannot run on it (detail for the log).
@@ -295,7 +339,12 @@ def validate_pi(
         raise ObservationError(
             f"state has shape {state.shape}; expected ({action_dim},) or (1, {action_dim})"
         )
-    return Request(state.reshape(-1), prompt, session_id, seed, lora, scale)
+    prefix, steps = (
+        check_action_prefix(obs, width=action_dim, horizon=prefix_horizon)
+        if prefix_horizon is not None
+        else (None, 0)
+    )
+    return Request(state.reshape(-1), prompt, session_id, seed, lora, scale, images, prefix, steps)
 
 
 def validate_groot(
@@ -304,8 +353,12 @@ def validate_groot(
     embodiment: Embodiment,
     needs_session_id: bool,
     adapters: Sequence[str],
+    prefix_horizon: int | None = None,
 ) -> Request:
     """Check a GR00T observation against ``embodiment``.
+
+    ``prefix_horizon`` as in `validate_pi`; the prefix is flat, action groups
+    concatenated in ``action_keys`` order.
 
     Raises:
         ObservationError: the model cannot run on it (detail for the log).
@@ -356,4 +409,11 @@ def validate_groot(
         if group.shape != (1, width):
             raise ObservationError(f"state {key!r} has shape {group.shape}; expected (1, {width})")
         parts.append(group.reshape(-1))
-    return Request(np.concatenate(parts), prompt, session_id, seed, lora, scale)
+    prefix, steps = (
+        check_action_prefix(obs, width=embodiment.action_dim, horizon=prefix_horizon)
+        if prefix_horizon is not None
+        else (None, 0)
+    )
+    return Request(
+        np.concatenate(parts), prompt, session_id, seed, lora, scale, video, prefix, steps
+    )

@@ -1,9 +1,10 @@
-"""Simulated robot for relay_ros: a joint_trajectory_controller stand-in and synthetic cameras.
+"""Simulated robot for relay_ros: a joint_trajectory_controller stand-in, a world with a
+task, and cameras that see it.
 
-The plain modules (`trajectory_follower`, `scene`) need no rclpy; the thin nodes
-(`arm_node`, `cameras_node`) wrap them for ROS 2. Only the plain names are
-re-exported here so that ``import relay_ros.sim`` works without ROS; the scene
-names are imported lazily because they pull in OpenCV.
+The plain modules (`trajectory_follower`, `world`, `world_camera`, `scene`,
+`closed_loop`) need no rclpy; the thin nodes (`arm_node`, `cameras_node`) wrap them
+for ROS 2. Only the plain names are re-exported here so that ``import relay_ros.sim``
+works without ROS; the camera names are imported lazily because they pull in OpenCV.
 """
 
 from __future__ import annotations
@@ -24,23 +25,37 @@ from relay_ros.sim.trajectory_follower import (
     format_t_obs,
     parse_t_obs,
 )
+from relay_ros.sim.world import (
+    BaseCameraModel,
+    PlanarArm,
+    TargetSchedule,
+    World,
+    WristCameraModel,
+)
 
 if TYPE_CHECKING:
     from relay_ros.sim.scene import SceneError, SceneRenderer, encode_jpeg
+    from relay_ros.sim.world_camera import WorldCamera
 
 __all__ = [
     "REJECT_CODES",
     "Acceptance",
+    "BaseCameraModel",
     "BoundaryStep",
     "FollowerConfigError",
     "FollowerHistory",
     "FollowerMetrics",
     "FollowerSample",
+    "PlanarArm",
     "SceneError",
     "SceneRenderer",
+    "TargetSchedule",
     "TrajectoryCommand",
     "TrajectoryFollower",
     "TrajectoryPoint",
+    "World",
+    "WorldCamera",
+    "WristCameraModel",
     "encode_jpeg",
     "format_t_obs",
     "parse_t_obs",
@@ -52,4 +67,8 @@ def __getattr__(name: str) -> Any:
         from relay_ros.sim import scene
 
         return getattr(scene, name)
+    if name == "WorldCamera":
+        from relay_ros.sim import world_camera
+
+        return world_camera.WorldCamera
     raise AttributeError(f"module 'relay_ros.sim' has no attribute {name!r}")

@@ -1,10 +1,17 @@
-"""``sim_cameras``: synthetic cameras publishing a moving scene as ROS images.
+"""``sim_cameras``: simulated cameras publishing the world (or a moving scene) as ROS images.
 
-Each configured camera renders `relay_ros.sim.scene.SceneRenderer` frames at its
-own rate and publishes them as ``sensor_msgs/Image`` (``rgb8``) or
+With ``scene: world`` (default) each camera draws the simulated world of
+`relay_ros.sim.world` from the arm's state (`relay_ros.sim.world_camera.WorldCamera`):
+the node subscribes to the joint states, places the arm by its first two joints
+(``arm_joints``) and renders the base or wrist view with the target where its
+seeded schedule puts it at the frame's time. With ``scene: shapes`` it renders
+`relay_ros.sim.scene.SceneRenderer`'s moving shapes instead (no joint states needed).
+
+Each camera publishes at its own rate as ``sensor_msgs/Image`` (``rgb8``) or
 ``sensor_msgs/CompressedImage`` (``jpeg``), stamped with the node clock (so
 ``use_sim_time`` works: the frame is a function of that time) and with the
 sensor-data QoS (best effort, keep last 5) that real camera drivers use.
+``swap_red_blue`` plays a driver that sends BGR pixels labelled ``rgb8``.
 
 Parameters (declared in `SimCamerasNode._declare_parameters`; see docs/simulation.md):
 
@@ -15,7 +22,13 @@ Parameters (declared in `SimCamerasNode._declare_parameters`; see docs/simulatio
 - ``cameras.<name>.width`` / ``.height`` (int): default 640 x 480 pixels.
 - ``cameras.<name>.rate_hz`` (double): default 15 Hz.
 - ``cameras.<name>.frame_id`` (string): default ``<name>_camera_optical_frame``.
+- ``cameras.<name>.role`` (string): ``base`` or ``wrist`` (world scene); default
+  ``wrist`` when the name contains "wrist", else ``base``.
 - ``seed`` (int, 0), ``jpeg_quality`` (int, 90).
+- ``scene`` (string): ``world`` (default) or ``shapes``.
+- ``joint_states_topic`` (string, ``/joint_states``), ``arm_joints`` (string[],
+  ``["joint1", "joint2"]``): where the arm's state comes from (world scene).
+- ``swap_red_blue`` (bool, false): publish the channels in the wrong order.
 """
 
 from __future__ import annotations
@@ -26,6 +39,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+import numpy as np
 import rclpy
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.context import Context
@@ -34,14 +48,16 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.publisher import Publisher
 from rclpy.qos import qos_profile_sensor_data
-from sensor_msgs.msg import CompressedImage, Image
+from sensor_msgs.msg import CompressedImage, Image, JointState
 
 from relay_ros.sim._parameters import as_parameters
 from relay_ros.sim.scene import SceneError, SceneRenderer, encode_jpeg
+from relay_ros.sim.world_camera import CAMERA_ROLES, World, WorldCamera
 
 __all__ = ["CameraSettings", "SimCamerasConfigError", "SimCamerasNode", "main"]
 
 FORMATS = ("raw", "compressed")
+SCENES = ("world", "shapes")
 
 # Node-wide parameters: name -> (default, description).
 _NODE_PARAMETERS: dict[str, tuple[Any, str]] = {
@@ -51,6 +67,20 @@ _NODE_PARAMETERS: dict[str, tuple[Any, str]] = {
     ),
     "seed": (0, "Scene seed; with the camera name it fixes colours and motion."),
     "jpeg_quality": (90, "JPEG quality 1..100 for compressed cameras."),
+    "scene": (
+        "world",
+        "world: the simulated arm, target and distractor seen by base and wrist cameras; "
+        "shapes: moving shapes that ignore the arm.",
+    ),
+    "joint_states_topic": ("/joint_states", "JointState input placing the arm (world scene)."),
+    "arm_joints": (
+        ["joint1", "joint2"],
+        "The two joints that move the simulated arm's end effector (world scene).",
+    ),
+    "swap_red_blue": (
+        False,
+        "Publish blue-green-red pixels labelled rgb8, like a misconfigured camera driver.",
+    ),
 }
 
 # Per-camera parameters under cameras.<name>.: suffix -> (type, description).
@@ -64,6 +94,10 @@ _CAMERA_PARAMETERS: dict[str, tuple[Parameter.Type, str]] = {
     "height": (Parameter.Type.INTEGER, "Frame height in pixels; default 480."),
     "rate_hz": (Parameter.Type.DOUBLE, "Publish rate in Hz; default 15."),
     "frame_id": (Parameter.Type.STRING, "header.frame_id; default <name>_camera_optical_frame."),
+    "role": (
+        Parameter.Type.STRING,
+        "base or wrist (world scene); default wrist when the name contains 'wrist', else base.",
+    ),
 }
 
 
@@ -83,6 +117,7 @@ class CameraSettings:
         height: Frame height in pixels.
         rate_hz: Publish rate in Hz.
         frame_id: ``header.frame_id`` of every message.
+        role: ``base`` or ``wrist``: which view of the world scene it renders.
     """
 
     name: str
@@ -92,6 +127,7 @@ class CameraSettings:
     height: int
     rate_hz: float
     frame_id: str
+    role: str = "base"
 
 
 class SimCamerasNode(Node):
@@ -134,11 +170,23 @@ class SimCamerasNode(Node):
         """The settings of every camera, by name (read-only mapping)."""
         return MappingProxyType(self._cameras)
 
+    @property
+    def world(self) -> World:
+        """The simulated world the cameras draw (its seed fixes the target's schedule)."""
+        return self._world
+
     def publish_frame(self, name: str) -> None:
         """Render camera ``name`` at the current node time and publish it."""
         camera = self._cameras[name]
         stamp = self.get_clock().now()
-        frame = self._renderers[name].render(stamp.nanoseconds * 1e-9)
+        t = stamp.nanoseconds * 1e-9
+        renderer = self._renderers[name]
+        if isinstance(renderer, WorldCamera):
+            frame = renderer.render(t, *self._arm)
+        else:
+            frame = renderer.render(t)
+        if self._swap_red_blue:
+            frame = np.ascontiguousarray(frame[..., ::-1])
         msg: Image | CompressedImage
         if camera.format == "compressed":
             msg = CompressedImage()
@@ -160,22 +208,42 @@ class SimCamerasNode(Node):
     def _setup(self) -> None:
         """Declare parameters, then build a renderer, publisher and timer per camera."""
         self._cameras, seed, self._jpeg_quality = self._declare_parameters()
-        self._renderers: dict[str, SceneRenderer] = {}
+        self._world = World(seed=seed)
+        # (q1, q2) of the arm from the last joint state; the initial pose until one arrives.
+        self._arm: tuple[float, float] = (0.0, 0.0)
+        self._renderers: dict[str, SceneRenderer | WorldCamera] = {}
         self._camera_publishers: dict[str, Publisher] = {}
+        if self._scene == "world":
+            self.create_subscription(JointState, self._joint_states_topic, self._on_joint_state, 10)
         for name, camera in self._cameras.items():
             try:
-                self._renderers[name] = SceneRenderer(camera.width, camera.height, seed, name)
-            except SceneError as exc:
+                if self._scene == "world":
+                    self._renderers[name] = WorldCamera(
+                        camera.role, camera.width, camera.height, self._world
+                    )
+                else:
+                    self._renderers[name] = SceneRenderer(camera.width, camera.height, seed, name)
+            except (SceneError, ValueError) as exc:
                 raise SimCamerasConfigError(f"camera {name!r}: {exc}") from exc
             message_type = CompressedImage if camera.format == "compressed" else Image
             self._camera_publishers[name] = self.create_publisher(
                 message_type, camera.topic, qos_profile_sensor_data
             )
             self.create_timer(1.0 / camera.rate_hz, lambda name=name: self.publish_frame(name))
+            view = f" {camera.role} view" if self._scene == "world" else ""
             self.get_logger().info(
-                f"camera {name}: {camera.width}x{camera.height} {camera.format} at "
+                f"camera {name}:{view} {camera.width}x{camera.height} {camera.format} at "
                 f"{camera.rate_hz:g} Hz on {camera.topic}"
             )
+
+    def _on_joint_state(self, msg: JointState) -> None:
+        """Keep the arm's two joints; a message without both leaves the pose as it was."""
+        names = list(msg.name)
+        try:
+            first, second = (names.index(joint) for joint in self._arm_joints)
+            self._arm = (float(msg.position[first]), float(msg.position[second]))
+        except (ValueError, IndexError):
+            return
 
     def _declare_parameters(self) -> tuple[dict[str, CameraSettings], int, int]:
         """Declare every parameter (with descriptions) and return the validated values."""
@@ -197,6 +265,18 @@ class SimCamerasNode(Node):
             raise SimCamerasConfigError(
                 f"parameter 'jpeg_quality' is {quality!r}; expected an integer in [1, 100]"
             )
+        self._scene = str(values["scene"])
+        if self._scene not in SCENES:
+            raise SimCamerasConfigError(
+                f"parameter 'scene' is {self._scene!r}; expected one of {list(SCENES)}"
+            )
+        self._arm_joints = [str(j) for j in values["arm_joints"]]
+        if len(self._arm_joints) != 2:
+            raise SimCamerasConfigError(
+                f"parameter 'arm_joints' is {self._arm_joints}; expected two joint names"
+            )
+        self._joint_states_topic = str(values["joint_states_topic"])
+        self._swap_red_blue = bool(values["swap_red_blue"])
 
         cameras: dict[str, CameraSettings] = {}
         for camera in names:
@@ -216,6 +296,12 @@ class SimCamerasNode(Node):
                 raise SimCamerasConfigError(
                     f"parameter 'cameras.{camera}.rate_hz' is {rate!r}; expected > 0 Hz"
                 )
+            role = raw["role"] or ("wrist" if "wrist" in camera else "base")
+            if role not in CAMERA_ROLES:
+                raise SimCamerasConfigError(
+                    f"parameter 'cameras.{camera}.role' is {role!r}; expected one of "
+                    f"{list(CAMERA_ROLES)}"
+                )
             default_topic = f"/camera/{camera}/image_raw" + (
                 "/compressed" if fmt == "compressed" else ""
             )
@@ -227,6 +313,7 @@ class SimCamerasNode(Node):
                 height=480 if raw["height"] is None else int(raw["height"]),
                 rate_hz=rate,
                 frame_id=raw["frame_id"] or f"{camera}_camera_optical_frame",
+                role=role,
             )
         return cameras, int(values["seed"]), int(quality)
 

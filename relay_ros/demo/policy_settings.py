@@ -1,0 +1,93 @@
+"""What the demo's policy does: the reference server's plan, its noise, the smoothing, faults.
+
+`DemoPolicy` is passed to the server command (``--synthetic``, ``--chunk-noise``,
+``--seed``, ``--action-prefix``) and to policy_node (``blend_steps``); the same
+``seed`` fixes the simulated world (the target's schedule). `FAULTS` are the
+wiring mistakes the demo can make on purpose, to show what they do to the task.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from relay_ros.demo.errors import DemoArgumentError
+from relay_ros.models import get_model
+
+__all__ = ["FAULTS", "POLICY_KINDS", "SMOOTHINGS", "DemoPolicy", "check_fault"]
+
+#: Plans of the reference server: ``visual`` tracks the red target in the cameras,
+#: ``flow`` is a smooth motion that ignores them.
+POLICY_KINDS: tuple[str, ...] = ("visual", "flow")
+#: How chunk boundaries are smoothed: not at all, by the node's ``blend_steps``, or
+#: by the server from the committed actions (``action_prefix``, real-time chunking).
+SMOOTHINGS: tuple[str, ...] = ("none", "blend", "prefix")
+#: Wiring mistakes: the camera map's base and wrist topics exchanged, or a camera
+#: driver that sends BGR pixels labelled rgb8.
+FAULTS: tuple[str, ...] = ("swap-cameras", "swap-red-blue")
+
+
+@dataclass(frozen=True)
+class DemoPolicy:
+    """The reference policy and chunk smoothing of a demo run.
+
+    Attributes:
+        kind: one of `POLICY_KINDS`.
+        chunk_noise: scale of the server's chunk-to-chunk variation (0 = off, 1 = a
+            sampled VLA's).
+        smoothing: one of `SMOOTHINGS`.
+        seed: seeds the server's noise and the world's target schedule.
+
+    Raises:
+        DemoArgumentError: a value out of range (names it).
+    """
+
+    kind: str = "visual"
+    chunk_noise: float = 1.0
+    smoothing: str = "prefix"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in POLICY_KINDS:
+            raise DemoArgumentError(f"policy {self.kind!r} is not one of {list(POLICY_KINDS)}")
+        if self.smoothing not in SMOOTHINGS:
+            raise DemoArgumentError(
+                f"smoothing {self.smoothing!r} is not one of {list(SMOOTHINGS)}"
+            )
+        noise = self.chunk_noise
+        if (
+            isinstance(noise, bool)
+            or not isinstance(noise, (int, float))
+            or not (math.isfinite(noise) and noise >= 0)
+        ):
+            raise DemoArgumentError(f"chunk_noise {noise!r} is not a finite number >= 0")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise DemoArgumentError(f"seed {self.seed!r} is not an integer >= 0")
+
+    def blend_steps(self, model: str) -> int:
+        """policy_node's ``blend_steps``: the server's soft window with ``blend``, else 0."""
+        if self.smoothing != "blend":
+            return 0
+        # The reference server's soft window (server.action_prefix.default_soft_steps,
+        # not imported: importing the demo package must not load the server), so blend
+        # and prefix cross-fade over the same time; a test checks that the two agree.
+        horizon = int(get_model(model).server_metadata["action_horizon"])
+        return max(1, 2 * horizon // 5)
+
+    def label(self) -> str:
+        """Short description for tables, e.g. ``visual policy, chunk noise 1, smoothing prefix``."""
+        return (
+            f"{self.kind} policy, chunk noise {self.chunk_noise:g}, smoothing {self.smoothing}, "
+            f"seed {self.seed}"
+        )
+
+
+def check_fault(fault: str | None) -> str | None:
+    """Return ``fault`` if it is None or one of `FAULTS`.
+
+    Raises:
+        DemoArgumentError: it is not (names the value and the choices).
+    """
+    if fault is not None and fault not in FAULTS:
+        raise DemoArgumentError(f"fault {fault!r} is not one of {list(FAULTS)}")
+    return fault
