@@ -308,14 +308,8 @@ class CameraFrames:
             if failure is not None:
                 raise failure
         else:
-            for key, latest in todo:
-                try:
-                    latest.converted = self._convert(key, latest.msg, size)
-                except FrameConversionError:
-                    self._reject(key)
-                    raise
-                latest.size = size
-                self._good[key] = latest
+            for key, _ in todo:
+                self.prepare(key, size)
         elapsed = time.perf_counter() - start if todo else 0.0
         fresh = {key for key, _ in todo}
         newest_key = max(self._cameras, key=lambda k: self._latest[k].received)
