@@ -159,7 +159,7 @@ class CoreRig:
         size = self.core.image_size
         if self.cameras_on and size is not None:
             for key in self.camera_keys:
-                self.core.frame_received(key, np.zeros((*size, 3), np.uint8), self.now, 0.001)
+                self.core.frame_arrived(key, np.zeros((*size, 3), np.uint8), self.now)
         if self.joint_states_on:
             self.core.joint_state(self.joints, [float(v) for v in self.state], self.now)
 

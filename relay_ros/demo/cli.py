@@ -26,6 +26,7 @@ from relay_ros.demo.policy_settings import FAULTS, POLICY_KINDS, SMOOTHINGS, Dem
 from relay_ros.demo.report import format_progress, format_summary
 from relay_ros.demo.result import DemoProgress, DemoResult
 from relay_ros.demo.run import run_demo
+from relay_ros.sim.link_profiles import PRESETS
 
 __all__ = ["build_parser", "main"]
 
@@ -91,6 +92,18 @@ def build_parser() -> argparse.ArgumentParser:
         type=_non_negative_ms,
         default=20.0,
         help="uniform extra latency in [-J, +J] ms (default %(default)g)",
+    )
+    p.add_argument(
+        "--link",
+        choices=sorted(PRESETS),
+        help="put an emulated network link between policy_node and the server "
+        "(relay_ros.sim.link; default: direct loopback)",
+    )
+    p.add_argument(
+        "--image-encoding",
+        choices=("raw", "jpeg"),
+        help="policy_node's image_encoding (default: the model config's, raw); jpeg is "
+        "for pi0/pi05 only",
     )
     p.add_argument(
         "--policy",
@@ -194,6 +207,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     latency_ms=args.latency_ms,
                     jitter_ms=args.jitter_ms,
                     progress=show,
+                    link=args.link,
+                    node_overrides=(
+                        {"image_encoding": args.image_encoding} if args.image_encoding else None
+                    ),
                     policy=policy,
                     fault=args.fault,
                 )

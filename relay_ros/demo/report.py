@@ -78,6 +78,23 @@ def _summary_rows(r: DemoResult) -> list[tuple[str, str]]:
         ("action age p50 / max [ms]", age),
         ("rejected messages", str(r.rejected)),
         ("refused by the node", str(r.refusals)),
+        *(
+            [("bytes per request (uplink)", f"{r.bytes_per_request:,.0f}")]
+            if r.bytes_per_request is not None
+            else []
+        ),
+        *(
+            [
+                (
+                    "upload / server / download p50 [ms]",
+                    " / ".join(
+                        format_ms(r.network.get(k)) for k in ("upload_s", "server_s", "download_s")
+                    ),
+                )
+            ]
+            if r.network
+            else []
+        ),
     ]
 
 
@@ -111,6 +128,8 @@ def format_summary(results: Sequence[DemoResult]) -> str:
     policies = {r.policy.label() for r in results}
     if len(policies) == 1:
         header += f"\n{policies.pop()}"
+    if first.link is not None:
+        header += f"\nlink {first.link}; frames {first.image_encoding}"
     titles = [_title(r, len(policies) > 1) for r in results]
     rows = [_summary_rows(r) for r in results]
     labels = [label for label, _ in rows[0]]

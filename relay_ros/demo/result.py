@@ -106,6 +106,13 @@ class DemoResult:
         task: Tracking error to the target over the measured cycles (None when the
             model's first two state joints are not commanded).
         jerk_rms: RMS jerk of the commanded positions (rad/s^3), or None.
+        link: The emulated network link (`LinkProfile.describe`), None for loopback.
+        bytes_per_request: Uplink bytes per request through the link (observation,
+            WebSocket framing, the connection's handshake spread over the requests),
+            None without a link.
+        network: policy_node's latency split, p50 in seconds: ``upload_s``,
+            ``server_s``, ``download_s``, ``total_s`` (docs/network.md).
+        image_encoding: How policy_node sent the frames (``raw`` or ``jpeg``).
     """
 
     model: str
@@ -141,6 +148,10 @@ class DemoResult:
     fault: str | None = None
     task: TaskMeasures | None = None
     jerk_rms: float | None = None
+    link: str | None = None
+    bytes_per_request: float | None = None
+    network: dict[str, float] = field(default_factory=dict)
+    image_encoding: str = "raw"
 
     def latency_percentile_s(self, q: float) -> float | None:
         """The ``q``-th percentile (0..100) of the latencies in seconds, or None."""

@@ -28,7 +28,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,8 @@ from relay_ros.demo.recorder import ChunkRecorder, LatencyCollector, RecordedChu
 from relay_ros.demo.result import DemoProgress
 from relay_ros.demo.server_process import ServerProcess
 from relay_ros.node.params import NodeConfig
+from relay_ros.sim.link import LinkThread
+from relay_ros.sim.link_profiles import LinkProfile
 
 __all__ = ["DemoRig", "RunSnapshot", "swapped_camera_map"]
 
@@ -61,6 +63,11 @@ class RunSnapshot:
         latencies_s: every latency sample.
         execute_horizon: policy_node's execute horizon.
         world_seed: the seed of the world the cameras drew.
+        link: the emulated link (`LinkProfile.describe`), None for loopback.
+        link_bytes_up: bytes that crossed the link's uplink, None without a link.
+        network: policy_node's latency split p50 (``upload_s``, ``server_s``,
+            ``download_s``, ``total_s``).
+        image_encoding: policy_node's ``image_encoding``.
     """
 
     t0: float
@@ -73,6 +80,10 @@ class RunSnapshot:
     latencies_s: list[float]
     execute_horizon: int | None
     world_seed: int
+    link: str | None = None
+    link_bytes_up: int | None = None
+    network: Mapping[str, float] = field(default_factory=dict)
+    image_encoding: str = "raw"
 
 
 @contextlib.contextmanager
@@ -135,6 +146,8 @@ class DemoRig:
         context: An initialised rclpy ``Context``, or None for a private one.
         startup_timeout_s: Seconds to wait for the server and for the first chunk.
         multi_threaded: Spin policy_node on a ``MultiThreadedExecutor``.
+        link: An emulated network link between policy_node and the server, or None.
+        node_overrides: Extra policy_node parameters, over the demo's own.
     """
 
     def __init__(
@@ -150,6 +163,8 @@ class DemoRig:
         context: Any,
         startup_timeout_s: float,
         multi_threaded: bool,
+        link: LinkProfile | None = None,
+        node_overrides: Mapping[str, Any] | None = None,
     ) -> None:
         self.model = model
         self.config = config
@@ -165,6 +180,9 @@ class DemoRig:
             startup_timeout_s=startup_timeout_s,
             policy=policy,
         )
+        self.link_profile = link
+        self.link: LinkThread | None = None
+        self._extra_node_params = dict(node_overrides or {})
         self.recorder = ChunkRecorder(config.commanded_joints)
         self.latencies = LatencyCollector()
         self._context = context
@@ -191,9 +209,16 @@ class DemoRig:
         if self._own_context:
             self._context = rclpy.context.Context()
             rclpy.init(context=self._context, signal_handler_options=SignalHandlerOptions.NO)
+        port = self.server.port or 0
+        if self.link_profile is not None:
+            # Long enough for any run; stop() ends it before that.
+            self.link = LinkThread(
+                self.link_profile, ("127.0.0.1", port), lifetime_s=24 * 3600.0
+            ).start()
+            port = self.link.port
         params = demo_node_parameters(
             self.model,
-            port=self.server.port or 0,
+            port=port,
             request_mode=self.request_mode,
             policy=self.policy,
         )
@@ -210,6 +235,7 @@ class DemoRig:
             self._tmp = tempfile.TemporaryDirectory(prefix="relay_ros_demo_")
             path = swapped_camera_map(self.config.camera_map, Path(self._tmp.name))
             policy["camera_map"] = str(path)
+        policy.update(self._extra_node_params)
         return {"sim_cameras": cameras, "sim_arm": dict(params["sim_arm"][0]), "policy": policy}
 
     def _start_nodes(self, params: Mapping[str, list[Any]]) -> None:
@@ -377,6 +403,14 @@ class DemoRig:
             latencies_s=list(self.latencies.samples),
             execute_horizon=self._policy_node.config.execute_horizon,
             world_seed=self.policy.seed,
+            link=None if self.link is None else self.link.profile.describe(),
+            link_bytes_up=None if self.link is None else self.link.stats().bytes_up,
+            network={
+                f"{name}_s": value
+                for name, stats in self._policy_node.core.network_timing.items()
+                if name != "request_bytes" and (value := stats.percentile(50)) is not None
+            },
+            image_encoding=self._policy_node.config.image_encoding,
         )
 
     # ----------------------------------------------------------------- 5. stop
@@ -407,6 +441,8 @@ class DemoRig:
                 with contextlib.suppress(Exception):
                     self._context.try_shutdown()
                 self._context = None
+            if self.link is not None:
+                self.link.stop()
             self.server.stop()
             if self._tmp is not None:
                 self._tmp.cleanup()

@@ -23,6 +23,7 @@ from relay_ros.demo.rig import DemoRig, RunSnapshot
 from relay_ros.demo.server_process import server_command
 from relay_ros.demo.task import jerk_rms, task_measures
 from relay_ros.node.params import NodeConfig
+from relay_ros.sim.link_profiles import LinkProfile, get_profile
 from relay_ros.sim.world import World
 
 __all__ = ["result_from_snapshot", "run_demo"]
@@ -41,6 +42,8 @@ def run_demo(
     multi_threaded: bool = False,
     policy: DemoPolicy | None = None,
     fault: str | None = None,
+    link: str | LinkProfile | None = None,
+    node_overrides: Mapping[str, Any] | None = None,
 ) -> DemoResult:
     """Run the whole loop once and return what happened.
 
@@ -67,6 +70,11 @@ def run_demo(
         policy: The reference policy, its noise, the smoothing and the world seed
             (None = `DemoPolicy` defaults: visual, noise 1, smoothing prefix, seed 0).
         fault: None, or a wiring mistake to make on purpose (`FAULTS`).
+        link: Put an emulated network link between policy_node and the server: a
+            preset name of `relay_ros.sim.link_profiles.PRESETS` (``"wan"``, ...) or a
+            `LinkProfile`; None connects directly over loopback.
+        node_overrides: Extra policy_node parameters (e.g. ``{"image_encoding": "jpeg"}``),
+            applied over the demo's own.
 
     Raises:
         DemoArgumentError: an argument is out of range.
@@ -82,6 +90,7 @@ def run_demo(
     policy = policy or DemoPolicy()
     server_command(model, latency_ms=latency_ms, jitter_ms=jitter_ms)  # validates both
     config = load_model_config(model)
+    profile = get_profile(link) if isinstance(link, str) else link
 
     rig = DemoRig(
         model,
@@ -94,6 +103,8 @@ def run_demo(
         context=context,
         startup_timeout_s=startup_timeout_s,
         multi_threaded=multi_threaded,
+        link=profile,
+        node_overrides=node_overrides,
     )
     try:
         rig.start()
@@ -195,6 +206,14 @@ def result_from_snapshot(
         fault=fault,
         task=task,
         jerk_rms=jerk_rms(times[measured], commanded[measured]),
+        link=snapshot.link,
+        bytes_per_request=(
+            snapshot.link_bytes_up / counts["requests"]
+            if snapshot.link_bytes_up and counts["requests"]
+            else None
+        ),
+        network=dict(snapshot.network),
+        image_encoding=snapshot.image_encoding,
     )
 
 

@@ -33,6 +33,7 @@ from typing import Any
 
 from relay_ros.models import MODEL_IDS, family_of
 from relay_ros.paths import config_dir
+from relay_ros.pipeline.image_encoding import ImageEncodingError, check_image_encoding
 
 __all__ = [
     "LIVE_PARAMETERS",
@@ -455,6 +456,23 @@ PARAMETERS: tuple[ParamSpec, ...] = (
         maximum=1000.0,
     ),
     ParamSpec(
+        "image_encoding",
+        "string",
+        "raw",
+        "Camera frames on the wire: 'raw' arrays or 'jpeg' bytes (pi0/pi05 only; about a "
+        "twentieth of the bytes, see docs/network.md). Frames are fitted to the server's "
+        "image_size first.",
+        choices=("raw", "jpeg"),
+    ),
+    ParamSpec(
+        "jpeg_quality",
+        "int",
+        90,
+        "JPEG quality 1..100 for image_encoding 'jpeg'.",
+        minimum=1,
+        maximum=100,
+    ),
+    ParamSpec(
         "reconnect_max_backoff_s",
         "double",
         5.0,
@@ -583,6 +601,8 @@ class NodeConfig:
     autostart: bool
     tick_hz: float
     reconnect_max_backoff_s: float
+    image_encoding: str = "raw"
+    jpeg_quality: int = 90
 
     @property
     def commanded_joints(self) -> tuple[str, ...]:
@@ -697,6 +717,10 @@ def build_config(
         if camera_map
         else default_config_dir() / f"{model}_cameras.yaml"
     )
+    try:
+        check_image_encoding(model, fields["image_encoding"], fields["jpeg_quality"])
+    except ImageEncodingError as exc:
+        raise ParameterError(f"parameter {exc}") from None
     fields["outputs"] = outputs
     fields["joint_limits"] = limits
     return NodeConfig(**fields)

@@ -3,9 +3,10 @@
 This node only wires ROS to :class:`~relay_ros.pipeline.streaming.StreamingCore`,
 which decides everything (when to request, what is safe to publish, when to hold):
 
-- camera topics (:mod:`relay_ros.pipeline.camera_map`) are converted on arrival
-  (:mod:`relay_ros.pipeline.images`, raw frames straight from their CDR bytes) and
-  handed to the core with joint states and prompts;
+- camera messages (:mod:`relay_ros.pipeline.camera_map`; raw frames as their CDR
+  bytes) are handed to the core as they arrive, which converts only the ones an
+  observation uses (:mod:`relay_ros.pipeline.camera_frames`), with joint states
+  and prompts;
 - a timer ticks the core; the observations it submits go to
   :class:`~relay_ros.wire.connection.PolicyConnection`, whose worker thread talks to
   the server, so no ROS callback ever waits on the network;
@@ -17,8 +18,8 @@ Threading: every subscription, timer and service callback of this node is in one
 MutuallyExclusiveCallbackGroup, so the core is only touched by one executor
 thread at a time, whatever executor spins it. The only other thread is the
 connection worker, which talks to the node through a thread-safe queue; every
-callback is short (the longest is a JPEG decode, a few ms), so ``main()`` spins a
-SingleThreadedExecutor. rclpy 7.1's MultiThreadedExecutor was measured here to
+callback is short (the longest converts the frames of one observation, a few ms),
+so ``main()`` spins a SingleThreadedExecutor. rclpy 7.1's MultiThreadedExecutor was measured here to
 skip timer periods for 0.3-1 s at a time with this node and a 30 Hz publisher in
 one process, which would stall the robot; the single-threaded one never did.
 """
@@ -26,7 +27,6 @@ one process, which would stall the robot; the single-threaded one never did.
 from __future__ import annotations
 
 import queue
-import time
 from typing import Any
 
 import rclpy
@@ -49,8 +49,6 @@ from relay_ros.node.ros_logging import node_logger
 from relay_ros.node.ros_params import LiveParameters, declare_parameters
 from relay_ros.pipeline.camera_map import CameraEntry, CameraMapError, load_model_camera_map
 from relay_ros.pipeline.health import assess
-from relay_ros.pipeline.image_cdr import CdrImageError, parse_image_cdr
-from relay_ros.pipeline.images import compressed_to_rgb, image_to_rgb, resize_with_pad
 from relay_ros.pipeline.stats import LatencyStats
 from relay_ros.pipeline.streaming import StreamingCore, TrajectoryMessage
 from relay_ros.wire.connection import PolicyConnection
@@ -114,6 +112,9 @@ class PolicyNode(Node):
             publish=self._publish,
             request_reset=self._connection.request_reset,
             log=self.get_logger(),
+            cameras=self._cameras,
+            # An Image encoding the CDR reader does not parse: rclpy's deserializer.
+            deserialize=lambda buffer: deserialize_message(buffer, Image),
         )
 
         # Parameter services run in the default group: sharing it keeps a live
@@ -211,24 +212,7 @@ class PolicyNode(Node):
         return self.get_clock().now().nanoseconds * 1e-9
 
     def _on_image(self, entry: CameraEntry, msg: Any) -> None:
-        arrived = time.perf_counter()
-        size = self.core.image_size
-        if size is None:
-            return  # the target size comes with the metadata; frames before it are useless
-        try:
-            if entry.transport == "compressed":
-                rgb = compressed_to_rgb(msg, source=entry.topic, target_size=size)
-            else:
-                try:
-                    image: Any = parse_image_cdr(msg)
-                except CdrImageError:
-                    image = deserialize_message(msg, Image)  # an encoding we do not parse
-                rgb = image_to_rgb(image, source=entry.topic)
-            rgb = resize_with_pad(rgb, *size)
-        except ValueError as exc:
-            self.core.frame_refused(f"camera '{entry.key}' on {entry.topic}: {exc}", self._now())
-            return
-        self.core.frame_received(entry.key, rgb, self._now(), time.perf_counter() - arrived)
+        self.core.frame_arrived(entry.key, msg, self._now())
 
     def _on_joint_state(self, msg: JointState) -> None:
         self.core.joint_state(msg.name, msg.position, self._now())
@@ -323,6 +307,7 @@ class PolicyNode(Node):
     def destroy_node(self) -> None:
         """Stop the connection worker (joins its thread, closes its socket) and the node."""
         self._connection.close()
+        self.core.frames.close()
         super().destroy_node()
 
 

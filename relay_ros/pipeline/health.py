@@ -9,7 +9,8 @@ connection state. The level says what a robot team acts on:
 - OK ("streaming"): the controllers have points ahead.
 
 The values carry the latency percentiles, the stall time, the counters, the last
-refusal and the pipeline timing, as strings (``diagnostic_msgs/KeyValue``).
+refusal, the pipeline timing and the per-request latency split (upload, server,
+download, total, request bytes), as strings (``diagnostic_msgs/KeyValue``).
 """
 
 from __future__ import annotations
@@ -79,4 +80,11 @@ def assess(
     for name, stats in core.pipeline_timing.items():
         for q in (50, 99):
             values[f"{name}_p{q}_ms"] = _ms(stats.percentile(q), 2)
+    # Where each request's time went (docs/network.md): upload, server, download, total.
+    network = core.network_timing
+    for name in ("upload", "server", "download", "total"):
+        values[f"{name}_p50_ms"] = _ms(network[name].percentile(50), 1)
+    size = network["request_bytes"].percentile(50)
+    values["request_bytes_p50"] = "" if size is None else f"{size:.0f}"
+    values["image_encoding"] = core.frames.encoding
     return Health(level, message, values)

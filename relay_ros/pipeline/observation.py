@@ -127,7 +127,14 @@ class ObservationBuilder:
                     f"action_dim={self.state_width}"
                 )
 
-    def _frame(self, key: str, frame: np.ndarray) -> np.ndarray:
+    def _frame(self, key: str, frame: np.ndarray | bytes) -> np.ndarray | bytes:
+        if isinstance(frame, bytes):
+            # JPEG bytes (relay_ros.pipeline.image_encoding), fitted before encoding.
+            if self.spec.family == "groot":
+                raise ObservationError(
+                    f"camera {key!r} is JPEG bytes; GR00T servers take raw arrays only"
+                )
+            return frame
         try:
             return resize_with_pad(np.asarray(frame), *self.image_size)
         except ImageConversionError as exc:
@@ -165,7 +172,7 @@ class ObservationBuilder:
 
     def build(
         self,
-        frames: Mapping[str, np.ndarray],
+        frames: Mapping[str, np.ndarray | bytes],
         state: np.ndarray,
         prompt: str,
         *,
@@ -179,6 +186,8 @@ class ObservationBuilder:
         Args:
             frames: Camera key -> (H, W, 3) uint8 RGB frame of any size, exactly the
                 builder's ``camera_keys``. Frames not at ``image_size`` are resized.
+                π0/π0.5 frames may be JPEG bytes (fitted to ``image_size`` already),
+                sent as they are.
             state: The flat state vector in the configured joint order (radians /
                 metres).
             prompt: The task instruction.

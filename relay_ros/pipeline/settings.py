@@ -40,6 +40,8 @@ FIXED_SETTINGS = (
     "control_hz",
     "tick_hz",
     "reconnect_max_backoff_s",
+    "image_encoding",
+    "jpeg_quality",
 )
 
 
@@ -100,6 +102,10 @@ class StreamingSettings(Protocol):
     def autostart(self) -> bool: ...
     @property
     def tick_hz(self) -> float: ...
+    @property
+    def image_encoding(self) -> str: ...
+    @property
+    def jpeg_quality(self) -> int: ...
 
 
 def scheduler_config(cfg: StreamingSettings, spec: ServerSpec) -> SchedulerConfig:

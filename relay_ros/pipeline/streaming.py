@@ -3,8 +3,11 @@
 :class:`StreamingCore` holds everything policy_node decides, with time passed in,
 so it is tested on a synthetic clock:
 
-- the cached inputs: the newest converted frame per camera key and the joint
-  states (:class:`~relay_ros.pipeline.state.JointStateCache`), with arrival times;
+- the cached inputs: the newest message per camera
+  (:class:`~relay_ros.pipeline.camera_frames.CameraFrames`, converted only when an
+  observation needs it, or as it arrives when a request is due before that
+  camera's next frame) and the joint states
+  (:class:`~relay_ros.pipeline.state.JointStateCache`), with arrival times;
 - the server it is connected to (:class:`~relay_ros.pipeline.server_spec.ServerSpec`,
   rebuilt on every connect) and the :class:`~relay_ros.pipeline.scheduler.ChunkScheduler`
   for it;
@@ -39,6 +42,8 @@ from typing import Any, Protocol, cast
 import numpy as np
 
 from relay_ros.pipeline.action_prefix import committed_prefix, to_action_space
+from relay_ros.pipeline.camera_frames import CameraFrames, FrameConversionError
+from relay_ros.pipeline.camera_map import CameraEntry
 from relay_ros.pipeline.observation import ObservationBuilder, ObservationError, reply_to_chunk
 from relay_ros.pipeline.outputs import OutputController, OutputsError, load_outputs
 from relay_ros.pipeline.safety import (
@@ -65,6 +70,7 @@ from relay_ros.pipeline.state import JointStateCache, JointStateError
 from relay_ros.pipeline.stats import LatencyStats, MessageCounter
 from relay_ros.pipeline.trajectory import TrajectoryPoints, build_points, format_t_obs
 from relay_ros.wire.logsafe import shorten
+from relay_ros.wire.request_timing import RequestTiming
 
 __all__ = ["RequestTag", "StreamingCore", "TrajectoryMessage"]
 
@@ -99,7 +105,9 @@ class RequestTag:
         session_id: The episode; a reply from before ``~/reset`` is never executed.
         t_obs: Observation time on the node clock (s).
         started: ``perf_clock()`` when the request was decided (pipeline timing).
-        frame_processing_s: Conversion time of the newest frame in the observation.
+        frame_processing_s: Conversion time of the newest frame before the request
+            was decided (when it was converted on arrival; 0 when the request
+            converted it, which ``started`` already covers).
     """
 
     generation: int
@@ -127,13 +135,6 @@ class TrajectoryMessage:
 
 
 @dataclass
-class _Frame:
-    rgb: np.ndarray
-    received: float  # node clock
-    processing_s: float
-
-
-@dataclass
 class _Active:
     """Everything that depends on the server; rebuilt on every (re)connect."""
 
@@ -153,6 +154,7 @@ class _Counts:
     error_replies: int = 0
     refusals: int = 0
     connection_errors: int = 0
+    frames_received: int = 0
 
 
 @dataclass
@@ -160,6 +162,17 @@ class _Timing:
     frame_processing: LatencyStats = field(default_factory=LatencyStats)
     request_to_wire: LatencyStats = field(default_factory=LatencyStats)
     image_to_wire: LatencyStats = field(default_factory=LatencyStats)
+
+
+@dataclass
+class _Network:
+    """The latency split of each request (``wire.request_timing``), seconds, and its size."""
+
+    upload: LatencyStats = field(default_factory=LatencyStats)
+    server: LatencyStats = field(default_factory=LatencyStats)
+    download: LatencyStats = field(default_factory=LatencyStats)
+    total: LatencyStats = field(default_factory=LatencyStats)
+    request_bytes: LatencyStats = field(default_factory=LatencyStats)
 
 
 class StreamingCore:
@@ -174,6 +187,10 @@ class StreamingCore:
         request_reset: Asks the connection to send the server a reset.
         log: Where sentences go (the node's logger).
         perf_clock: Monotonic clock for the pipeline timing (seconds).
+        cameras: The camera map's entries (topic and transport of each key); None:
+            the keys only, for frames given as RGB arrays.
+        deserialize: For :class:`CameraFrames`: turns a serialized ``sensor_msgs/Image``
+            its CDR reader does not understand into a message (rclpy's).
     """
 
     def __init__(
@@ -186,6 +203,8 @@ class StreamingCore:
         request_reset: Callable[[], None],
         log: Logger,
         perf_clock: Callable[[], float] = time.perf_counter,
+        cameras: Sequence[CameraEntry] | None = None,
+        deserialize: Callable[[bytes], Any] | None = None,
     ) -> None:
         check_live_settings(config)
         self._cfg = config
@@ -197,7 +216,17 @@ class StreamingCore:
         self._perf_clock = perf_clock
         watched = list(dict.fromkeys(list(config.state_joints) + list(config.commanded_joints)))
         self._joints = JointStateCache(watched)
-        self._frames: dict[str, _Frame] = {}
+        entries = (
+            list(cameras)
+            if cameras is not None
+            else [CameraEntry(key, key, "raw", "reliable") for key in self._camera_keys]
+        )
+        self._frames = CameraFrames(
+            entries,
+            encoding=config.image_encoding,
+            jpeg_quality=config.jpeg_quality,
+            deserialize=deserialize,
+        )
         self._prompt = config.prompt
         self._session_id = uuid.uuid4().hex
         self._enabled = config.autostart
@@ -213,6 +242,7 @@ class StreamingCore:
         self._counts = _Counts()
         self._latency = LatencyStats()
         self._timing = _Timing()
+        self._network = _Network()
         self._sent_at: float | None = None  # node clock, while a request is in flight
         self._stall_before_s = 0.0  # stall time of schedulers replaced by a reconnect
         self._dropped_before = 0
@@ -286,6 +316,17 @@ class StreamingCore:
         for the newest frame of each request (``image_to_wire``)."""
         return dict(vars(self._timing))
 
+    @property
+    def network_timing(self) -> dict[str, LatencyStats]:
+        """Per request: ``upload``, ``server``, ``download`` and ``total`` seconds
+        (:class:`~relay_ros.wire.request_timing.RequestTiming`) and ``request_bytes``."""
+        return dict(vars(self._network))
+
+    @property
+    def frames(self) -> CameraFrames:
+        """The newest message of each camera (and how frames are encoded)."""
+        return self._frames
+
     def request_timeout(self) -> float:
         """Seconds one request may take before the connection drops it and reconnects.
 
@@ -309,15 +350,29 @@ class StreamingCore:
         return total
 
     # ------------------------------------------------------------------ inputs
-    def frame_received(self, key: str, rgb: np.ndarray, now: float, processing_s: float) -> None:
-        """Cache the newest converted frame of camera ``key`` (resized already)."""
-        self._timing.frame_processing.add(processing_s)
-        self._frames[key] = _Frame(rgb, now, processing_s)
+    def frame_arrived(self, key: str, msg: Any, now: float) -> None:
+        """Keep ``msg`` as camera ``key``'s newest message (a serialized or message
+        ``sensor_msgs/Image``, a ``CompressedImage``, or an RGB array).
 
-    def frame_refused(self, reason: str, now: float) -> None:
-        """A camera frame could not be converted: count it and say why (without
-        holding: the previous frame stays until it is stale)."""
-        self._input_refused(reason, now)
+        It is converted now only when the next request is due before that camera's
+        next frame; otherwise when an observation needs it. A message that does not
+        convert is refused (counted, logged at most every 5 s) without holding: the
+        camera's previous frame stays until it is stale.
+        """
+        self._counts.frames_received += 1
+        self._frames.store(key, msg, now)
+        active = self._active
+        if active is None:
+            return  # the target size comes with the metadata
+        if not self._frames.due_soon(key, now, active.scheduler.next_request_time()):
+            return
+        try:
+            spent = self._frames.prepare(key, active.spec.image_size)
+        except FrameConversionError as exc:
+            self._input_refused(str(exc), now)
+            return
+        if spent:
+            self._timing.frame_processing.add(spent)
 
     def joint_state(self, names: Sequence[str], positions: Sequence[float], now: float) -> None:
         """Positions from one ``JointState`` message received at ``now``; a malformed
@@ -431,7 +486,7 @@ class StreamingCore:
             self._drop_active(now)
             return
         self._config_error = None
-        self._frames.clear()
+        self._frames.clear()  # the image size may have changed
         self._generation += 1
         self._drop_active(now)
         self._active = _Active(
@@ -463,6 +518,15 @@ class StreamingCore:
             to_wire = outcome.sent_at - tag.started
             self._timing.request_to_wire.add(to_wire)
             self._timing.image_to_wire.add(tag.frame_processing_s + to_wire)
+        timing = getattr(outcome, "timing", None)
+        if isinstance(timing, RequestTiming):
+            network = self._network
+            network.upload.add(timing.upload_s)
+            network.download.add(timing.download_s)
+            network.total.add(max(0.0, timing.total_s))
+            network.request_bytes.add(timing.bytes_sent)
+            if timing.server_s is not None:
+                network.server.add(timing.server_s)
         active = self._active
         if active is None or tag.generation != active.generation:
             return  # a reply from before a reconnect: that scheduler is gone
@@ -553,11 +617,11 @@ class StreamingCore:
     def _request(self, active: _Active, now: float) -> None:
         started = self._perf_clock()
         cfg = self._cfg
-        missing = [key for key in self._camera_keys if key not in self._frames]
+        missing = self._frames.missing()
         if missing:
             self._hold(f"no frame yet from camera(s) {missing}", "missing_input", now)
             return
-        stamps = {f"camera '{key}'": frame.received for key, frame in self._frames.items()}
+        stamps = {f"camera '{key}'": t for key, t in self._frames.stamps().items()}
         stale = check_fresh(stamps, now, cfg.sensor_timeout_s)
         if stale is not None:
             self._hold(f"stale observation: {stale.reason}", "stale_input", now, refusal=True)
@@ -567,8 +631,17 @@ class StreamingCore:
         except JointStateError as exc:
             self._hold(f"joint states: {exc}", "joint_states", now, refusal=True)
             return
+        try:
+            wire = self._frames.assemble(active.spec.image_size)
+        except FrameConversionError as exc:
+            # That camera falls back to its previous frame; the next tick tries again.
+            self._input_refused(str(exc), now)
+            return
+        if wire.converted:
+            for _ in range(wire.converted):
+                self._timing.frame_processing.add(wire.conversion_s / wire.converted)
         observation = active.builder.build(
-            {key: frame.rgb for key, frame in self._frames.items()},
+            wire.frames,
             state[: len(cfg.state_joints)],
             self._prompt,
             session_id=self._session_id,
@@ -584,8 +657,7 @@ class StreamingCore:
                     rows, active.used_dims.tolist(), active.spec.chunk_width
                 )
                 observation["committed_steps"] = steps
-        newest = max(self._frames.values(), key=lambda frame: frame.received)
-        tag = RequestTag(active.generation, self._session_id, now, started, newest.processing_s)
+        tag = RequestTag(active.generation, self._session_id, now, started, wire.newest_prepared_s)
         if self._submit(observation, tag):
             active.scheduler.request_sent(now)
             self._sent_at = now

@@ -45,6 +45,7 @@ from relay_ros.wire.codec import REPLY_LIMITS, CodecError, DecodeLimits, unpackb
 from relay_ros.wire.env import check_model, direct_enabled, redact_url, resolve_url
 from relay_ros.wire.errors import OpenCancelled, PolicyServerError, RequestTimeout
 from relay_ros.wire.logsafe import shorten
+from relay_ros.wire.request_timing import RequestTiming, server_seconds
 from relay_ros.wire.transport import Deadline, Transport
 
 __all__ = [
@@ -235,6 +236,7 @@ class PolicyClient:
     last_server_timing: dict[str, Any] | None
     last_roundtrip_s: float | None
     last_sent_at: float | None
+    last_timing: RequestTiming | None
 
     def __init__(
         self,
@@ -258,7 +260,9 @@ class PolicyClient:
         self.last_server_timing = None
         self.last_roundtrip_s = None
         self.last_sent_at = None
+        self.last_timing = None
         self._sent_at: float | None = None
+        self._timing: RequestTiming | None = None
         self._lock = threading.Lock()
         self._closed = False
         self._transport: Transport | None = None
@@ -410,7 +414,10 @@ class PolicyClient:
         Also sets :attr:`last_server_timing` (the reply's ``server_timing`` map or
         None), :attr:`last_roundtrip_s` (wall time of this call, seconds) and
         :attr:`last_sent_at` (``time.perf_counter()`` when the observation was
-        fully written to the socket, for pipeline latency measurements).
+        fully written to the socket, for pipeline latency measurements) and
+        :attr:`last_timing` (a :class:`~relay_ros.wire.request_timing.RequestTiming`:
+        bytes each way and when the reply's first byte came, to split the latency
+        into upload, server and download).
 
         Raises:
             websockets.exceptions.ConnectionClosed: the connection is closed (by
@@ -432,6 +439,12 @@ class PolicyClient:
         reply = decode_reply(self.model, message, self._reply_limits, transport.display_url)
         self.last_roundtrip_s = time.perf_counter() - start
         self.last_server_timing = reply.timing
+        timing = self._timing
+        self.last_timing = (
+            None
+            if timing is None
+            else dataclasses.replace(timing, server_s=server_seconds(reply.timing))
+        )
         if reply.error is not None:
             self._log.debug("server refused the observation: %s", shorten(reply.error["message"]))
             return reply.error
@@ -444,10 +457,24 @@ class PolicyClient:
         timeout close the connection and raise RequestTimeout. Holds the lock."""
         deadline = Deadline(timeout)
         transport.discard_stale()
+        self._timing = None
+        sent, received = transport.bytes_sent, transport.bytes_received
         try:
+            transport.first_rx_at = None
+            send_start = time.perf_counter()
             transport.send(obj, deadline if timeout is not None else None)
             self._sent_at = time.perf_counter()
-            return transport.recv(deadline if timeout is not None else None)
+            message = transport.recv(deadline if timeout is not None else None)
+            done = time.perf_counter()
+            self._timing = RequestTiming(
+                bytes_sent=transport.bytes_sent - sent,
+                bytes_received=transport.bytes_received - received,
+                send_start=send_start,
+                send_done=self._sent_at,
+                first_byte=transport.first_rx_at if transport.first_rx_at is not None else done,
+                reply_done=done,
+            )
+            return message
         except TimeoutError as exc:
             self._closed = True
             self._stop_keepalive.set()

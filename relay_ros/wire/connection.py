@@ -46,6 +46,7 @@ from relay_ros.wire.client import PolicyClient
 from relay_ros.wire.codec import CodecError
 from relay_ros.wire.env import check_model, redact_text, redact_url, resolve_url
 from relay_ros.wire.errors import OpenCancelled, PolicyServerError, RequestTimeout
+from relay_ros.wire.request_timing import RequestTiming
 
 __all__ = ["InferOutcome", "PolicyConnection"]
 
@@ -73,6 +74,8 @@ class InferOutcome:
             the client refused, an unexpected fault); the worker then reconnects.
         sent_at: ``time.perf_counter()`` when the observation was fully written to
             the socket; None when nothing was sent.
+        timing: Bytes and timestamps of the request (``PolicyClient.last_timing``)
+            for the upload / server / download split; None when it failed.
     """
 
     tag: object
@@ -81,6 +84,7 @@ class InferOutcome:
     server_timing: dict[str, Any] | None
     connection_error: str | None
     sent_at: float | None = None
+    timing: RequestTiming | None = None
 
 
 def _describe(exc: BaseException) -> str:
@@ -412,6 +416,7 @@ class PolicyConnection:
                 client.last_server_timing,
                 None,
                 client.last_sent_at,
+                client.last_timing,
             )
         except CodecError as exc:  # nothing was sent; the connection is fine
             message = f"observation cannot be encoded: {exc}"

@@ -162,6 +162,11 @@ class Transport:
         self._ping_timeout = ping_timeout
         self._last_rx = time.monotonic()
         self._ping_sent_at: float | None = None
+        # For RequestTiming: bytes written / read on this connection, and when the
+        # first bytes arrived after the caller last cleared ``first_rx_at``.
+        self.bytes_sent = 0
+        self.bytes_received = 0
+        self.first_rx_at: float | None = None
         try:
             self._sock = _open_tcp(ws_uri, deadline, cancel, self.display_url)
             if ws_uri.secure:
@@ -218,6 +223,7 @@ class Transport:
                     raise _timeout_error(deadline, self.display_url)  # type: ignore[arg-type]
                 sock.settimeout(remaining)
             sock.sendall(frame)
+            self.bytes_sent += len(frame)
         except (OSError, ssl.SSLError) as exc:
             self._log.debug("send to %s failed: %s", self.display_url, exc)
             self._connection_lost()
@@ -363,6 +369,9 @@ class Transport:
                 raise self._protocol.handshake_exc
             raise self.closed_error()
         self._last_rx = time.monotonic()
+        self.bytes_received += len(data)
+        if self.first_rx_at is None:
+            self.first_rx_at = time.perf_counter()
         self._ping_sent_at = None  # the peer is alive
         self._protocol.receive_data(data)
         self._flush()

@@ -1,0 +1,346 @@
+"""Each camera's newest message, converted to a wire frame only when an observation is built.
+
+Three cameras at 30 Hz deliver 90 frames a second, but the node sends an observation
+a few times a second (every ``execute_horizon`` actions). Converting every frame on
+arrival (decode, resize, maybe JPEG-encode) wastes most of that work.
+:class:`CameraFrames` keeps only a reference to each camera's newest message and
+its arrival time; :meth:`CameraFrames.assemble` converts the newest message of every
+camera when a request is made:
+
+- ``sensor_msgs/Image`` (as a serialized CDR buffer, read by
+  :mod:`relay_ros.pipeline.image_cdr`, or as a message object): to RGB without a
+  copy where possible, then ``resize_with_pad`` to the server's ``image_size``;
+- an (H, W, 3) uint8 RGB array: taken as it is;
+- ``sensor_msgs/CompressedImage``: decoded (at half scale when the frame is at
+  least twice the target size), then ``resize_with_pad``;
+- then, with ``encoding="jpeg"``, JPEG-encoded
+  (:func:`relay_ros.pipeline.image_encoding.encode_jpeg`) for π0/π0.5 servers.
+
+A converted frame is cached until a newer message of that camera arrives, so a
+camera slower than the request rate is converted once per message. The node may
+also convert a message as it arrives (:meth:`CameraFrames.prepare`) when a request
+is due within a camera period or two: then the request finds its frames ready and
+only the work of the frames that arrived since is on its path to the wire. With
+``parallel=True`` the cameras are converted on a small thread pool (OpenCV releases
+the GIL while it decodes, resizes and encodes). Whether that is worth it depends on
+the machine: ``bench/pipeline.py --parallel-frames`` measures it.
+
+This module has no rclpy: a serialized buffer that the CDR reader does not
+understand is handed to the ``deserialize`` callable the node gives (rclpy's
+``deserialize_message``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeoutError
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from relay_ros.pipeline.camera_map import CameraEntry
+from relay_ros.pipeline.image_cdr import CdrImageError, parse_image_cdr
+from relay_ros.pipeline.image_encoding import (
+    DEFAULT_JPEG_QUALITY,
+    IMAGE_ENCODINGS,
+    ImageEncodingError,
+    encode_jpeg,
+)
+from relay_ros.pipeline.images import compressed_to_rgb, image_to_rgb, resize_with_pad
+
+__all__ = ["CONVERT_TIMEOUT_S", "CameraFrames", "FrameConversionError", "WireFrames"]
+
+# A frame is converted on arrival when the next request is due within this many of
+# its camera's frame periods: the next frame might not come before the request.
+_PREPARE_PERIODS = 1.5
+# Bounds of that window, seconds (a camera's first frame has no period yet).
+_PREPARE_WINDOW_MIN_S = 0.01
+_PREPARE_WINDOW_MAX_S = 0.1
+
+#: Longest a pool conversion of one frame may take before the request is refused, s.
+CONVERT_TIMEOUT_S = 5.0
+
+
+class FrameConversionError(ValueError):
+    """The newest message of a camera could not be converted.
+
+    Attributes:
+        key: The camera key.
+        topic: The topic the message came from.
+    """
+
+    def __init__(self, key: str, topic: str, reason: str) -> None:
+        super().__init__(f"camera '{key}' on {topic}: {reason}")
+        self.key = key
+        self.topic = topic
+
+
+@dataclass(frozen=True)
+class WireFrames:
+    """The frames of one observation, ready for the wire.
+
+    Attributes:
+        frames: Camera key -> (height, width, 3) uint8 array, or JPEG bytes.
+        received: Camera key -> arrival time (node clock) of the message used.
+        conversion_s: Wall time this call spent converting (0 when every frame came
+            from the cache).
+        converted: How many cameras were converted now (the rest were cached).
+        wire_bytes: Bytes of frame data the observation will carry.
+        newest_prepared_s: Conversion time of the newest frame when it was converted
+            on arrival (:meth:`CameraFrames.prepare`), else 0: with ``conversion_s``
+            it is the frame work between the newest frame's arrival and the wire.
+    """
+
+    frames: dict[str, np.ndarray | bytes]
+    received: dict[str, float]
+    conversion_s: float
+    converted: int
+    wire_bytes: int
+    newest_prepared_s: float = 0.0
+
+
+@dataclass
+class _Latest:
+    msg: Any
+    received: float
+    converted: np.ndarray | bytes | None = None
+    size: tuple[int, int] | None = None
+    processing_s: float = 0.0  # wall time of its conversion
+
+
+class CameraFrames:
+    """The newest message of each camera, converted on demand.
+
+    Args:
+        cameras: The camera map's entries (key, topic, transport).
+        encoding: ``"raw"`` (uint8 arrays) or ``"jpeg"`` (JPEG bytes).
+        jpeg_quality: JPEG quality 1..100 for ``"jpeg"``.
+        parallel: Convert the cameras on a thread pool (one thread per camera).
+        deserialize: Turns a serialized ``sensor_msgs/Image`` the CDR reader does not
+            understand into a message object (the node passes rclpy's
+            ``deserialize_message`` bound to ``Image``); None refuses such buffers.
+
+    Not thread-safe: call :meth:`store` and :meth:`assemble` from one thread (the
+    node's executor thread); the pool threads only run conversions.
+
+    Raises:
+        ImageEncodingError: an unknown encoding or a bad quality.
+    """
+
+    def __init__(
+        self,
+        cameras: Sequence[CameraEntry],
+        *,
+        encoding: str = "raw",
+        jpeg_quality: int = DEFAULT_JPEG_QUALITY,
+        parallel: bool = False,
+        deserialize: Callable[[bytes], Any] | None = None,
+    ) -> None:
+        if encoding not in IMAGE_ENCODINGS:
+            raise ImageEncodingError(
+                f"image_encoding {encoding!r} is unknown; expected one of {list(IMAGE_ENCODINGS)}"
+            )
+        if encoding == "jpeg":
+            encode_jpeg(np.zeros((8, 8, 3), np.uint8), jpeg_quality)  # validates the quality
+        self._cameras = {c.key: c for c in cameras}
+        self.encoding = encoding
+        self.jpeg_quality = int(jpeg_quality)
+        self._deserialize = deserialize
+        self._latest: dict[str, _Latest] = {}
+        self._good: dict[str, _Latest] = {}  # the newest message that converted, per camera
+        self._period: dict[str, float] = {}  # last interval between two messages per camera
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+        self.parallel = bool(parallel) and len(self._cameras) > 1
+
+    # Arrival: keep a reference, nothing else.
+
+    def store(self, key: str, msg: Any, received: float) -> None:
+        """Keep ``msg`` as the newest message of camera ``key`` (arrived at ``received``).
+
+        Raises:
+            KeyError: ``key`` is not a camera of the map.
+        """
+        if key not in self._cameras:
+            raise KeyError(f"camera {key!r} is not one of {list(self._cameras)}")
+        previous = self._latest.get(key)
+        if previous is not None and received > previous.received:
+            self._period[key] = received - previous.received
+        self._latest[key] = _Latest(msg, received)
+
+    def due_soon(self, key: str, now: float, request_at: float | None) -> bool:
+        """Whether camera ``key``'s newest message should be converted now.
+
+        True when the next request (at ``request_at`` on the node clock; None = not
+        planned) is due before the camera's next frame is likely to arrive: within
+        1.5 of its frame periods (at least 10 ms, at most 100 ms).
+        """
+        if request_at is None:
+            return False
+        period = self._period.get(key, _PREPARE_WINDOW_MAX_S / _PREPARE_PERIODS)
+        window = min(_PREPARE_WINDOW_MAX_S, max(_PREPARE_WINDOW_MIN_S, _PREPARE_PERIODS * period))
+        return now >= request_at - window
+
+    def stamps(self) -> dict[str, float]:
+        """Camera key -> arrival time of its newest message (cameras with one only)."""
+        return {key: latest.received for key, latest in self._latest.items()}
+
+    def missing(self) -> list[str]:
+        """Cameras of the map with no message yet, in map order."""
+        return [key for key in self._cameras if key not in self._latest]
+
+    def _reject(self, key: str) -> None:
+        """The newest message of ``key`` did not convert: fall back to the last one
+        that did (it ages out through the freshness check), or to none."""
+        good = self._good.get(key)
+        if good is None:
+            self._latest.pop(key, None)
+        else:
+            self._latest[key] = good
+
+    def clear(self) -> None:
+        """Forget every message (after a reconnect: the image size may change)."""
+        self._latest.clear()
+        self._good.clear()
+        self._period.clear()
+
+    def prepare(self, key: str, image_size: tuple[int, int]) -> float:
+        """Convert camera ``key``'s newest message now (a request is due soon).
+
+        Returns:
+            The conversion time in seconds (0 when it was converted already).
+
+        Raises:
+            KeyError: no message from ``key`` yet.
+            FrameConversionError: the message does not convert; the camera falls
+                back to its last message that did (or none).
+        """
+        latest = self._latest[key]
+        size = (int(image_size[0]), int(image_size[1]))
+        if latest.converted is not None and latest.size == size:
+            return 0.0
+        start = time.perf_counter()
+        try:
+            latest.converted = self._convert(key, latest.msg, size)
+        except FrameConversionError:
+            self._reject(key)
+            raise
+        latest.size = size
+        latest.processing_s = time.perf_counter() - start
+        self._good[key] = latest
+        return latest.processing_s
+
+    # Request time: convert what is new.
+
+    def _convert(self, key: str, msg: Any, size: tuple[int, int]) -> np.ndarray | bytes:
+        entry = self._cameras[key]
+        try:
+            if isinstance(msg, np.ndarray):
+                rgb = msg  # an RGB frame already (tests, bag tools)
+            elif entry.transport == "compressed":
+                rgb = compressed_to_rgb(msg, source=entry.topic, target_size=size)
+            else:
+                image = msg
+                if isinstance(msg, (bytes, bytearray, memoryview)):
+                    try:
+                        image = parse_image_cdr(msg)
+                    except CdrImageError:
+                        if self._deserialize is None:
+                            raise
+                        image = self._deserialize(bytes(msg))
+                rgb = image_to_rgb(image, source=entry.topic)
+            fitted = resize_with_pad(rgb, *size)
+            if self.encoding == "jpeg":
+                return encode_jpeg(fitted, self.jpeg_quality)
+            # Already at the target size, ``fitted`` may be a strided view of the
+            # (immutable) message buffer: the encoder wants packed pixels.
+            return np.ascontiguousarray(fitted)
+        except ValueError as exc:  # ImageConversionError, CdrImageError, ImageEncodingError
+            raise FrameConversionError(key, entry.topic, str(exc)) from exc
+
+    def _executor(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(
+                    max_workers=len(self._cameras), thread_name_prefix="relay-frames"
+                )
+            return self._pool
+
+    def assemble(self, image_size: tuple[int, int]) -> WireFrames:
+        """Convert the newest message of every camera that changed since the last call.
+
+        Args:
+            image_size: (height, width) the server takes (its metadata ``image_size``).
+
+        Raises:
+            KeyError: a camera has no message yet (check :meth:`missing` first).
+            FrameConversionError: a camera's newest message does not convert; the
+                message names the camera, topic and reason. The camera falls back to
+                its last message that converted (or none); the caller tries again.
+        """
+        size = (int(image_size[0]), int(image_size[1]))
+        todo = []
+        for key in self._cameras:
+            latest = self._latest[key]
+            if latest.converted is None or latest.size != size:
+                todo.append((key, latest))
+        start = time.perf_counter()
+        if self.parallel and len(todo) > 1:
+            pool = self._executor()
+            futures = [pool.submit(self._convert, key, latest.msg, size) for key, latest in todo]
+            failure: FrameConversionError | None = None
+            for (key, latest), future in zip(todo, futures):
+                try:
+                    latest.converted, latest.size = future.result(CONVERT_TIMEOUT_S), size
+                    self._good[key] = latest
+                except FrameConversionError as exc:
+                    self._reject(key)
+                    failure = failure or exc
+                except FutureTimeoutError:
+                    self._reject(key)
+                    topic = self._cameras[key].topic
+                    reason = f"conversion took longer than {CONVERT_TIMEOUT_S:g} s"
+                    failure = failure or FrameConversionError(key, topic, reason)
+            if failure is not None:
+                raise failure
+        else:
+            for key, _ in todo:
+                self.prepare(key, size)
+        elapsed = time.perf_counter() - start if todo else 0.0
+        fresh = {key for key, _ in todo}
+        newest_key = max(self._cameras, key=lambda k: self._latest[k].received)
+        newest_prepared = 0.0 if newest_key in fresh else self._latest[newest_key].processing_s
+        frames: dict[str, np.ndarray | bytes] = {}
+        wire_bytes = 0
+        for key in self._cameras:
+            converted = self._latest[key].converted
+            assert converted is not None
+            frames[key] = converted
+            wire_bytes += len(converted) if isinstance(converted, bytes) else converted.nbytes
+        return WireFrames(
+            frames=frames,
+            received={key: self._latest[key].received for key in self._cameras},
+            conversion_s=elapsed,
+            converted=len(todo),
+            wire_bytes=wire_bytes,
+            newest_prepared_s=newest_prepared,
+        )
+
+    def close(self) -> None:
+        """Stop the conversion threads (idempotent)."""
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+    def describe(self) -> Mapping[str, Any]:
+        """The settings, for logs and diagnostics."""
+        return {
+            "image_encoding": self.encoding,
+            "jpeg_quality": self.jpeg_quality if self.encoding == "jpeg" else None,
+            "parallel_frames": self.parallel,
+        }

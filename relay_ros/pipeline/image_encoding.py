@@ -1,0 +1,199 @@
+"""Camera frames as the policy server wants them on the wire: raw arrays or JPEG bytes.
+
+A π0.5 request with three raw 224x224 frames is 452 kB; over a 20 Mbit/s uplink
+that alone takes about 180 ms, more than the model's inference. π0 and π0.5
+servers also accept each frame as JPEG bytes (``shared/spec/protocol.md``), about
+a twentieth of the size; GR00T servers take raw arrays only.
+
+:func:`encode_frame` does for a ``PolicyClient`` user what ``policy_node`` does with
+``image_encoding: jpeg``: fit the frame into the server's ``image_size`` first
+(openpi's ``resize_with_pad`` geometry, :func:`relay_ros.pipeline.images.resize_with_pad`),
+then encode it, so the server receives exactly the pixels it would have resized
+to, compressed::
+
+    meta = client.get_server_metadata()
+    obs = {"images": encode_images(frames, meta["image_size"]), "state": ..., "prompt": ...}
+
+The JPEG holds the RGB image the standard way (a JPEG decoder that returns RGB,
+such as PIL, gives the frame back; OpenCV's ``imdecode`` gives BGR, as for any
+JPEG file). 4:2:0 chroma subsampling, baseline, optimized Huffman tables.
+
+:data:`DEFAULT_JPEG_QUALITY` is chosen from measured bytes against mean absolute
+pixel error (``bench/jpeg_quality.py``, docs/benchmarks.md "JPEG on the wire").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import cv2
+import numpy as np
+
+from relay_ros.models import UnknownModelError, family_of
+from relay_ros.pipeline.images import ImageConversionError, resize_with_pad
+
+__all__ = [
+    "DEFAULT_JPEG_QUALITY",
+    "IMAGE_ENCODINGS",
+    "ImageEncodingError",
+    "check_image_encoding",
+    "decode_jpeg",
+    "encode_frame",
+    "encode_images",
+    "encode_jpeg",
+]
+
+#: The values of ``image_encoding``.
+IMAGE_ENCODINGS: tuple[str, ...] = ("raw", "jpeg")
+
+#: JPEG quality (1..100) used when none is given. Three 224x224 frames of a textured,
+#: photograph-like scene make a 46 kB request at 90 (mean absolute error 3.7 grey
+#: levels), of the simulated scene 11 kB (1.0 levels); 95 would cost 43 % more bytes
+#: (65 kB, over the 60 kB budget) for 20 % less error. See docs/benchmarks.md,
+#: "JPEG on the wire".
+DEFAULT_JPEG_QUALITY = 90
+
+_ENCODE_PARAMS_CACHE: dict[int, list[int]] = {}
+
+
+class ImageEncodingError(ValueError):
+    """A frame cannot be encoded, or the encoding does not fit the model."""
+
+
+def _check_quality(quality: Any) -> int:
+    if isinstance(quality, bool) or not isinstance(quality, (int, np.integer)):
+        raise ImageEncodingError(f"jpeg_quality {quality!r} is not an integer in [1, 100]")
+    if not 1 <= int(quality) <= 100:
+        raise ImageEncodingError(f"jpeg_quality {quality!r} is outside [1, 100]")
+    return int(quality)
+
+
+def check_image_encoding(model: str, encoding: str, quality: Any = DEFAULT_JPEG_QUALITY) -> None:
+    """Refuse an ``image_encoding`` / ``jpeg_quality`` the model's server cannot take.
+
+    Raises:
+        ImageEncodingError: an unknown encoding, a quality outside [1, 100], or
+            ``"jpeg"`` for a GR00T-family model (its servers take raw arrays only).
+    """
+    if encoding not in IMAGE_ENCODINGS:
+        raise ImageEncodingError(
+            f"image_encoding {encoding!r} is unknown; expected one of {list(IMAGE_ENCODINGS)}"
+        )
+    _check_quality(quality)
+    if encoding != "jpeg":
+        return
+    try:
+        family = family_of(model)
+    except UnknownModelError as exc:
+        raise ImageEncodingError(str(exc)) from None
+    if family != "pi":
+        raise ImageEncodingError(
+            f"image_encoding 'jpeg' does not work with model {model!r}: its server takes raw "
+            "arrays only; use image_encoding 'raw' (JPEG is for the pi0/pi05 family)"
+        )
+
+
+def encode_jpeg(rgb: np.ndarray, quality: int = DEFAULT_JPEG_QUALITY) -> bytes:
+    """JPEG bytes of an (H, W, 3) uint8 RGB frame, without resizing.
+
+    Raises:
+        ImageEncodingError: not an (H, W, 3) uint8 array, a bad quality, or the
+            encoder failed.
+    """
+    q = _check_quality(quality)
+    if not isinstance(rgb, np.ndarray) or rgb.ndim != 3 or rgb.shape[2] != 3:
+        raise ImageEncodingError(
+            f"frame has shape {getattr(rgb, 'shape', None)}; expected (H, W, 3) RGB"
+        )
+    if rgb.dtype != np.uint8:
+        raise ImageEncodingError(f"frame has dtype {rgb.dtype}; expected uint8")
+    params = _ENCODE_PARAMS_CACHE.get(q)
+    if params is None:
+        params = [int(cv2.IMWRITE_JPEG_QUALITY), q, int(cv2.IMWRITE_JPEG_OPTIMIZE), 1]
+        _ENCODE_PARAMS_CACHE[q] = params
+    bgr = cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR)
+    ok, buffer = cv2.imencode(".jpg", bgr, params)
+    if not ok:
+        raise ImageEncodingError(f"OpenCV could not encode a {rgb.shape} frame as JPEG")
+    return buffer.tobytes()
+
+
+def decode_jpeg(data: bytes) -> np.ndarray:
+    """(H, W, 3) uint8 RGB from JPEG bytes (the inverse of :func:`encode_jpeg`).
+
+    Raises:
+        ImageEncodingError: the bytes do not decode to a colour image.
+    """
+    bgr = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+    if bgr is None:
+        raise ImageEncodingError(f"{len(data)} bytes do not decode as a JPEG image")
+    return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+
+
+def _image_size(image_size: Any) -> tuple[int, int]:
+    try:
+        height, width = (int(v) for v in image_size)
+    except (TypeError, ValueError):
+        raise ImageEncodingError(
+            f"image_size {image_size!r} is not [height, width]; expected two integers"
+        ) from None
+    if height <= 0 or width <= 0:
+        raise ImageEncodingError(f"image_size {image_size!r} must be positive")
+    return height, width
+
+
+def encode_frame(
+    rgb: np.ndarray,
+    image_size: Sequence[int],
+    *,
+    encoding: str = "jpeg",
+    quality: int = DEFAULT_JPEG_QUALITY,
+) -> np.ndarray | bytes:
+    """Fit one RGB frame into the server's ``image_size`` and encode it for the wire.
+
+    Args:
+        rgb: (H, W, 3) uint8 RGB frame of any size (views are fine).
+        image_size: [height, width] from the server metadata's ``image_size``.
+        encoding: ``"jpeg"`` (bytes) or ``"raw"`` (the resized uint8 array).
+        quality: JPEG quality 1..100.
+
+    Returns:
+        JPEG bytes, or for ``"raw"`` an (height, width, 3) uint8 array.
+
+    Raises:
+        ImageEncodingError: a bad frame, size, encoding or quality.
+    """
+    if encoding not in IMAGE_ENCODINGS:
+        raise ImageEncodingError(
+            f"encoding {encoding!r} is unknown; expected one of {list(IMAGE_ENCODINGS)}"
+        )
+    height, width = _image_size(image_size)
+    try:
+        fitted = resize_with_pad(rgb, height, width)
+    except ImageConversionError as exc:
+        raise ImageEncodingError(str(exc)) from exc
+    if encoding == "raw":
+        return np.ascontiguousarray(fitted)
+    return encode_jpeg(fitted, quality)
+
+
+def encode_images(
+    images: Mapping[str, np.ndarray],
+    image_size: Sequence[int],
+    *,
+    encoding: str = "jpeg",
+    quality: int = DEFAULT_JPEG_QUALITY,
+) -> dict[str, np.ndarray | bytes]:
+    """:func:`encode_frame` for every camera of an observation's ``images`` map.
+
+    Raises:
+        ImageEncodingError: as :func:`encode_frame`; the message names the camera.
+    """
+    out: dict[str, np.ndarray | bytes] = {}
+    for key, frame in images.items():
+        try:
+            out[key] = encode_frame(frame, image_size, encoding=encoding, quality=quality)
+        except ImageEncodingError as exc:
+            raise ImageEncodingError(f"camera {key!r}: {exc}") from exc
+    return out

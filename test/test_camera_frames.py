@@ -1,0 +1,211 @@
+"""CameraFrames: keep the newest message per camera, convert only when an observation is built."""
+
+from __future__ import annotations
+
+import struct
+from types import SimpleNamespace
+
+import cv2
+import numpy as np
+import pytest
+
+from relay_ros.pipeline.camera_frames import CameraFrames, FrameConversionError
+from relay_ros.pipeline.camera_map import CameraEntry
+from relay_ros.pipeline.image_encoding import ImageEncodingError, decode_jpeg
+from relay_ros.pipeline.images import resize_with_pad
+from relay_ros.sim.scene import SceneRenderer
+
+SIZE = (224, 224)
+RAW = [
+    CameraEntry("base_0_rgb", "/cam/base", "raw", "sensor_data"),
+    CameraEntry("left_wrist_0_rgb", "/cam/left", "raw", "sensor_data"),
+]
+COMPRESSED = [CameraEntry("base_0_rgb", "/cam/base/compressed", "compressed", "sensor_data")]
+
+
+def _string(text: str, offset: int) -> tuple[bytes, int]:
+    """A CDR string at ``offset`` (counted after the 4-byte header): padding, length, bytes."""
+    pad = (-offset) % 4
+    raw = text.encode() + b"\x00"
+    out = b"\x00" * pad + struct.pack("<I", len(raw)) + raw
+    return out, offset + len(out)
+
+
+def cdr_image(rgb: np.ndarray, frame_id: str = "cam") -> bytes:
+    """A little-endian CDR ``sensor_msgs/Image`` (rgb8), as rclpy delivers with raw=True."""
+    height, width, _ = rgb.shape
+    body = struct.pack("<iI", 7, 8)  # header.stamp sec = 7, nanosec = 8
+    part, offset = _string(frame_id, len(body))  # header.frame_id
+    body += part
+    body += b"\x00" * ((-offset) % 4) + struct.pack("<II", height, width)  # height, width
+    offset = len(body)
+    part, offset = _string("rgb8", offset)  # encoding
+    body += part
+    body += b"\x00"  # is_bigendian
+    body += b"\x00" * ((-len(body)) % 4) + struct.pack("<I", width * 3)  # step
+    body += struct.pack("<I", rgb.nbytes) + rgb.tobytes()  # data: length, bytes
+    return b"\x00\x01\x00\x00" + body  # encapsulation: CDR little endian
+
+
+def scene(key: str, t: float = 0.3) -> np.ndarray:
+    return SceneRenderer(640, 480, seed=1, camera_name=key).render(t)
+
+
+def test_cdr_helper_matches_the_reader() -> None:
+    from relay_ros.pipeline.image_cdr import parse_image_cdr
+
+    rgb = scene("x")
+    parsed = parse_image_cdr(cdr_image(rgb, frame_id="abcde"))
+    assert (parsed.height, parsed.width, parsed.encoding, parsed.frame_id) == (
+        480,
+        640,
+        "rgb8",
+        "abcde",
+    )
+    assert bytes(parsed.data) == rgb.tobytes()
+
+
+def test_only_the_newest_message_is_converted_once() -> None:
+    frames = CameraFrames(RAW)
+    assert frames.missing() == ["base_0_rgb", "left_wrist_0_rgb"]
+    garbage = b"not an image"  # never converted: a newer message replaces it
+    for i in range(30):
+        frames.store("base_0_rgb", garbage, received=float(i))
+    newest = {key: scene(key) for key in ("base_0_rgb", "left_wrist_0_rgb")}
+    frames.store("base_0_rgb", cdr_image(newest["base_0_rgb"]), received=30.0)
+    frames.store("left_wrist_0_rgb", cdr_image(newest["left_wrist_0_rgb"]), received=29.5)
+    assert frames.missing() == []
+    assert frames.stamps() == {"base_0_rgb": 30.0, "left_wrist_0_rgb": 29.5}
+
+    first = frames.assemble(SIZE)
+    assert first.converted == 2 and first.conversion_s > 0
+    for key, rgb in newest.items():
+        np.testing.assert_array_equal(first.frames[key], resize_with_pad(rgb, *SIZE))
+    assert first.wire_bytes == 2 * 224 * 224 * 3
+    again = frames.assemble(SIZE)
+    assert again.converted == 0 and again.conversion_s == 0.0
+    assert again.frames["base_0_rgb"] is first.frames["base_0_rgb"]
+    # A new image size converts again.
+    assert frames.assemble((112, 112)).frames["base_0_rgb"].shape == (112, 112, 3)
+
+
+def test_message_objects_and_compressed_frames() -> None:
+    rgb = scene("base_0_rgb")
+    msg = SimpleNamespace(height=480, width=640, encoding="rgb8", step=640 * 3, data=rgb.tobytes())
+    frames = CameraFrames(RAW[:1])
+    frames.store("base_0_rgb", msg, received=1.0)
+    np.testing.assert_array_equal(
+        frames.assemble(SIZE).frames["base_0_rgb"], resize_with_pad(rgb, *SIZE)
+    )
+
+    ok, jpeg = cv2.imencode(
+        ".jpg", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, 95]
+    )
+    assert ok
+    compressed = CameraFrames(COMPRESSED)
+    compressed.store("base_0_rgb", SimpleNamespace(format="jpeg", data=jpeg.tobytes()), 1.0)
+    out = compressed.assemble(SIZE).frames["base_0_rgb"]
+    assert isinstance(out, np.ndarray) and out.shape == (224, 224, 3)
+    assert np.abs(out.astype(int) - resize_with_pad(rgb, *SIZE).astype(int)).mean() < 2.0
+
+
+def test_jpeg_encoding_sends_small_bytes() -> None:
+    frames = CameraFrames(RAW, encoding="jpeg", jpeg_quality=90)
+    for key in ("base_0_rgb", "left_wrist_0_rgb"):
+        frames.store(key, cdr_image(scene(key)), received=1.0)
+    wire = frames.assemble(SIZE)
+    for key in ("base_0_rgb", "left_wrist_0_rgb"):
+        data = wire.frames[key]
+        assert isinstance(data, bytes) and data[:2] == b"\xff\xd8"
+        fitted = resize_with_pad(scene(key), *SIZE)
+        assert np.abs(decode_jpeg(data).astype(int) - fitted.astype(int)).mean() < 2.0
+    assert wire.wire_bytes < 2 * 20_000
+    assert frames.describe()["jpeg_quality"] == 90
+
+
+def test_parallel_conversion_gives_the_same_frames() -> None:
+    serial = CameraFrames(RAW, encoding="jpeg")
+    parallel = CameraFrames(RAW, encoding="jpeg", parallel=True)
+    try:
+        for store in (serial, parallel):
+            for key in ("base_0_rgb", "left_wrist_0_rgb"):
+                store.store(key, cdr_image(scene(key, 0.7)), received=2.0)
+        a, b = serial.assemble(SIZE), parallel.assemble(SIZE)
+        assert a.frames == b.frames and b.converted == 2
+    finally:
+        parallel.close()
+        parallel.close()
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_a_bad_message_names_camera_and_topic_and_falls_back(parallel: bool) -> None:
+    frames = CameraFrames(RAW, parallel=parallel)
+    try:
+        frames.store("base_0_rgb", cdr_image(scene("base_0_rgb")), received=1.0)
+        frames.store("left_wrist_0_rgb", b"\x00\x01\x00\x00\x01", received=1.0)
+        with pytest.raises(FrameConversionError, match=r"camera 'left_wrist_0_rgb' on /cam/left: "):
+            frames.assemble(SIZE)
+        assert frames.missing() == ["left_wrist_0_rgb"]  # no good frame before it
+        good = cdr_image(scene("left_wrist_0_rgb"))
+        frames.store("left_wrist_0_rgb", good, received=2.0)
+        first = frames.assemble(SIZE)
+        frames.store("left_wrist_0_rgb", b"\x00\x01\x00\x00\x01", received=3.0)
+        with pytest.raises(FrameConversionError):
+            frames.assemble(SIZE)
+        # The last good frame stays, with its own arrival time (it ages out as stale).
+        assert frames.stamps()["left_wrist_0_rgb"] == 2.0
+        again = frames.assemble(SIZE)
+        assert again.frames["left_wrist_0_rgb"] is first.frames["left_wrist_0_rgb"]
+    finally:
+        frames.close()
+
+
+def test_unknown_cdr_goes_to_the_deserializer() -> None:
+    rgb = scene("base_0_rgb")
+    seen: list[bytes] = []
+
+    def deserialize(buffer: bytes) -> SimpleNamespace:
+        seen.append(buffer)
+        return SimpleNamespace(
+            height=480, width=640, encoding="rgb8", step=1920, data=rgb.tobytes()
+        )
+
+    frames = CameraFrames(RAW[:1], deserialize=deserialize)
+    frames.store("base_0_rgb", b"\x00\x03\x00\x00xcdr2", received=1.0)  # not XCDR1
+    assert frames.assemble(SIZE).frames["base_0_rgb"].shape == (224, 224, 3)
+    assert seen == [b"\x00\x03\x00\x00xcdr2"]
+
+
+def test_bad_settings_are_refused() -> None:
+    with pytest.raises(ImageEncodingError, match=r"image_encoding 'png' is unknown"):
+        CameraFrames(RAW, encoding="png")
+    with pytest.raises(ImageEncodingError, match=r"jpeg_quality 101 is outside \[1, 100\]"):
+        CameraFrames(RAW, encoding="jpeg", jpeg_quality=101)
+    with pytest.raises(KeyError, match=r"camera 'video.front' is not one of"):
+        CameraFrames(RAW).store("video.front", b"", 0.0)
+
+
+def test_prepare_converts_on_arrival_and_assemble_reuses_it() -> None:
+    frames = CameraFrames(RAW)
+    frames.store("base_0_rgb", cdr_image(scene("base_0_rgb")), received=1.0)
+    frames.store("left_wrist_0_rgb", cdr_image(scene("left_wrist_0_rgb")), received=2.0)
+    spent = frames.prepare("left_wrist_0_rgb", SIZE)
+    assert spent > 0 and frames.prepare("left_wrist_0_rgb", SIZE) == 0.0
+    wire = frames.assemble(SIZE)
+    assert wire.converted == 1  # only base_0_rgb was left
+    assert wire.newest_prepared_s == spent  # the newest frame was ready before the request
+    frames.store("left_wrist_0_rgb", b"\x00\x01\x00\x00\x01", received=3.0)
+    with pytest.raises(FrameConversionError, match=r"camera 'left_wrist_0_rgb' on /cam/left"):
+        frames.prepare("left_wrist_0_rgb", SIZE)
+    assert frames.stamps()["left_wrist_0_rgb"] == 2.0  # back to the frame that converted
+
+
+def test_due_soon_follows_the_camera_period() -> None:
+    frames = CameraFrames(RAW)
+    frames.store("base_0_rgb", b"a", received=10.0)
+    assert not frames.due_soon("base_0_rgb", 10.0, None)  # no request planned
+    assert frames.due_soon("base_0_rgb", 10.0, 10.09)  # first frame: 100 ms window
+    frames.store("base_0_rgb", b"b", received=10.033)  # 30 Hz: a 50 ms window
+    assert frames.due_soon("base_0_rgb", 10.033, 10.08)
+    assert not frames.due_soon("base_0_rgb", 10.033, 10.09)
+    assert frames.due_soon("base_0_rgb", 10.033, float("-inf"))  # at once
