@@ -6,6 +6,9 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.relay_ros-setup
 DURATION ?= 20
 MODEL ?= pi05
+# make demo LINK=wan ENCODING=jpeg: the link emulator between node and server (docs/network.md).
+LINK ?=
+ENCODING ?=
 PYTEST_ARGS ?=
 
 .PHONY: setup test lint format demo bench clean compat
@@ -34,7 +37,7 @@ test: setup lint
 	.ci/compat
 
 demo: setup
-	$(PY) -m relay_ros.demo --model $(MODEL) --duration $(DURATION)
+	$(PY) -m relay_ros.demo --model $(MODEL) --duration $(DURATION) $(if $(LINK),--link $(LINK)) $(if $(ENCODING),--image-encoding $(ENCODING))
 
 bench: setup
 	$(PY) bench/client_roundtrip.py
