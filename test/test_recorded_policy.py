@@ -7,6 +7,7 @@ on loopback and read from real fixture bags (mcap and sqlite3, generated here).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -207,7 +208,9 @@ def test_server_cli_serves_the_recorded_policy(bags: dict[str, Path], tmp_path: 
         with pytest.raises(ValueError, match=message):
             options_from_args(build_parser().parse_args(argv))
     other = tmp_path / "other.yaml"
-    other.write_text(Path(params).read_text().replace("/joint_states", "/arm/joint_states"))
+    other.write_text(
+        re.sub(r"(joint_states_topic:\s*)\S+", r"\1/arm/joint_states", Path(params).read_text())
+    )
     with pytest.raises(RecordedPolicyError, match=r"has no topic \['/arm/joint_states'\]"):
         load_recorded_policy(bag, other)
     gr00t = load_recorded_policy(bag, config_dir() / "groot.yaml")

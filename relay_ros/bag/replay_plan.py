@@ -29,6 +29,7 @@ from relay_ros.bag.replay_inputs import (
     required_topics,
     resolve_server_url,
 )
+from relay_ros.node.topic_names import expand_topic_name
 
 __all__ = ["POLICIES", "ReplayPlan", "plan_replay"]
 
@@ -119,7 +120,9 @@ def plan_replay(
     config = node_config(file_params, params)
     required = required_topics(config)
     inputs = read_bag_input(bag, required, config.joint_states_topic)
-    check_joint_names(bag, config, {**file_params, **params}, inputs, config.joint_states_topic)
+    check_joint_names(
+        bag, config, {**file_params, **params}, inputs, expand_topic_name(config.joint_states_topic)
+    )
     node_url, url_text = resolve_server_url(url, model)
     output_path = Path(output) if output is not None else default_output_path(bag)
     if output_path.exists():

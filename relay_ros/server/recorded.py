@@ -242,7 +242,10 @@ def load_recorded_policy(
     try:
         file_params = read_params_file(params_file, node_name)
         config = node_config(file_params, {"model": model} if model else {})
-        topic = config.joint_states_topic
+        from relay_ros.node.topic_names import expand_topic_name
+
+        # Relative names resolve in the root namespace, as in a replay.
+        topic = expand_topic_name(config.joint_states_topic)
         inputs = read_bag_input(Path(bag), {topic: "sensor_msgs/msg/JointState"}, topic)
     except (ReplayError, ValueError) as exc:
         raise RecordedPolicyError(str(exc)) from None
