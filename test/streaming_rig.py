@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -79,6 +80,7 @@ class _InFlight:
     tag: RequestTag
     arrival: float
     deadline: float  # the request timeout the core asked for, as PolicyConnection does
+    sent_perf: float = 0.0  # perf clock when submitted: "on the wire" for request_to_wire
 
 
 @dataclass
@@ -91,6 +93,12 @@ class CoreRig:
     latency_s: float = 0.05
     tick_s: float = 0.01
     metadata: dict[str, Any] | None = None
+    # As policy_node: frames read through the core's read_frames hook (taking
+    # read_cost_s of perf time each) instead of pushed every step, and the core
+    # ticked only at its next_deadline, after an event, or every idle_tick_s.
+    on_demand: bool = False
+    read_cost_s: float = 0.0
+    idle_tick_s: float = 0.05
 
     def __post_init__(self) -> None:
         base = load_model_config(self.model)
@@ -115,8 +123,14 @@ class CoreRig:
         self.timeouts = 0
         self.in_flight: _InFlight | None = None
         self.observations: list[dict[str, Any]] = []
+        self.sent: list[float] = []  # observation time of each request sent
         self.published: list[tuple[float, TrajectoryMessage]] = []
         self.server_resets = 0
+        self.perf_extra = 0.0  # perf time spent by the rig's own "work" (reads)
+        self.reads: list[float] = []  # times the core asked for frames
+        self.ticks = 0
+        self._event = False
+        self._last_tick = -math.inf
         self.core = StreamingCore(
             self.config,
             camera_keys=self.camera_keys,
@@ -124,16 +138,31 @@ class CoreRig:
             publish=lambda msg: self.published.append((self.now, msg)),
             request_reset=self._reset,
             log=self.log,
-            perf_clock=lambda: self.now,
+            perf_clock=lambda: self.now + self.perf_extra,
+            read_frames=self._read_frames if self.on_demand else None,
         )
+
+    def _read_frames(self, now: float) -> None:
+        self.reads.append(now)
+        size = self.core.image_size
+        if not self.cameras_on or size is None:
+            return
+        for key in self.camera_keys:
+            self.perf_extra += self.read_cost_s
+            self.core.frame_arrived(
+                key, np.zeros((*size, 3), np.uint8), now, read_s=self.read_cost_s
+            )
 
     # ------------------------------------------------------------ the connection
     def _submit(self, obs: dict[str, Any], tag: RequestTag) -> bool:
         if not (self.accept and self.connected) or self.in_flight is not None:
             return False
         self.observations.append(obs)
+        self.sent.append(tag.t_obs)
         timeout = self.core.request_timeout()
-        self.in_flight = _InFlight(obs, tag, self.now + self.latency_s, self.now + timeout)
+        self.in_flight = _InFlight(
+            obs, tag, self.now + self.latency_s, self.now + timeout, self.now + self.perf_extra
+        )
         return True
 
     def _reset(self) -> None:
@@ -141,23 +170,26 @@ class CoreRig:
 
     def connect(self) -> None:
         self.connected = True
+        self._event = True
         assert self.metadata is not None
         self.core.connected(self.metadata, self.now)
 
     def disconnect(self, reason: str = "connection closed") -> None:
         self.connected = False
+        self._event = True
         if self.in_flight is not None:
             self._deliver(InferOutcome(self.in_flight.tag, None, None, None, reason))
         self.core.disconnected(reason, self.now)
 
     def _deliver(self, outcome: InferOutcome) -> None:
         self.in_flight = None
+        self._event = True
         self.core.result(outcome, self.now)
 
     # ------------------------------------------------------------ the clock
     def feed(self) -> None:
         size = self.core.image_size
-        if self.cameras_on and size is not None:
+        if self.cameras_on and size is not None and not self.on_demand:
             for key in self.camera_keys:
                 self.core.frame_arrived(key, np.zeros((*size, 3), np.uint8), self.now)
         if self.joint_states_on:
@@ -181,8 +213,20 @@ class CoreRig:
             assert self.policy is not None
             reply = self.policy(flight.obs)
             self._deliver(
-                InferOutcome(flight.tag, reply, self.latency_s, None, None, flight.tag.started)
+                InferOutcome(flight.tag, reply, self.latency_s, None, None, flight.sent_perf)
             )
+        if self.on_demand:
+            deadline = self.core.next_deadline(self._last_tick)
+            due = (
+                self._event
+                or self.now >= self._last_tick + self.idle_tick_s - 1e-9
+                or (deadline is not None and self.now >= deadline - 1e-9)
+            )
+            if not due:
+                return
+        self._event = False
+        self._last_tick = self.now
+        self.ticks += 1
         self.core.tick(self.now)
 
     def run(self, seconds: float) -> None:

@@ -43,6 +43,22 @@ def test_percentiles_over_rolling_window() -> None:
     assert stats.count == 0 and stats.p50 is None
 
 
+def test_cached_percentiles_follow_every_change_of_the_window() -> None:
+    # The scheduler asks for its lead percentile on every tick; the answer is
+    # cached until a sample arrives, leaves the window or the stats are cleared.
+    stats = LatencyStats(window=3)
+    stats.extend([0.1, 0.2, 0.3])
+    assert stats.p99 == pytest.approx(np.percentile([0.1, 0.2, 0.3], 99))
+    assert stats.p99 == pytest.approx(np.percentile([0.1, 0.2, 0.3], 99))  # from the cache
+    stats.add(0.3)  # same length and same last value, different window
+    assert stats.p50 == pytest.approx(0.3)
+    assert stats.p99 == pytest.approx(np.percentile([0.2, 0.3, 0.3], 99))
+    stats.clear()
+    assert stats.p99 is None
+    stats.add(5.0)
+    assert stats.p99 == 5.0
+
+
 @pytest.mark.parametrize(
     ("value", "message"),
     [

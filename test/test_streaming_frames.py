@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from streaming_rig import CoreRig
 
+from relay_ros.pipeline.camera_frames import FRAME_LOOKAHEAD_S
 from relay_ros.pipeline.health import assess
 from relay_ros.pipeline.image_encoding import decode_jpeg
 from relay_ros.pipeline.streaming import RequestTag
@@ -98,3 +99,65 @@ def test_latency_split_from_the_reply_timing() -> None:
     assert values["total_p50_ms"] == "152.0"
     assert values["request_bytes_p50"] == "41000"
     assert values["image_encoding"] == "raw"
+
+
+# ---------------------------------------------------------------- frames read on demand
+
+
+def test_frames_are_read_only_just_before_a_request() -> None:
+    # policy_node reads its cameras through read_frames: only from FRAME_LOOKAHEAD_S
+    # before a request is due, never while a request is in flight.
+    rig = connected_rig(on_demand=True, tick_s=0.001)
+    rig.run(5.0)
+    assert rig.core.counts["requests"] >= 9
+    assert len(rig.chunks()) >= 8
+    sent = rig.sent
+    for t in rig.reads:
+        upcoming = [s for s in sent if s >= t - 1e-9]
+        assert upcoming, f"frames read at {t} s and no request followed"
+        assert upcoming[0] - t <= FRAME_LOOKAHEAD_S + 1e-6, (t, upcoming[0])
+    # 100 ms of window at a 10 ms tick: about 11 reads per request, not 1000 a second.
+    assert len(rig.reads) <= 12 * (len(sent) + 1)
+
+
+def test_reading_frames_on_the_request_tick_counts_toward_request_to_wire() -> None:
+    rig = connected_rig(on_demand=True, tick_s=0.001, read_cost_s=0.003)
+    rig.run(2.0)
+    to_wire = rig.core.pipeline_timing["request_to_wire"].values()
+    processing = rig.core.pipeline_timing["frame_processing"].values()
+    assert to_wire, "no request reached the wire"
+    # Each request's tick read two cameras (3 ms each) before sending.
+    assert min(to_wire) >= 2 * 0.003 - 1e-9
+    assert min(processing) >= 0.003 - 1e-9  # a frame's processing includes its read
+
+
+def test_ticking_at_the_core_deadlines_publishes_what_a_fine_fixed_tick_does() -> None:
+    # The node ticks when next_deadline says, after each event and at least every
+    # 50 ms, instead of at tick_hz: the chunks must go out at the same times.
+    fixed = connected_rig(tick_s=0.001, latency_s=0.123)
+    adaptive = connected_rig(tick_s=0.001, latency_s=0.123, on_demand=True)
+    fixed.run(6.0)
+    adaptive.run(6.0)
+    published_fixed = [(m.frame_id, m.points.stamp_sec_nanosec) for m in fixed.chunks()]
+    published_adaptive = [(m.frame_id, m.points.stamp_sec_nanosec) for m in adaptive.chunks()]
+    assert len(published_fixed) >= 10
+    assert published_adaptive == published_fixed
+    assert adaptive.core.stall_time(adaptive.now) == fixed.core.stall_time(fixed.now)
+    # A tick per ms in the fixed rig; the adaptive one ticks a few dozen times a second.
+    assert adaptive.ticks < 0.1 * fixed.ticks
+
+
+def test_next_deadline_follows_the_scheduler() -> None:
+    rig = connected_rig(on_demand=True, tick_s=0.001, latency_s=0.1)
+    period = 1.0 / rig.config.tick_hz
+    # First request: due at once, retried every tick period while it cannot go.
+    assert rig.core.next_deadline(rig.now) == pytest.approx(rig.now + period)
+    rig.step()
+    assert rig.core.counts["requests"] == 1
+    assert rig.core.next_deadline(rig.now) is None  # only the reply brings work
+    rig.run_until(lambda: rig.chunks())
+    # A chunk runs: the next deadline is the frame window before the next request.
+    deadline = rig.core.next_deadline(rig.now)
+    assert deadline is not None and deadline > rig.now + 0.1
+    rig.core.set_enabled(False, rig.now)
+    assert rig.core.next_deadline(rig.now) is None

@@ -123,18 +123,33 @@ class ObservationTopics:
         node: The rclpy node (topics are private: ``~/observation/...``).
         camera_keys: The model's camera keys the observations carry.
         state_joints: Names of the state vector's entries.
+        callback_group: The publishers' group (the node passes its
+            :class:`~relay_ros.node.polled.PolledCallbackGroup`: no executor
+            watches their QoS events).
     """
 
-    def __init__(self, node: Any, camera_keys: Sequence[str], state_joints: Sequence[str]) -> None:
+    def __init__(
+        self,
+        node: Any,
+        camera_keys: Sequence[str],
+        state_joints: Sequence[str],
+        *,
+        callback_group: Any = None,
+    ) -> None:
         from sensor_msgs.msg import Image, JointState
 
         self._image_type = Image
         self._state_type = JointState
         self._joints = list(state_joints)
         self._images = {
-            key: node.create_publisher(Image, debug_topic_name(key), 1) for key in camera_keys
+            key: node.create_publisher(
+                Image, debug_topic_name(key), 1, callback_group=callback_group
+            )
+            for key in camera_keys
         }
-        self._state = node.create_publisher(JointState, "~/observation/state", 10)
+        self._state = node.create_publisher(
+            JointState, "~/observation/state", 10, callback_group=callback_group
+        )
 
     def publish(self, observation: Mapping[str, Any], t_obs: float) -> None:
         """Publish ``observation`` (as sent, taken at ``t_obs`` on the node clock, s)

@@ -451,7 +451,9 @@ PARAMETERS: tuple[ParamSpec, ...] = (
         "tick_hz",
         "double",
         100.0,
-        "Rate of the scheduling timer (Hz).",
+        "Tick rate (Hz) while a request is near (frames are read every tick then) and of "
+        "retries while holding; otherwise the node ticks when a chunk is due, after each "
+        "reply or connection event, and at least every 50 ms.",
         minimum=1.0,
         maximum=1000.0,
     ),

@@ -3,20 +3,25 @@
 This node only wires ROS to :class:`~relay_ros.pipeline.streaming.StreamingCore`,
 which decides everything (when to request, what is safe to publish, when to hold):
 
-- camera messages (:mod:`relay_ros.pipeline.camera_map`; raw frames as their CDR
-  bytes) are handed to the core as they arrive, which converts only the ones an
-  observation uses (:mod:`relay_ros.pipeline.camera_frames`), with joint states
-  and prompts;
-- a timer ticks the core; the observations it submits go to
+- cameras and joint states are read by the node itself on its tick
+  (:mod:`relay_ros.node.polled`): joint states every tick, each camera's newest
+  message (raw frames as their CDR bytes) only in the 0.1 s before a request; the
+  core converts only the frames an observation uses
+  (:mod:`relay_ros.pipeline.camera_frames`);
+- the tick runs when the core next has work (``StreamingCore.next_deadline``: a
+  held chunk's publication, the frames window and the request), at least every
+  50 ms, and at once after a connection event; the observations it submits go to
   :class:`~relay_ros.wire.connection.PolicyConnection`, whose worker thread talks to
   the server, so no ROS callback ever waits on the network;
-- connection events and replies come back through a queue drained on each tick;
+- connection events and replies come back through a queue, and the worker wakes the
+  executor with a guard condition so the tick drains it at once;
 - the core's trajectories become ``JointTrajectory`` messages on each controller's
   topic (or ``~/preview``), its health ``/diagnostics`` at 1 Hz.
 
-Threading: every subscription, timer and service callback of this node is in one
-MutuallyExclusiveCallbackGroup, so the core is only touched by one executor
-thread at a time, whatever executor spins it. The only other thread is the
+Threading: every timer, guard condition, service and prompt callback of this node is
+in one MutuallyExclusiveCallbackGroup, so the core is only touched by one executor
+thread at a time, whatever executor spins it (the polled subscriptions run no
+callbacks). The only other thread is the
 connection worker, which talks to the node through a thread-safe queue; every
 callback is short (the longest converts the frames of one observation, a few ms),
 so ``main()`` spins a SingleThreadedExecutor. rclpy 7.1's MultiThreadedExecutor was measured here to
@@ -27,12 +32,14 @@ one process, which would stall the robot; the single-threaded one never did.
 from __future__ import annotations
 
 import queue
+import time
 from typing import Any
 
 import rclpy
 from builtin_interfaces.msg import Duration as DurationMsg
 from builtin_interfaces.msg import Time as TimeMsg
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.exceptions import InvalidHandle
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -45,6 +52,7 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from relay_ros.node.debug_topics import ObservationTopics
 from relay_ros.node.params import NodeConfig, ParameterError
+from relay_ros.node.polled import PolledCallbackGroup, PolledSubscription
 from relay_ros.node.ros_logging import node_logger
 from relay_ros.node.ros_params import LiveParameters, declare_parameters
 from relay_ros.pipeline.camera_map import CameraEntry, CameraMapError, load_model_camera_map
@@ -55,8 +63,19 @@ from relay_ros.wire.connection import PolicyConnection
 
 __all__ = ["PolicyNode", "main"]
 
+# Longest time between two ticks: joint states are read and holds retried at least
+# this often, whatever the core plans.
+_IDLE_TICK_S = 0.05
+# Shortest timer period (rcl timers take a period > 0).
+_MIN_TICK_S = 0.001
+
 _RELIABLE = QoSProfile(
     depth=10, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE
+)
+# Joint states wait for the next tick: 100 of them cover 2 kHz at the default 20 ms tick
+# (several publishers may share the topic, each with some of the joints).
+_JOINT_STATES_QOS = QoSProfile(
+    depth=100, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE
 )
 
 
@@ -81,17 +100,24 @@ class PolicyNode(Node):
         if not cfg.dry_run:
             for name in self._topics:
                 self._output_publisher(name)
-        self._preview = self.create_publisher(JointTrajectory, "~/preview", _RELIABLE)
-        self._diagnostics = self.create_publisher(DiagnosticArray, "/diagnostics", _RELIABLE)
+        # Read by hand (cameras, joint states) or not watched by the executor
+        # (these publishers' QoS events): see node.polled.
+        polled = PolledCallbackGroup()
+        self._preview = self.create_publisher(
+            JointTrajectory, "~/preview", _RELIABLE, callback_group=polled
+        )
+        self._diagnostics = self.create_publisher(
+            DiagnosticArray, "/diagnostics", _RELIABLE, callback_group=polled
+        )
         try:
             self._connection = PolicyConnection(
                 cfg.model,
                 url=cfg.policy_url,
                 reconnect_initial_s=0.25,
                 reconnect_max_s=cfg.reconnect_max_backoff_s,
-                on_result=lambda outcome: self._events.put(("result", outcome)),
-                on_connect=lambda metadata: self._events.put(("connect", metadata)),
-                on_disconnect=lambda reason: self._events.put(("disconnect", reason)),
+                on_result=lambda outcome: self._event("result", outcome),
+                on_connect=lambda metadata: self._event("connect", metadata),
+                on_disconnect=lambda reason: self._event("disconnect", reason),
                 # Asked before each request (only the core makes requests, so it exists).
                 request_timeout_s=lambda: self.core.request_timeout(),
                 logger=node_logger(self.get_logger(), f"relay_ros.node.{self.get_name()}"),
@@ -103,7 +129,7 @@ class PolicyNode(Node):
             ) from None
         # ~/observation/* show each observation sent, while someone subscribes.
         self._observation_topics = ObservationTopics(
-            self, [c.key for c in self._cameras], cfg.state_joints
+            self, [c.key for c in self._cameras], cfg.state_joints, callback_group=polled
         )
         self.core = StreamingCore(
             cfg,
@@ -115,29 +141,43 @@ class PolicyNode(Node):
             cameras=self._cameras,
             # An Image encoding the CDR reader does not parse: rclpy's deserializer.
             deserialize=lambda buffer: deserialize_message(buffer, Image),
+            read_frames=self._read_frames,
         )
 
         # Parameter services run in the default group: sharing it keeps a live
         # parameter change from running beside a tick, whatever executor spins the node.
         group = self.default_callback_group
+        # Cameras and joint states are read on the tick, not pushed per message
+        # (node.polled): the node uses only the newest frames, at request time.
+        self._camera_subs: list[tuple[CameraEntry, PolledSubscription]] = []
         for entry in self._cameras:
             compressed = entry.transport == "compressed"
-            self.create_subscription(
+            qos = qos_profile_sensor_data if entry.qos == "sensor_data" else _RELIABLE
+            subscription = PolledSubscription(
+                self,
                 CompressedImage if compressed else Image,
                 entry.topic,
-                lambda msg, entry=entry: self._on_image(entry, msg),
-                qos_profile_sensor_data if entry.qos == "sensor_data" else _RELIABLE,
-                callback_group=group,
+                # Depth 1: older frames are overwritten in the middleware, never copied.
+                QoSProfile(
+                    depth=1,
+                    history=HistoryPolicy.KEEP_LAST,
+                    reliability=qos.reliability,
+                    durability=qos.durability,
+                ),
+                group=polled,
+                callback=lambda msg, entry=entry: self._on_image(entry, msg),
                 # Raw frames are read straight from their CDR bytes (pipeline.image_cdr):
                 # building the rclpy message would copy every 900 KiB frame once more.
                 raw=not compressed,
             )
-        self.create_subscription(
+            self._camera_subs.append((entry, subscription))
+        self._joint_sub = PolledSubscription(
+            self,
             JointState,
             cfg.joint_states_topic,
-            self._on_joint_state,
-            _RELIABLE,
-            callback_group=group,
+            _JOINT_STATES_QOS,
+            group=polled,
+            callback=self._on_joint_state,
         )
         self.create_subscription(
             String,
@@ -148,7 +188,11 @@ class PolicyNode(Node):
         )
         self.create_service(Trigger, "~/reset", self._on_reset, callback_group=group)
         self.create_service(SetBool, "~/enable", self._on_enable, callback_group=group)
-        self._tick_timer = self.create_timer(1.0 / cfg.tick_hz, self._tick, callback_group=group)
+        # The tick runs when the core next has work (a publication, a request) and
+        # at once after a connection event; at least every _IDLE_TICK_S.
+        self._ticks = 0
+        self._tick_timer = self.create_timer(_IDLE_TICK_S, self._tick, callback_group=group)
+        self._wake = self.create_guard_condition(self._tick, callback_group=group)
         self._diag_timer = self.create_timer(1.0, self._publish_diagnostics, callback_group=group)
         self._live = LiveParameters(self, cfg, self._apply_config)
         self.get_logger().info(
@@ -165,6 +209,7 @@ class PolicyNode(Node):
         """A live parameter change (validated by LiveParameters), in force when this returns."""
         self.core.apply_config(config, self._now())
         self._config = config
+        self._wake_up()
 
     def _on_prompt(self, msg: String) -> None:
         # Through the parameter, so `ros2 param get prompt` shows the prompt in use.
@@ -212,19 +257,38 @@ class PolicyNode(Node):
         return self.get_clock().now().nanoseconds * 1e-9
 
     def _on_image(self, entry: CameraEntry, msg: Any) -> None:
+        # Only when an executor pushes a message despite PolledCallbackGroup.
         self.core.frame_arrived(entry.key, msg, self._now())
 
     def _on_joint_state(self, msg: JointState) -> None:
         self.core.joint_state(msg.name, msg.position, self._now())
 
+    def _read_joint_states(self, now: float) -> None:
+        """Hand the joint states queued since the last tick to the core, each with
+        its reception time."""
+        for taken in self._joint_sub.take_all():
+            self.core.joint_state(taken.msg.name, taken.msg.position, now - taken.age_s)
+
+    def _read_frames(self, now: float) -> None:
+        """Hand each camera's newest frame, if new, to the core (it asks when a
+        request is near), with its reception time and the time reading it took."""
+        for entry, subscription in self._camera_subs:
+            started = time.perf_counter()
+            taken = subscription.take_newest()
+            if taken is not None:
+                read_s = time.perf_counter() - started
+                self.core.frame_arrived(entry.key, taken.msg, now - taken.age_s, read_s=read_s)
+
     def _on_reset(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
         response.message = self.core.reset_episode(self._now())
         response.success = True
+        self._wake_up()
         return response
 
     def _on_enable(self, request: SetBool.Request, response: SetBool.Response) -> SetBool.Response:
         response.message = self.core.set_enabled(request.data, self._now())
         response.success = True
+        self._wake_up()
         return response
 
     def _submit(self, observation: dict[str, Any], tag: Any) -> bool:
@@ -233,7 +297,26 @@ class PolicyNode(Node):
         self._observation_topics.publish(observation, tag.t_obs)
         return True
 
+    def _event(self, kind: str, payload: Any) -> None:
+        """From the connection worker: queue the event and wake the executor."""
+        self._events.put((kind, payload))
+        self._wake_up()
+
+    def _wake_up(self) -> None:
+        """Run a tick as soon as the executor can (the core's plan changed)."""
+        try:
+            self._wake.trigger()
+        except (InvalidHandle, RuntimeError):
+            # The node or the context is shutting down: no tick is needed any more.
+            pass
+
+    @property
+    def ticks(self) -> int:
+        """How many times the scheduling tick ran (timer and wake-ups)."""
+        return self._ticks
+
     def _tick(self) -> None:
+        self._ticks += 1
         now = self._now()
         while True:
             try:
@@ -246,7 +329,19 @@ class PolicyNode(Node):
                 self.core.disconnected(payload, now)
             else:
                 self.core.result(payload, now)
+        self._read_joint_states(now)
         self.core.tick(now)
+        self._schedule_tick(now)
+
+    def _schedule_tick(self, now: float) -> None:
+        """Time the next tick for when the core has work, at most ``_IDLE_TICK_S`` away."""
+        deadline = self.core.next_deadline(now)
+        wait = _IDLE_TICK_S if deadline is None else min(_IDLE_TICK_S, deadline - now)
+        period_ns = int(max(_MIN_TICK_S, wait) * 1e9)
+        timer = self._tick_timer
+        if timer.timer_period_ns != period_ns:
+            timer.timer_period_ns = period_ns
+        timer.reset()  # the next call is one (new) period from now
 
     # ------------------------------------------------------------------ outputs
     def _output_publisher(self, name: str) -> Any:

@@ -52,7 +52,13 @@ from relay_ros.pipeline.image_encoding import (
 )
 from relay_ros.pipeline.images import compressed_to_rgb, image_to_rgb, resize_with_pad
 
-__all__ = ["CONVERT_TIMEOUT_S", "CameraFrames", "FrameConversionError", "WireFrames"]
+__all__ = [
+    "CONVERT_TIMEOUT_S",
+    "FRAME_LOOKAHEAD_S",
+    "CameraFrames",
+    "FrameConversionError",
+    "WireFrames",
+]
 
 # A frame is converted on arrival when the next request is due within this many of
 # its camera's frame periods: the next frame might not come before the request.
@@ -60,6 +66,9 @@ _PREPARE_PERIODS = 1.5
 # Bounds of that window, seconds (a camera's first frame has no period yet).
 _PREPARE_WINDOW_MIN_S = 0.01
 _PREPARE_WINDOW_MAX_S = 0.1
+#: A node that reads frames on demand hands them over from this long before a
+#: request is due: the widest window in which a frame may be converted on arrival.
+FRAME_LOOKAHEAD_S = _PREPARE_WINDOW_MAX_S
 
 #: Longest a pool conversion of one frame may take before the request is refused, s.
 CONVERT_TIMEOUT_S = 5.0
@@ -90,9 +99,12 @@ class WireFrames:
             from the cache).
         converted: How many cameras were converted now (the rest were cached).
         wire_bytes: Bytes of frame data the observation will carry.
-        newest_prepared_s: Conversion time of the newest frame when it was converted
-            on arrival (:meth:`CameraFrames.prepare`), else 0: with ``conversion_s``
-            it is the frame work between the newest frame's arrival and the wire.
+        newest_prepared_s: Processing time (read and conversion) of the newest frame
+            when it was converted on arrival (:meth:`CameraFrames.prepare`), else 0:
+            with ``conversion_s`` it is the frame work between the newest frame's
+            arrival and the wire.
+        read_s: Time spent reading the frames converted now from the middleware
+            (before this call; see :meth:`CameraFrames.store`).
     """
 
     frames: dict[str, np.ndarray | bytes]
@@ -101,6 +113,7 @@ class WireFrames:
     converted: int
     wire_bytes: int
     newest_prepared_s: float = 0.0
+    read_s: float = 0.0
 
 
 @dataclass
@@ -109,7 +122,8 @@ class _Latest:
     received: float
     converted: np.ndarray | bytes | None = None
     size: tuple[int, int] | None = None
-    processing_s: float = 0.0  # wall time of its conversion
+    read_s: float = 0.0  # wall time of reading it from the middleware
+    processing_s: float = 0.0  # wall time of reading and converting it
 
 
 class CameraFrames:
@@ -159,8 +173,9 @@ class CameraFrames:
 
     # Arrival: keep a reference, nothing else.
 
-    def store(self, key: str, msg: Any, received: float) -> None:
-        """Keep ``msg`` as the newest message of camera ``key`` (arrived at ``received``).
+    def store(self, key: str, msg: Any, received: float, *, read_s: float = 0.0) -> None:
+        """Keep ``msg`` as the newest message of camera ``key`` (arrived at ``received``;
+        reading it from the middleware took ``read_s``, part of its processing time).
 
         Raises:
             KeyError: ``key`` is not a camera of the map.
@@ -170,7 +185,7 @@ class CameraFrames:
         previous = self._latest.get(key)
         if previous is not None and received > previous.received:
             self._period[key] = received - previous.received
-        self._latest[key] = _Latest(msg, received)
+        self._latest[key] = _Latest(msg, received, read_s=read_s)
 
     def due_soon(self, key: str, now: float, request_at: float | None) -> bool:
         """Whether camera ``key``'s newest message should be converted now.
@@ -230,7 +245,7 @@ class CameraFrames:
             self._reject(key)
             raise
         latest.size = size
-        latest.processing_s = time.perf_counter() - start
+        latest.processing_s = latest.read_s + time.perf_counter() - start
         self._good[key] = latest
         return latest.processing_s
 
@@ -328,6 +343,7 @@ class CameraFrames:
             converted=len(todo),
             wire_bytes=wire_bytes,
             newest_prepared_s=newest_prepared,
+            read_s=sum(latest.read_s for _, latest in todo),
         )
 
     def close(self) -> None:

@@ -61,6 +61,10 @@ class LatencyStats:
         self._window = window
         self._samples: deque[float] = deque(maxlen=window)
         self._count = 0
+        # Percentiles of the current window, by q: the scheduler asks for its lead
+        # percentile on every tick and frame, far more often than samples arrive.
+        self._percentiles: dict[float, float] = {}
+        self._generation = 0  # bumped by every change of the window
         self._lock = threading.Lock()
 
     @property
@@ -76,6 +80,8 @@ class LatencyStats:
         with self._lock:
             self._samples.append(value)
             self._count += 1
+            self._generation += 1
+            self._percentiles.clear()
 
     def extend(self, values: Iterable[float]) -> None:
         """Record several latencies in seconds, in order."""
@@ -87,6 +93,8 @@ class LatencyStats:
         with self._lock:
             self._samples.clear()
             self._count = 0
+            self._generation += 1
+            self._percentiles.clear()
 
     @property
     def count(self) -> int:
@@ -111,10 +119,19 @@ class LatencyStats:
         qf = float(q)
         if not 0.0 <= qf <= 100.0:
             raise StatsError(f"percentile {q!r} must be between 0 and 100")
-        values = self.values()
+        with self._lock:
+            cached = self._percentiles.get(qf)
+            if cached is not None:
+                return cached
+            values = list(self._samples)
+            generation = self._generation
         if not values:
             return None
-        return float(np.percentile(np.asarray(values, dtype=np.float64), qf))
+        result = float(np.percentile(np.asarray(values, dtype=np.float64), qf))
+        with self._lock:
+            if self._generation == generation:
+                self._percentiles[qf] = result
+        return result
 
     @property
     def mean(self) -> float | None:

@@ -42,7 +42,11 @@ from typing import Any, Protocol, cast
 import numpy as np
 
 from relay_ros.pipeline.action_prefix import committed_prefix, to_action_space
-from relay_ros.pipeline.camera_frames import CameraFrames, FrameConversionError
+from relay_ros.pipeline.camera_frames import (
+    FRAME_LOOKAHEAD_S,
+    CameraFrames,
+    FrameConversionError,
+)
 from relay_ros.pipeline.camera_map import CameraEntry
 from relay_ros.pipeline.observation import ObservationBuilder, ObservationError, reply_to_chunk
 from relay_ros.pipeline.outputs import OutputController, OutputsError, load_outputs
@@ -191,6 +195,11 @@ class StreamingCore:
             the keys only, for frames given as RGB arrays.
         deserialize: For :class:`CameraFrames`: turns a serialized ``sensor_msgs/Image``
             its CDR reader does not understand into a message (rclpy's).
+        read_frames: For a node that reads its cameras on demand: called by
+            :meth:`tick` with ``now`` while :meth:`wants_frames`, before anything
+            else, to hand each camera's newest message to :meth:`frame_arrived`.
+            On a tick that makes a request its time counts in ``request_to_wire``.
+            None: frames are pushed with :meth:`frame_arrived` as they arrive.
     """
 
     def __init__(
@@ -205,8 +214,10 @@ class StreamingCore:
         perf_clock: Callable[[], float] = time.perf_counter,
         cameras: Sequence[CameraEntry] | None = None,
         deserialize: Callable[[bytes], Any] | None = None,
+        read_frames: Callable[[float], None] | None = None,
     ) -> None:
         check_live_settings(config)
+        self._read_frames = read_frames
         self._cfg = config
         self._camera_keys = tuple(camera_keys)
         self._submit = submit
@@ -350,9 +361,50 @@ class StreamingCore:
         return total
 
     # ------------------------------------------------------------------ inputs
-    def frame_arrived(self, key: str, msg: Any, now: float) -> None:
+    def wants_frames(self, now: float) -> bool:
+        """Whether a node that reads its cameras on demand should hand over each
+        camera's newest message now: streaming, and the next request is due within
+        ``FRAME_LOOKAHEAD_S`` (so frames can be converted as they come, before it).
+        """
+        active = self._active
+        if active is None or not self._enabled:
+            return False
+        due = active.scheduler.next_request_time()
+        return due is not None and now >= due - FRAME_LOOKAHEAD_S
+
+    def next_deadline(self, now: float) -> float | None:
+        """When :meth:`tick` next has work, on the node clock.
+
+        - a held chunk: its publication time;
+        - else before the next request: ``FRAME_LOOKAHEAD_S`` before it (from then
+          on :meth:`wants_frames` is true), then one tick period (``tick_hz``) at a
+          time until the request, never past it;
+        - ``None`` when only an event can bring work: a reply or a failure, a
+          connection, ``set_enabled``.
+
+        A node may tick at that time instead of on a fixed period, as long as it
+        also ticks after every event.
+        """
+        active = self._active
+        if active is None or not self._enabled:
+            return None
+        scheduler = active.scheduler
+        if scheduler.has_pending:
+            return scheduler.next_due()
+        due = scheduler.next_request_time()
+        if due is None:
+            return None
+        if now < due - FRAME_LOOKAHEAD_S:
+            return due - FRAME_LOOKAHEAD_S
+        period = 1.0 / self._cfg.tick_hz
+        # A request that is due but was not made (a hold) is retried every period.
+        return min(due, now + period) if due > now else now + period
+
+    def frame_arrived(self, key: str, msg: Any, now: float, *, read_s: float = 0.0) -> None:
         """Keep ``msg`` as camera ``key``'s newest message (a serialized or message
-        ``sensor_msgs/Image``, a ``CompressedImage``, or an RGB array).
+        ``sensor_msgs/Image``, a ``CompressedImage``, or an RGB array), received at
+        ``now``; ``read_s`` is the wall time spent reading it from the middleware
+        (counted in its frame processing time).
 
         It is converted now only when the next request is due before that camera's
         next frame; otherwise when an observation needs it. A message that does not
@@ -360,7 +412,7 @@ class StreamingCore:
         camera's previous frame stays until it is stale.
         """
         self._counts.frames_received += 1
-        self._frames.store(key, msg, now)
+        self._frames.store(key, msg, now, read_s=read_s)
         active = self._active
         if active is None:
             return  # the target size comes with the metadata
@@ -598,6 +650,11 @@ class StreamingCore:
         if active is None or not self._enabled:
             return
         scheduler = active.scheduler
+        read_s = 0.0
+        if self._read_frames is not None and self.wants_frames(now):
+            read_started = self._perf_clock()
+            self._read_frames(now)
+            read_s = self._perf_clock() - read_started
         refusals: list[Refusal] = []
 
         def first_step(publication: Publication) -> Refusal | None:
@@ -612,10 +669,11 @@ class StreamingCore:
         elif publication is not None:
             self._publish_chunk(active, publication)
         if self._active is active and scheduler.wants_request(now):
-            self._request(active, now)
+            # Reading the frames this tick is on the request's path to the wire.
+            self._request(active, now, read_s)
 
-    def _request(self, active: _Active, now: float) -> None:
-        started = self._perf_clock()
+    def _request(self, active: _Active, now: float, read_s: float = 0.0) -> None:
+        started = self._perf_clock() - read_s
         cfg = self._cfg
         missing = self._frames.missing()
         if missing:
@@ -638,8 +696,9 @@ class StreamingCore:
             self._input_refused(str(exc), now)
             return
         if wire.converted:
+            per_frame = (wire.conversion_s + wire.read_s) / wire.converted
             for _ in range(wire.converted):
-                self._timing.frame_processing.add(wire.conversion_s / wire.converted)
+                self._timing.frame_processing.add(per_frame)
         observation = active.builder.build(
             wire.frames,
             state[: len(cfg.state_joints)],

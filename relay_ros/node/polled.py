@@ -1,0 +1,135 @@
+"""Subscriptions the node reads when it needs a message, not on every message.
+
+Three raw 640x480 cameras at 30 Hz and joint states at 100 Hz wake an rclpy executor
+190 times a second; each wake-up (wait-set rebuild, take, Python callback) costs
+more CPU than the node's own work, and the node only ever uses the newest frame of
+each camera at request time (``bench/pipeline.py`` and docs/benchmarks.md,
+"Pipeline: polled inputs"). So the node keeps these subscriptions out of the
+executor and takes their messages itself on its timer:
+
+- :class:`PolledCallbackGroup`: an executor never waits on or runs anything of this
+  group (rclpy's executors leave out of their wait set every entity whose group's
+  ``can_execute`` is false). That includes the QoS event handlers of its
+  subscriptions and publishers: an incompatible QoS is still logged by the other
+  side (the camera driver, the controller, ``ros2 topic echo``). The node also puts
+  its diagnostics, preview and debug publishers in it: each QoS event handler in the
+  wait set costs every executor wake-up about 40 us.
+- :class:`PolledSubscription`: :meth:`~PolledSubscription.take` reads one queued
+  message with its age, measured from when the middleware received it (the
+  ``received_timestamp`` of the message info, system clock), so a frame that waited
+  in the queue is as old as it really is for the staleness checks.
+
+With a history depth of 1, the queue holds only the newest message: everything the
+node does not need is overwritten inside the middleware, never copied into Python.
+
+The subscription keeps its callback: an executor that ignores callback groups (none
+of rclpy's does) would push messages through it, and the node handles both paths
+the same way.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rclpy.callback_groups import ReentrantCallbackGroup
+from rclpy.node import Node
+from rclpy.qos import QoSProfile
+from rclpy.subscription import Subscription
+
+__all__ = ["PolledCallbackGroup", "PolledSubscription", "Taken"]
+
+
+class PolledCallbackGroup(ReentrantCallbackGroup):
+    """A callback group that no executor waits on or runs: its subscriptions are read
+    with :meth:`PolledSubscription.take`, its publishers' QoS events are ignored."""
+
+    def can_execute(self, entity: Any) -> bool:
+        """Always False: the owner takes the messages itself."""
+        return False
+
+
+@dataclass(frozen=True)
+class Taken:
+    """One message taken from a :class:`PolledSubscription`.
+
+    Attributes:
+        msg: The message (``bytes`` for a raw subscription).
+        age_s: Seconds since the middleware received it (>= 0; 0 when the
+            middleware gives no reception time).
+    """
+
+    msg: Any
+    age_s: float
+
+
+class PolledSubscription:
+    """A subscription whose messages :meth:`take` reads on demand.
+
+    Args:
+        node: The node that owns the subscription.
+        msg_type: The message class.
+        topic: The topic name (resolved like any subscription's).
+        qos: The QoS profile; its depth is how many messages wait between two takes.
+        group: The node's :class:`PolledCallbackGroup`.
+        callback: Handles a message pushed by an executor that runs the group anyway.
+        raw: Take serialized messages (``bytes``) instead of message objects.
+    """
+
+    def __init__(
+        self,
+        node: Node,
+        msg_type: Any,
+        topic: str,
+        qos: QoSProfile,
+        *,
+        group: PolledCallbackGroup,
+        callback: Callable[[Any], None],
+        raw: bool = False,
+    ) -> None:
+        if not isinstance(group, PolledCallbackGroup):
+            raise TypeError(
+                f"group must be a PolledCallbackGroup, not {type(group).__name__}: "
+                "an executor would take the messages first"
+            )
+        self._subscription = node.create_subscription(
+            msg_type, topic, callback, qos, callback_group=group, raw=raw
+        )
+        # A take loop stops after this many messages even if more keep arriving.
+        self._max_batch = 2 * max(1, int(qos.depth))
+
+    @property
+    def topic_name(self) -> str:
+        """The fully resolved topic name."""
+        return self._subscription.topic_name
+
+    @property
+    def subscription(self) -> Subscription:
+        """The rclpy subscription (for its publisher count and QoS)."""
+        return self._subscription
+
+    def take(self) -> Taken | None:
+        """The oldest queued message, or None when the queue is empty."""
+        sub = self._subscription
+        with sub.handle:
+            taken = sub.handle.take_message(sub.msg_type, sub.raw)
+        if taken is None:
+            return None
+        msg, info = taken
+        received_ns = int(info.get("received_timestamp", 0) or 0)
+        age = (time.time_ns() - received_ns) * 1e-9 if received_ns > 0 else 0.0
+        return Taken(msg, max(0.0, age))
+
+    def take_all(self) -> list[Taken]:
+        """The queued messages, oldest first (at most twice the QoS depth)."""
+        out: list[Taken] = []
+        while len(out) < self._max_batch and (taken := self.take()) is not None:
+            out.append(taken)
+        return out
+
+    def take_newest(self) -> Taken | None:
+        """The newest queued message (older queued ones are dropped), or None."""
+        batch = self.take_all()
+        return batch[-1] if batch else None

@@ -1,0 +1,175 @@
+"""policy_node reads cameras and joint states itself (relay_ros.node.polled), on real DDS.
+
+What must hold: no executor runs a polled subscription, a take returns the queued
+messages with how long they waited, a depth-1 queue keeps only the newest frame,
+and in the running node a camera that goes silent still makes it hold (the age of a
+frame comes from the middleware's reception time, not from when it was read).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from typing import Any
+
+import pytest
+import rclpy
+from node_rig import Rig, t_obs_of, wait_for
+from rclpy.callback_groups import ReentrantCallbackGroup
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
+from std_msgs.msg import Int32
+
+from relay_ros.node.polled import PolledCallbackGroup, PolledSubscription
+from relay_ros.server import ServerOptions, run_server_in_thread
+
+pytestmark = pytest.mark.ros
+
+_COUNTER = itertools.count()
+
+
+def _qos(depth: int) -> QoSProfile:
+    return QoSProfile(
+        depth=depth, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE
+    )
+
+
+class _Pair:
+    """A node with one polled subscription and a publisher node, spun on a thread."""
+
+    def __init__(self, context: Any, depth: int) -> None:
+        n = next(_COUNTER)
+        self.topic = f"/polled_test_{n}"
+        self.node = rclpy.create_node(f"polled_{n}", context=context)
+        self.talker = rclpy.create_node(f"polled_talker_{n}", context=context)
+        self.pushed: list[int] = []
+        self.sub = PolledSubscription(
+            self.node,
+            Int32,
+            self.topic,
+            _qos(depth),
+            group=PolledCallbackGroup(),
+            callback=lambda msg: self.pushed.append(msg.data),
+        )
+        self.pub = self.talker.create_publisher(Int32, self.topic, _qos(10))
+        self.executor = SingleThreadedExecutor(context=context)
+        self.executor.add_node(self.node)
+        self.executor.add_node(self.talker)
+        self._thread = threading.Thread(target=self.executor.spin, daemon=True)
+        self._thread.start()
+        wait_for(lambda: self.pub.get_subscription_count() == 1, timeout=10)
+
+    def publish(self, *values: int) -> None:
+        for value in values:
+            self.pub.publish(Int32(data=value))
+
+    def close(self) -> None:
+        self.executor.shutdown(timeout_sec=5.0)
+        self._thread.join(timeout=5.0)
+        self.node.destroy_node()
+        self.talker.destroy_node()
+
+
+def test_no_executor_runs_a_polled_subscription_take_reads_its_queue(ros_context) -> None:
+    pair = _Pair(ros_context, depth=10)
+    try:
+        pair.publish(1, 2, 3, 4, 5)
+        time.sleep(0.5)  # the executor spins all along
+        assert pair.pushed == []
+        taken = pair.sub.take_all()
+        assert [t.msg.data for t in taken] == [1, 2, 3, 4, 5]
+        assert all(0.0 <= t.age_s < 5.0 for t in taken)
+        assert pair.sub.take() is None
+    finally:
+        pair.close()
+
+
+def test_a_take_says_how_long_the_message_waited(ros_context) -> None:
+    pair = _Pair(ros_context, depth=10)
+    try:
+        pair.publish(7)
+        wait_for(lambda: pair.node.count_publishers(pair.topic) == 1)
+        time.sleep(0.4)
+        first = wait_for(pair.sub.take)
+        assert first.msg.data == 7
+        assert 0.35 <= first.age_s < 5.0  # it arrived about 0.4 s before it was read
+        pair.publish(8)
+        fresh = wait_for(pair.sub.take)
+        assert fresh.msg.data == 8 and fresh.age_s < 0.35
+    finally:
+        pair.close()
+
+
+def test_depth_one_keeps_only_the_newest_message(ros_context) -> None:
+    pair = _Pair(ros_context, depth=1)
+    try:
+        pair.publish(1, 2, 3)
+        time.sleep(0.3)
+        newest = pair.sub.take_newest()
+        assert newest is not None and newest.msg.data == 3
+        assert pair.sub.take() is None
+    finally:
+        pair.close()
+
+
+def test_a_polled_subscription_refuses_an_executor_group(ros_context) -> None:
+    node = rclpy.create_node("polled_wrong_group", context=ros_context)
+    try:
+        with pytest.raises(TypeError, match="PolledCallbackGroup, not ReentrantCallbackGroup"):
+            PolledSubscription(
+                node,
+                Int32,
+                "/polled_wrong_group",
+                _qos(1),
+                group=ReentrantCallbackGroup(),  # type: ignore[arg-type]
+                callback=lambda msg: None,
+            )
+    finally:
+        node.destroy_node()
+
+
+@pytest.fixture
+def server():
+    with run_server_in_thread(ServerOptions(models=("pi05",))) as handle:
+        yield handle
+
+
+def test_the_node_reads_few_frames_ticks_when_due_and_holds_when_a_camera_goes_silent(
+    ros_context, server, tmp_path
+) -> None:
+    with Rig(ros_context, server.url_template, tmp_path=tmp_path) as rig:
+        node = rig.node
+        wait_for(lambda: len(rig.snapshot().arm) >= 2, timeout=15)
+        frames0, ticks0, chunks0 = (
+            node.counts["frames_received"],
+            node.ticks,
+            len(rig.snapshot().arm),
+        )
+        time.sleep(2.0)
+        frames = node.counts["frames_received"] - frames0
+        ticks = node.ticks - ticks0
+        chunks = len(rig.snapshot().arm) - chunks0
+        # Chunks keep coming (a request every 0.5 s) ...
+        assert chunks >= 2
+        # ... from a fraction of the 2 x 30 frames/s published, read just before each
+        # request, and a tick far below tick_hz (100/s) between the due times.
+        assert 0 < frames < 0.6 * 2 * 30 * 2.0, frames
+        assert 0 < ticks < 0.6 * node.config.tick_hz * 2.0, ticks
+
+        # The cameras stop: the frames already queued age, and the node holds.
+        rig.cameras_on = False
+        stopped = node.get_clock().now().nanoseconds * 1e-9
+        reason = wait_for(lambda: (r := node.hold_reason) and "stale" in r and r, timeout=10)
+        assert "camera" in reason
+        # A frame read after the stop keeps the time DDS received it (before the stop).
+        assert max(node.core.frames.stamps().values()) <= stopped + 0.05
+        status = wait_for(
+            lambda: (s := rig.last_status()) and s["level"] == 1 and "stale" in s["message"] and s,
+            timeout=5,
+        )
+        assert status["level"] == 1
+        limit = stopped + node.config.sensor_timeout_s
+        chunks_after = [m for m in rig.snapshot().arm if m.header.frame_id.startswith("t_obs=")]
+        late = [t_obs_of(m) for m in chunks_after if t_obs_of(m) > limit]
+        assert late == [], f"chunks built from frames older than sensor_timeout_s: {late}"
