@@ -60,7 +60,7 @@ The node reads its cameras and joint states itself, on its tick, instead of
 having the executor push every message (``relay_ros.node.polled``): the table's
 "frames/s read" is how many frames it took from the middleware (of the 90 published),
 "ticks/s" how often its scheduling tick ran (it runs when the core has work, at
-least every 50 ms).
+least every 100 ms).
 
 Goals: image->wire p99 under 5 ms; node CPU at most 12 % of one core with raw and
 10 % with compressed cameras at the default execute horizon (25), under 25 % at

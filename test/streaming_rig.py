@@ -98,7 +98,7 @@ class CoreRig:
     # ticked only at its next_deadline, after an event, or every idle_tick_s.
     on_demand: bool = False
     read_cost_s: float = 0.0
-    idle_tick_s: float = 0.05
+    idle_tick_s: float = 0.1
 
     def __post_init__(self) -> None:
         base = load_model_config(self.model)

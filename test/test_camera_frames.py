@@ -209,3 +209,14 @@ def test_due_soon_follows_the_camera_period() -> None:
     assert frames.due_soon("base_0_rgb", 10.033, 10.08)
     assert not frames.due_soon("base_0_rgb", 10.033, 10.09)
     assert frames.due_soon("base_0_rgb", 10.033, float("-inf"))  # at once
+
+
+def test_a_gap_between_reads_is_not_taken_for_the_camera_period() -> None:
+    # policy_node reads frames only before requests: the half second between two
+    # windows must not widen the 30 Hz camera's conversion window to 100 ms.
+    frames = CameraFrames(RAW)
+    frames.store("base_0_rgb", b"a", received=10.0)
+    frames.store("base_0_rgb", b"b", received=10.033)
+    frames.store("base_0_rgb", b"c", received=10.533)  # next window
+    assert not frames.due_soon("base_0_rgb", 10.533, 10.6)  # 67 ms away: after the next frame
+    assert frames.due_soon("base_0_rgb", 10.533, 10.58)  # within 1.5 periods

@@ -9,6 +9,7 @@ unpadded twin of the message.
 from __future__ import annotations
 
 import logging
+import re
 
 import cv2
 import numpy as np
@@ -46,6 +47,7 @@ from relay_ros.pipeline.images import (
     cv_bridge_available,
     image_to_rgb,
     jpeg_size,
+    parse_image_size,
     resize_with_pad,
 )
 
@@ -358,3 +360,23 @@ def test_resize_errors():
     )
     with pytest.raises(ImageConversionError, match="target size 0x224 must be positive"):
         resize_with_pad(np.zeros((4, 4, 3), np.uint8), 0, 224)
+
+
+def test_parse_image_size_is_the_one_check_for_server_and_encoder() -> None:
+    from relay_ros.pipeline.image_encoding import ImageEncodingError, encode_frame
+    from relay_ros.pipeline.server_spec import ServerSpecError, _image_size
+
+    assert parse_image_size([224, 256]) == (224, 256)
+    assert parse_image_size(np.array([96, 128])) == (96, 128)
+    for bad, message in (
+        ([224], "image_size [224] is not [height, width]; expected two integers"),
+        ("ab", "image_size 'ab' is not [height, width]; expected two integers"),
+        ([0, 224], "image_size [0, 224] must be positive"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            parse_image_size(bad)
+        # The node's metadata check and the client helper say the same, in their types.
+        with pytest.raises(ServerSpecError, match=re.escape("server metadata " + message)):
+            _image_size(bad)
+        with pytest.raises(ImageEncodingError, match=re.escape(message)):
+            encode_frame(np.zeros((4, 4, 3), np.uint8), bad)

@@ -453,7 +453,7 @@ PARAMETERS: tuple[ParamSpec, ...] = (
         100.0,
         "Tick rate (Hz) while a request is near (frames are read every tick then) and of "
         "retries while holding; otherwise the node ticks when a chunk is due, after each "
-        "reply or connection event, and at least every 50 ms.",
+        "reply or connection event, and at least every 100 ms.",
         minimum=1.0,
         maximum=1000.0,
     ),

@@ -10,7 +10,7 @@ which decides everything (when to request, what is safe to publish, when to hold
   (:mod:`relay_ros.pipeline.camera_frames`);
 - the tick runs when the core next has work (``StreamingCore.next_deadline``: a
   held chunk's publication, the frames window and the request), at least every
-  50 ms, and at once after a connection event; the observations it submits go to
+  100 ms, and at once after a connection event; the observations it submits go to
   :class:`~relay_ros.wire.connection.PolicyConnection`, whose worker thread talks to
   the server, so no ROS callback ever waits on the network;
 - connection events and replies come back through a queue, and the worker wakes the
@@ -63,17 +63,17 @@ from relay_ros.wire.connection import PolicyConnection
 
 __all__ = ["PolicyNode", "main"]
 
-# Longest time between two ticks: joint states are read and holds retried at least
-# this often, whatever the core plans.
-_IDLE_TICK_S = 0.05
+# Longest time between two ticks: joint states are read at least this often,
+# whatever the core plans.
+_IDLE_TICK_S = 0.1
 # Shortest timer period (rcl timers take a period > 0).
 _MIN_TICK_S = 0.001
 
 _RELIABLE = QoSProfile(
     depth=10, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE
 )
-# Joint states wait for the next tick: 100 of them cover 2 kHz at the default 20 ms tick
-# (several publishers may share the topic, each with some of the joints).
+# Joint states wait for the next tick: 100 of them cover 1 kHz over the longest gap
+# between ticks (several publishers may share the topic, each with some of the joints).
 _JOINT_STATES_QOS = QoSProfile(
     depth=100, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE
 )

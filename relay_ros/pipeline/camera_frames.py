@@ -66,6 +66,8 @@ _PREPARE_PERIODS = 1.5
 # Bounds of that window, seconds (a camera's first frame has no period yet).
 _PREPARE_WINDOW_MIN_S = 0.01
 _PREPARE_WINDOW_MAX_S = 0.1
+# Longer intervals between two messages of a camera are not taken as its period.
+_MAX_PERIOD_S = 0.2
 #: A node that reads frames on demand hands them over from this long before a
 #: request is due: the widest window in which a frame may be converted on arrival.
 FRAME_LOOKAHEAD_S = _PREPARE_WINDOW_MAX_S
@@ -183,8 +185,11 @@ class CameraFrames:
         if key not in self._cameras:
             raise KeyError(f"camera {key!r} is not one of {list(self._cameras)}")
         previous = self._latest.get(key)
-        if previous is not None and received > previous.received:
-            self._period[key] = received - previous.received
+        gap = received - previous.received if previous is not None else 0.0
+        # A node that reads frames only before requests sees gaps of a request
+        # period between windows: those are not the camera's frame period.
+        if 0.0 < gap <= _MAX_PERIOD_S:
+            self._period[key] = gap
         self._latest[key] = _Latest(msg, received, read_s=read_s)
 
     def due_soon(self, key: str, now: float, request_at: float | None) -> bool:

@@ -31,7 +31,7 @@ import cv2
 import numpy as np
 
 from relay_ros.models import UnknownModelError, family_of
-from relay_ros.pipeline.images import ImageConversionError, resize_with_pad
+from relay_ros.pipeline.images import ImageConversionError, parse_image_size, resize_with_pad
 
 __all__ = [
     "DEFAULT_JPEG_QUALITY",
@@ -131,18 +131,6 @@ def decode_jpeg(data: bytes) -> np.ndarray:
     return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
 
 
-def _image_size(image_size: Any) -> tuple[int, int]:
-    try:
-        height, width = (int(v) for v in image_size)
-    except (TypeError, ValueError):
-        raise ImageEncodingError(
-            f"image_size {image_size!r} is not [height, width]; expected two integers"
-        ) from None
-    if height <= 0 or width <= 0:
-        raise ImageEncodingError(f"image_size {image_size!r} must be positive")
-    return height, width
-
-
 def encode_frame(
     rgb: np.ndarray,
     image_size: Sequence[int],
@@ -168,7 +156,10 @@ def encode_frame(
         raise ImageEncodingError(
             f"encoding {encoding!r} is unknown; expected one of {list(IMAGE_ENCODINGS)}"
         )
-    height, width = _image_size(image_size)
+    try:
+        height, width = parse_image_size(image_size)
+    except ValueError as exc:
+        raise ImageEncodingError(str(exc)) from None
     try:
         fitted = resize_with_pad(rgb, height, width)
     except ImageConversionError as exc:

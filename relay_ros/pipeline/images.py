@@ -40,6 +40,7 @@ __all__ = [
     "jpeg_size",
     "cv_bridge_available",
     "image_to_rgb",
+    "parse_image_size",
     "resize_with_pad",
 ]
 
@@ -279,6 +280,26 @@ def compressed_to_rgb(
     if lowered.startswith(("mono", "8uc1")) or "compressed mono" in lowered:
         _warn_mono_once(_source_of(msg, source), fmt)
     return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+
+
+def parse_image_size(value: Any) -> tuple[int, int]:
+    """A server's ``image_size`` ([height, width], positive integers) as a tuple.
+
+    The one check behind the node's server metadata (``ServerSpec``) and the
+    client-side frame encoder (``encode_frame``).
+
+    Raises:
+        ValueError: not two integers, or not positive; the message quotes the value.
+    """
+    try:
+        height, width = (int(v) for v in value)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"image_size {value!r} is not [height, width]; expected two integers"
+        ) from None
+    if height <= 0 or width <= 0:
+        raise ValueError(f"image_size {value!r} must be positive")
+    return height, width
 
 
 def resize_with_pad(img: np.ndarray, height: int, width: int) -> np.ndarray:

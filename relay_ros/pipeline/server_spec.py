@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from relay_ros.models import Family, UnknownModelError, get_model
+from relay_ros.pipeline.images import parse_image_size
 
 __all__ = [
     "DEFAULT_IMAGE_SIZE",
@@ -53,14 +54,9 @@ def _image_size(value: Any) -> tuple[int, int]:
     if value is None:
         return DEFAULT_IMAGE_SIZE
     try:
-        height, width = (int(v) for v in value)
-    except (TypeError, ValueError):
-        raise ServerSpecError(
-            f"server metadata image_size {value!r} is not [height, width]; expected two integers"
-        ) from None
-    if height <= 0 or width <= 0:
-        raise ServerSpecError(f"server metadata image_size {value!r} must be positive")
-    return height, width
+        return parse_image_size(value)
+    except ValueError as exc:
+        raise ServerSpecError(f"server metadata {exc}") from None
 
 
 def _key_list(name: str, value: Any) -> tuple[str, ...]:
