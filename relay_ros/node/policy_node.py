@@ -95,14 +95,14 @@ class PolicyNode(Node):
         self._config = cfg = self._declare_and_load_parameters()
         self._cameras: list[CameraEntry] = load_model_camera_map(cfg.camera_map, cfg.model)
         self._events: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        # Read by hand (cameras, joint states) or not watched by the executor (the
+        # publishers' QoS events; the subscriber side reports them): see node.polled.
+        self._polled = polled = PolledCallbackGroup()
         self._trajectory_pubs: dict[str, Any] = {}
         self._topics = {output.name: output.topic for output in cfg.outputs}
         if not cfg.dry_run:
             for name in self._topics:
                 self._output_publisher(name)
-        # Read by hand (cameras, joint states) or not watched by the executor
-        # (these publishers' QoS events): see node.polled.
-        polled = PolledCallbackGroup()
         self._preview = self.create_publisher(
             JointTrajectory, "~/preview", _RELIABLE, callback_group=polled
         )
@@ -347,11 +347,15 @@ class PolicyNode(Node):
     def _output_publisher(self, name: str) -> Any:
         publisher = self._trajectory_pubs.get(name)
         if publisher is None:
-            publisher = self.create_publisher(JointTrajectory, self._topics[name], _RELIABLE)
+            publisher = self.create_publisher(
+                JointTrajectory, self._topics[name], _RELIABLE, callback_group=self._polled
+            )
             self._trajectory_pubs[name] = publisher
         return publisher
 
     def _publish(self, message: TrajectoryMessage) -> None:
+        if message.output is None and self._preview.get_subscription_count() == 0:
+            return  # ~/preview is for people and recorders; nobody listens now
         points = message.points
         msg = JointTrajectory()
         msg.header.stamp = TimeMsg(

@@ -12,8 +12,8 @@ executor and takes their messages itself on its timer:
   ``can_execute`` is false). That includes the QoS event handlers of its
   subscriptions and publishers: an incompatible QoS is still logged by the other
   side (the camera driver, the controller, ``ros2 topic echo``). The node also puts
-  its diagnostics, preview and debug publishers in it: each QoS event handler in the
-  wait set costs every executor wake-up about 40 us.
+  its publishers in it: each QoS event handler in the wait set costs every executor
+  wake-up about 40 us.
 - :class:`PolledSubscription`: :meth:`~PolledSubscription.take` reads one queued
   message with its age, measured from when the middleware received it (the
   ``received_timestamp`` of the message info, system clock), so a frame that waited
