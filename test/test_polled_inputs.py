@@ -21,7 +21,7 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import Int32
 
-from relay_ros.node.polled import PolledCallbackGroup, PolledSubscription
+from relay_ros.node.polled import PolledCallbackGroup, PolledSubscription, message_age
 from relay_ros.server import ServerOptions, run_server_in_thread
 
 pytestmark = pytest.mark.ros
@@ -99,6 +99,15 @@ def test_a_take_says_how_long_the_message_waited(ros_context) -> None:
         assert fresh.msg.data == 8 and fresh.age_s < 0.35
     finally:
         pair.close()
+
+
+def test_message_age_without_a_reception_time_is_as_old_as_it_can_be() -> None:
+    # With a reception time: measured from it.
+    assert message_age(10_000_000_000, 9_800_000_000, 5_000_000_000) == pytest.approx(0.2)
+    # Without one (0): from the last time the queue was seen empty, never "fresh".
+    assert message_age(10_000_000_000, 0, 6_000_000_000) == pytest.approx(4.0)
+    # A clock step backwards never gives a negative age.
+    assert message_age(10_000_000_000, 10_500_000_000, 0) == 0.0
 
 
 def test_depth_one_keeps_only_the_newest_message(ros_context) -> None:

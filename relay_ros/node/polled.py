@@ -39,7 +39,7 @@ from rclpy.node import Node
 from rclpy.qos import QoSProfile
 from rclpy.subscription import Subscription
 
-__all__ = ["PolledCallbackGroup", "PolledSubscription", "Taken"]
+__all__ = ["PolledCallbackGroup", "PolledSubscription", "Taken", "message_age"]
 
 
 class PolledCallbackGroup(ReentrantCallbackGroup):
@@ -57,12 +57,24 @@ class Taken:
 
     Attributes:
         msg: The message (``bytes`` for a raw subscription).
-        age_s: Seconds since the middleware received it (>= 0; 0 when the
-            middleware gives no reception time).
+        age_s: Seconds since the middleware received it (>= 0; see
+            :func:`message_age` for a middleware that gives no reception time).
     """
 
     msg: Any
     age_s: float
+
+
+def message_age(now_ns: int, received_ns: int, seen_empty_ns: int) -> float:
+    """Seconds since a message taken at ``now_ns`` was received (all system-clock ns).
+
+    ``received_ns`` is the middleware's reception time, 0 when it gives none; then
+    the message is taken to be as old as the last time the queue was found empty
+    (``seen_empty_ns``), the earliest it can have arrived: a frame of a camera that
+    died long ago is never mistaken for a fresh one.
+    """
+    since = received_ns if received_ns > 0 else seen_empty_ns
+    return max(0.0, (now_ns - since) * 1e-9)
 
 
 class PolledSubscription:
@@ -99,6 +111,9 @@ class PolledSubscription:
         )
         # A take loop stops after this many messages even if more keep arriving.
         self._max_batch = 2 * max(1, int(qos.depth))
+        # System time when the queue was last found empty (or the subscription made):
+        # a message without a reception time arrived after it.
+        self._seen_empty_ns = time.time_ns()
 
     @property
     def topic_name(self) -> str:
@@ -115,12 +130,13 @@ class PolledSubscription:
         sub = self._subscription
         with sub.handle:
             taken = sub.handle.take_message(sub.msg_type, sub.raw)
+        now_ns = time.time_ns()
         if taken is None:
+            self._seen_empty_ns = now_ns
             return None
         msg, info = taken
         received_ns = int(info.get("received_timestamp", 0) or 0)
-        age = (time.time_ns() - received_ns) * 1e-9 if received_ns > 0 else 0.0
-        return Taken(msg, max(0.0, age))
+        return Taken(msg, message_age(now_ns, received_ns, self._seen_empty_ns))
 
     def take_all(self) -> list[Taken]:
         """The queued messages, oldest first (at most twice the QoS depth)."""
