@@ -109,6 +109,12 @@ class PolicyNode(Node):
         self._diagnostics = self.create_publisher(
             DiagnosticArray, "/diagnostics", _RELIABLE, callback_group=polled
         )
+        # The connection worker triggers this after each event (it may do so while
+        # the node is still being built: the tick runs once the executor spins).
+        self._ticks = 0
+        self._wake = self.create_guard_condition(
+            self._tick, callback_group=self.default_callback_group
+        )
         try:
             self._connection = PolicyConnection(
                 cfg.model,
@@ -189,10 +195,8 @@ class PolicyNode(Node):
         self.create_service(Trigger, "~/reset", self._on_reset, callback_group=group)
         self.create_service(SetBool, "~/enable", self._on_enable, callback_group=group)
         # The tick runs when the core next has work (a publication, a request) and
-        # at once after a connection event; at least every _IDLE_TICK_S.
-        self._ticks = 0
+        # at once after a connection event (self._wake); at least every _IDLE_TICK_S.
         self._tick_timer = self.create_timer(_IDLE_TICK_S, self._tick, callback_group=group)
-        self._wake = self.create_guard_condition(self._tick, callback_group=group)
         self._diag_timer = self.create_timer(1.0, self._publish_diagnostics, callback_group=group)
         self._live = LiveParameters(self, cfg, self._apply_config)
         self.get_logger().info(

@@ -196,8 +196,9 @@ class StreamingCore:
         deserialize: For :class:`CameraFrames`: turns a serialized ``sensor_msgs/Image``
             its CDR reader does not understand into a message (rclpy's).
         read_frames: For a node that reads its cameras on demand: called by
-            :meth:`tick` with ``now`` while :meth:`wants_frames`, before anything
-            else, to hand each camera's newest message to :meth:`frame_arrived`.
+            :meth:`tick` with ``now`` while :meth:`wants_frames`, after a due chunk
+            is published, to hand each camera's newest message to
+            :meth:`frame_arrived`.
             On a tick that makes a request its time counts in ``request_to_wire``.
             None: frames are pushed with :meth:`frame_arrived` as they arrive.
     """
@@ -650,11 +651,6 @@ class StreamingCore:
         if active is None or not self._enabled:
             return
         scheduler = active.scheduler
-        read_s = 0.0
-        if self._read_frames is not None and self.wants_frames(now):
-            read_started = self._perf_clock()
-            self._read_frames(now)
-            read_s = self._perf_clock() - read_started
         refusals: list[Refusal] = []
 
         def first_step(publication: Publication) -> Refusal | None:
@@ -668,7 +664,15 @@ class StreamingCore:
             self._refuse(refusals[0].reason, "first_step", now)
         elif publication is not None:
             self._publish_chunk(active, publication)
-        if self._active is active and scheduler.wants_request(now):
+        if self._active is not active:
+            return
+        # After the publication, which must not wait for the frames.
+        read_s = 0.0
+        if self._read_frames is not None and self.wants_frames(now):
+            read_started = self._perf_clock()
+            self._read_frames(now)
+            read_s = self._perf_clock() - read_started
+        if scheduler.wants_request(now):
             # Reading the frames this tick is on the request's path to the wire.
             self._request(active, now, read_s)
 
