@@ -357,16 +357,10 @@ class ChunkScheduler:
         due = self._current.publication.switch_time - self.request_lead()
         return max(due, self._retry_not_before)
 
-    def next_due(self) -> float | None:
-        """Earliest time :meth:`poll` or :meth:`wants_request` has work, seconds.
-
-        The held chunk's publication time when one is held, else
-        :meth:`next_request_time` (``-inf`` = at once); ``None`` while a request
-        is in flight and nothing is held: only its reply can bring work.
-        """
-        if self._pending is not None:
-            return self._pending.due
-        return self.next_request_time()
+    @property
+    def publication_due(self) -> float | None:
+        """When :meth:`poll` publishes the held chunk, seconds; None when none is held."""
+        return self._pending.due if self._pending is not None else None
 
     def wants_request(self, now: float) -> bool:
         """Whether the node should take an observation and send it now."""

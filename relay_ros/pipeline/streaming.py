@@ -390,8 +390,9 @@ class StreamingCore:
         if active is None or not self._enabled:
             return None
         scheduler = active.scheduler
-        if scheduler.has_pending:
-            return scheduler.next_due()
+        held = scheduler.publication_due
+        if held is not None:
+            return held
         due = scheduler.next_request_time()
         if due is None:
             return None
