@@ -31,13 +31,14 @@ What the node measures (``PolicyNode.pipeline_timing``, ``time.perf_counter``):
   next frame, or the newest one of each camera when the request is assembled
   (``relay_ros.pipeline.camera_frames``); the table shows how many conversions per
   second that is next to the frames received;
-- ``request_to_wire``: per request, from the timer's decision to request until the
-  observation is fully written to the socket (assembly, hand-off to the connection
-  worker, framing, ``sendall``);
-- ``image_to_wire``: per request, the newest frame's conversion when it was
-  converted on arrival, plus ``request_to_wire`` (which includes converting the
-  frames that were not ready): how long after that frame arrived the observation
-  would be on the wire if the request fired at once.
+- ``request_to_wire``: per request, from the start of the request's tick (the
+  frames it reads and converts) until the observation is fully written to the socket
+  (assembly, hand-off to the connection worker, framing, ``sendall``);
+- ``image_to_wire``: per request, the newest frame's processing (read and
+  conversion) when it was done on an earlier tick, plus ``request_to_wire`` (which
+  includes the frames read and converted on the request's own tick, counted once):
+  how long after that frame was taken from the middleware the observation would be
+  on the wire if the request fired at once.
 
 The node's CPU share is read from ``/proc/<pid>/stat`` (``utime + stime`` of all its
 threads, DDS included) over the measured window, after a warm-up. The bench also

@@ -200,6 +200,27 @@ def test_prepare_converts_on_arrival_and_assemble_reuses_it() -> None:
     assert frames.stamps()["left_wrist_0_rgb"] == 2.0  # back to the frame that converted
 
 
+def test_a_frame_read_inside_the_callers_timing_is_not_counted_twice() -> None:
+    # policy_node reads and converts frames on the request's own tick; that time is
+    # already in its request_to_wire, so newest_prepared_s must not add it again.
+    frames = CameraFrames(RAW)
+    frames.store("base_0_rgb", cdr_image(scene("base_0_rgb")), received=1.0, read_s=0.002)
+    frames.store("left_wrist_0_rgb", cdr_image(scene("left_wrist_0_rgb")), 2.0, read_s=0.002)
+    earlier = frames.prepare("left_wrist_0_rgb", SIZE)
+    assert earlier >= 0.002  # its read counts in its processing time
+    mark = frames.stored
+    assert mark == 2
+    # The newest frame was converted before the mark: its processing is added.
+    assert frames.assemble(SIZE, timed_after=mark).newest_prepared_s == earlier
+    # A newer frame read and converted after the mark: inside the caller's timing.
+    frames.store("base_0_rgb", cdr_image(scene("base_0_rgb", 0.4)), received=3.0, read_s=0.002)
+    assert frames.prepare("base_0_rgb", SIZE) >= 0.002
+    wire = frames.assemble(SIZE, timed_after=mark)
+    assert wire.converted == 0 and wire.newest_prepared_s == 0.0
+    # Without a mark the same frame counts as prepared before the request.
+    assert frames.assemble(SIZE).newest_prepared_s > 0.0
+
+
 def test_due_soon_follows_the_camera_period() -> None:
     frames = CameraFrames(RAW)
     frames.store("base_0_rgb", b"a", received=10.0)

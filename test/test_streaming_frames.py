@@ -129,6 +129,10 @@ def test_reading_frames_on_the_request_tick_counts_toward_request_to_wire() -> N
     # Each request's tick read two cameras (3 ms each) before sending.
     assert min(to_wire) >= 2 * 0.003 - 1e-9
     assert min(processing) >= 0.003 - 1e-9  # a frame's processing includes its read
+    # The frames read on the request's tick are the newest: their processing is in
+    # request_to_wire already and is not added again to image_to_wire.
+    image_to_wire = rig.core.pipeline_timing["image_to_wire"].values()
+    assert image_to_wire == pytest.approx(to_wire)
 
 
 def test_ticking_at_the_core_deadlines_publishes_what_a_fine_fixed_tick_does() -> None:

@@ -126,6 +126,7 @@ class _Latest:
     size: tuple[int, int] | None = None
     read_s: float = 0.0  # wall time of reading it from the middleware
     processing_s: float = 0.0  # wall time of reading and converting it
+    number: int = 0  # position in the order of all stored messages (see CameraFrames.stored)
 
 
 class CameraFrames:
@@ -169,6 +170,7 @@ class CameraFrames:
         self._latest: dict[str, _Latest] = {}
         self._good: dict[str, _Latest] = {}  # the newest message that converted, per camera
         self._period: dict[str, float] = {}  # last interval between two messages per camera
+        self._stored = 0  # messages stored so far, all cameras
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
         self.parallel = bool(parallel) and len(self._cameras) > 1
@@ -190,7 +192,14 @@ class CameraFrames:
         # period between windows: those are not the camera's frame period.
         if 0.0 < gap <= _MAX_PERIOD_S:
             self._period[key] = gap
-        self._latest[key] = _Latest(msg, received, read_s=read_s)
+        self._stored += 1
+        self._latest[key] = _Latest(msg, received, read_s=read_s, number=self._stored)
+
+    @property
+    def stored(self) -> int:
+        """How many messages :meth:`store` has kept so far (all cameras): a mark for
+        :meth:`assemble`'s ``timed_after``."""
+        return self._stored
 
     def due_soon(self, key: str, now: float, request_at: float | None) -> bool:
         """Whether camera ``key``'s newest message should be converted now.
@@ -290,11 +299,15 @@ class CameraFrames:
                 )
             return self._pool
 
-    def assemble(self, image_size: tuple[int, int]) -> WireFrames:
+    def assemble(self, image_size: tuple[int, int], *, timed_after: int | None = None) -> WireFrames:
         """Convert the newest message of every camera that changed since the last call.
 
         Args:
             image_size: (height, width) the server takes (its metadata ``image_size``).
+            timed_after: A value of :attr:`stored` from when the caller started timing
+                its request: messages stored after it were read (and maybe converted)
+                inside the caller's own measurement, so the newest frame's earlier
+                processing (``newest_prepared_s``) is 0 for them, not counted twice.
 
         Raises:
             KeyError: a camera has no message yet (check :meth:`missing` first).
@@ -333,7 +346,9 @@ class CameraFrames:
         elapsed = time.perf_counter() - start if todo else 0.0
         fresh = {key for key, _ in todo}
         newest_key = max(self._cameras, key=lambda k: self._latest[k].received)
-        newest_prepared = 0.0 if newest_key in fresh else self._latest[newest_key].processing_s
+        newest = self._latest[newest_key]
+        timed = newest_key in fresh or (timed_after is not None and newest.number > timed_after)
+        newest_prepared = 0.0 if timed else newest.processing_s
         frames: dict[str, np.ndarray | bytes] = {}
         wire_bytes = 0
         for key in self._cameras:

@@ -109,9 +109,10 @@ class RequestTag:
         session_id: The episode; a reply from before ``~/reset`` is never executed.
         t_obs: Observation time on the node clock (s).
         started: ``perf_clock()`` when the request was decided (pipeline timing).
-        frame_processing_s: Conversion time of the newest frame before the request
-            was decided (when it was converted on arrival; 0 when the request
-            converted it, which ``started`` already covers).
+        frame_processing_s: Processing time (read and conversion) of the newest
+            frame when it was done before the request's tick (converted on arrival);
+            0 when the request's tick read or converted it, which ``started``
+            already covers.
     """
 
     generation: int
@@ -323,9 +324,10 @@ class StreamingCore:
 
     @property
     def pipeline_timing(self) -> dict[str, LatencyStats]:
-        """Seconds spent per frame (``frame_processing``), from the decision to
-        request to the observation on the wire (``request_to_wire``), and their sum
-        for the newest frame of each request (``image_to_wire``)."""
+        """Seconds spent per frame (``frame_processing``, its read included), from the
+        request's tick to the observation on the wire (``request_to_wire``, the reads
+        of that tick included), and for the newest frame of each request its
+        processing on an earlier tick plus ``request_to_wire`` (``image_to_wire``)."""
         return dict(vars(self._timing))
 
     @property
@@ -669,15 +671,18 @@ class StreamingCore:
             return
         # After the publication, which must not wait for the frames.
         read_s = 0.0
+        stored_before = self._frames.stored
         if self._read_frames is not None and self.wants_frames(now):
             read_started = self._perf_clock()
             self._read_frames(now)
             read_s = self._perf_clock() - read_started
         if scheduler.wants_request(now):
             # Reading the frames this tick is on the request's path to the wire.
-            self._request(active, now, read_s)
+            self._request(active, now, read_s, stored_before)
 
-    def _request(self, active: _Active, now: float, read_s: float = 0.0) -> None:
+    def _request(
+        self, active: _Active, now: float, read_s: float = 0.0, stored_before: int | None = None
+    ) -> None:
         started = self._perf_clock() - read_s
         cfg = self._cfg
         missing = self._frames.missing()
@@ -695,7 +700,8 @@ class StreamingCore:
             self._hold(f"joint states: {exc}", "joint_states", now, refusal=True)
             return
         try:
-            wire = self._frames.assemble(active.spec.image_size)
+            # Frames read on this tick are inside ``started`` already.
+            wire = self._frames.assemble(active.spec.image_size, timed_after=stored_before)
         except FrameConversionError as exc:
             # That camera falls back to its previous frame; the next tick tries again.
             self._input_refused(str(exc), now)
