@@ -299,7 +299,9 @@ class CameraFrames:
                 )
             return self._pool
 
-    def assemble(self, image_size: tuple[int, int], *, timed_after: int | None = None) -> WireFrames:
+    def assemble(
+        self, image_size: tuple[int, int], *, timed_after: int | None = None
+    ) -> WireFrames:
         """Convert the newest message of every camera that changed since the last call.
 
         Args:
