@@ -158,6 +158,37 @@ def test_at_most_one_request_in_flight() -> None:
             assert recorder.results.empty()
 
 
+def test_submit_with_a_handoff_returns_once_the_observation_is_written() -> None:
+    # The node's executor thread waits for the worker to write the observation
+    # instead of running on with the GIL; it must not wait for the reply.
+    recorder = Recorder()
+    with serving(latency_ms=1500.0) as handle:
+        conn = connection(handle.url_template, recorder)
+        try:
+            assert wait_until(lambda: conn.connected)
+            started = time.perf_counter()
+            assert conn.submit(observation(), "slow", handoff_s=5.0)
+            returned = time.perf_counter()
+            assert conn.busy  # the reply is 1.5 s away
+            outcome = recorder.result()
+            assert outcome.reply is not None and outcome.sent_at is not None
+            # Written before submit returned; submit did not wait for the reply.
+            assert started < outcome.sent_at <= returned
+            assert returned - started < 1.0
+            # A request that ends before it is written (it cannot be encoded) ends
+            # the wait as well.
+            started = time.perf_counter()
+            assert conn.submit(observation(extra=np.array([object()])), "bad", handoff_s=5.0)
+            assert time.perf_counter() - started < 1.0
+            assert "cannot be encoded" in recorder.result().reply["message"]
+            with pytest.raises(ValueError, match="handoff_s=-1"):
+                conn.submit(observation(), "negative", handoff_s=-1)
+            with pytest.raises(ValueError, match="handoff_s=nan"):
+                conn.submit(observation(), "nan", handoff_s=float("nan"))
+        finally:
+            conn.close()
+
+
 def test_starts_before_the_server_and_connects_when_it_comes_up() -> None:
     recorder = Recorder()
     port = free_port()

@@ -68,6 +68,10 @@ __all__ = ["PolicyNode", "main"]
 _IDLE_TICK_S = 0.1
 # Shortest timer period (rcl timers take a period > 0).
 _MIN_TICK_S = 0.001
+# After submitting an observation the executor thread waits up to this long for the
+# connection worker to take it, instead of running on with the GIL the worker needs
+# to send it (the worker usually takes it in about 0.1 ms; see docs/node.md).
+_HANDOFF_S = 0.005
 
 _RELIABLE = QoSProfile(
     depth=10, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE
@@ -296,7 +300,7 @@ class PolicyNode(Node):
         return response
 
     def _submit(self, observation: dict[str, Any], tag: Any) -> bool:
-        if not self._connection.submit(observation, tag):
+        if not self._connection.submit(observation, tag, handoff_s=_HANDOFF_S):
             return False
         self._observation_topics.publish(observation, tag.t_obs)
         return True

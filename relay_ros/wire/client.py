@@ -32,6 +32,7 @@ import logging
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
@@ -429,12 +430,23 @@ class PolicyClient:
             PolicyServerError: the reply could not be decoded, is over the size cap,
                 or is not the model family's action type.
         """
+        return self._infer(obs, timeout)
+
+    def _infer(
+        self,
+        obs: dict[str, Any],
+        timeout: float | None,
+        on_sent: Callable[[], None] | None = None,
+    ) -> np.ndarray | dict[str, np.ndarray] | dict[str, Any]:
+        """:meth:`infer`, calling ``on_sent`` (if given) on this thread as soon as the
+        observation is fully written to the socket, before the reply is awaited
+        (``wire.connection`` uses it to hand the GIL back to the node's executor)."""
         if timeout is not None and not timeout > 0:
             raise ValueError(f"timeout={timeout!r}; expected a positive number of seconds or None")
         start = time.perf_counter()
         with self._lock:
             transport = self._require_open()
-            message = self._exchange(transport, obs, timeout, "infer")
+            message = self._exchange(transport, obs, timeout, "infer", on_sent)
             self.last_sent_at = self._sent_at
         reply = decode_reply(self.model, message, self._reply_limits, transport.display_url)
         self.last_roundtrip_s = time.perf_counter() - start
@@ -451,10 +463,16 @@ class PolicyClient:
         return reply.actions
 
     def _exchange(
-        self, transport: Transport, obj: Any, timeout: float | None, what: str
+        self,
+        transport: Transport,
+        obj: Any,
+        timeout: float | None,
+        what: str,
+        on_sent: Callable[[], None] | None = None,
     ) -> bytes | str:
         """Send ``obj`` and return the next message, all within ``timeout``; on a
-        timeout close the connection and raise RequestTimeout. Holds the lock."""
+        timeout close the connection and raise RequestTimeout. ``on_sent`` is called
+        once ``obj`` is written. Holds the lock."""
         deadline = Deadline(timeout)
         transport.discard_stale()
         self._timing = None
@@ -464,6 +482,8 @@ class PolicyClient:
             send_start = time.perf_counter()
             transport.send(obj, deadline if timeout is not None else None)
             self._sent_at = time.perf_counter()
+            if on_sent is not None:
+                on_sent()
             message = transport.recv(deadline if timeout is not None else None)
             done = time.perf_counter()
             self._timing = RequestTiming(

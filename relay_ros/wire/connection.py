@@ -198,6 +198,7 @@ class PolicyConnection:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._work = threading.Event()
+        self._sent = threading.Event()  # the pending observation is written (or failed)
         self._client: PolicyClient | None = None
         self._connected = False
         self._metadata: dict[str, Any] | None = None
@@ -240,19 +241,38 @@ class PolicyConnection:
 
     # Commands, callable from any thread.
 
-    def submit(self, obs: dict[str, Any], tag: object) -> bool:
-        """Queue one observation for inference; returns at once.
+    def submit(self, obs: dict[str, Any], tag: object, *, handoff_s: float = 0.0) -> bool:
+        """Queue one observation for inference.
+
+        Args:
+            obs: The observation.
+            tag: Returned with its outcome.
+            handoff_s: Block the caller up to this long, until the worker has written
+                the observation to the socket or its request ended (0: return at
+                once). A caller that would go on running Python code (an executor
+                thread) holds the GIL that the worker needs to encode and send;
+                waiting here lets the observation go out first. On a fast link that
+                takes about a millisecond; the bound matters when the worker is busy
+                (a reset, a reconnect) or the link is slow.
 
         Returns:
             True when accepted (``on_result`` will be called exactly once with
             ``tag``); False when not connected, closed, or a request is in flight.
+
+        Raises:
+            ValueError: ``handoff_s`` is negative or not a number.
         """
+        if not handoff_s >= 0:
+            raise ValueError(f"handoff_s={handoff_s!r} must be a number of seconds >= 0")
         with self._lock:
             if self._stop.is_set() or not self._connected or self._in_flight:
                 return False
             self._pending = (obs, tag)
             self._in_flight = True
+            self._sent.clear()
         self._work.set()
+        if handoff_s > 0:
+            self._sent.wait(handoff_s)
         return True
 
     def request_reset(self) -> None:
@@ -408,7 +428,7 @@ class PolicyConnection:
         reason: str | None = None
         timeout = self._timeout_now()
         try:
-            reply = client.infer(obs, timeout=timeout)
+            reply = client._infer(obs, timeout, self._sent.set)
             outcome = InferOutcome(
                 tag,
                 reply,
@@ -434,6 +454,7 @@ class PolicyConnection:
         with self._lock:
             self._pending = None
             self._in_flight = False
+            self._sent.set()  # also when it failed before it was written
         self._call(self._on_result, outcome)
         return reason
 
@@ -441,6 +462,7 @@ class PolicyConnection:
         with self._lock:
             pending, self._pending = self._pending, None
             self._in_flight = False
+            self._sent.set()  # a submitter waiting for the hand-off need not wait longer
         if pending is not None:
             self._call(self._on_result, InferOutcome(pending[1], None, None, None, reason))
 
