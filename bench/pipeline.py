@@ -177,7 +177,7 @@ def run_node_process(
     import rclpy
     from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 
-    from relay_ros.node.policy_node import PolicyNode
+    from relay_ros.node.policy_node import PolicyNode, freeze_startup_heap
 
     if switch_interval_s is not None:
         sys.setswitchinterval(switch_interval_s)
@@ -209,6 +209,7 @@ def run_node_process(
     try:
         node = PolicyNode(NODE_NAME)
         node.core.frames.parallel = parallel_frames
+        freeze_startup_heap()
         executor = SingleThreadedExecutor()
         executor.add_node(node)
         sampler = threading.Thread(target=sample, name="pipeline-sampler", daemon=True)
