@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from streaming_rig import CoreRig
 
-from relay_ros.pipeline.camera_frames import FRAME_LOOKAHEAD_S
+from relay_ros.pipeline.camera_frames import FRAME_LOOKAHEAD_S, LAST_READ_LEAD_S
 from relay_ros.pipeline.health import assess
 from relay_ros.pipeline.image_encoding import decode_jpeg
 from relay_ros.pipeline.streaming import RequestTag
@@ -163,5 +163,13 @@ def test_next_deadline_follows_the_scheduler() -> None:
     # A chunk runs: the next deadline is the frame window before the next request.
     deadline = rig.core.next_deadline(rig.now)
     assert deadline is not None and deadline > rig.now + 0.1
+    due = deadline + FRAME_LOOKAHEAD_S  # the next request
+    # In the window: every tick period, then a last read just before the request,
+    # then the request itself.
+    now = due - FRAME_LOOKAHEAD_S
+    assert rig.core.next_deadline(now) == pytest.approx(now + period)
+    now = due - LAST_READ_LEAD_S - 0.5 * period
+    assert rig.core.next_deadline(now) == pytest.approx(due - LAST_READ_LEAD_S)
+    assert rig.core.next_deadline(due - LAST_READ_LEAD_S) == pytest.approx(due)
     rig.core.set_enabled(False, rig.now)
     assert rig.core.next_deadline(rig.now) is None

@@ -55,6 +55,7 @@ from relay_ros.pipeline.images import compressed_to_rgb, image_to_rgb, resize_wi
 __all__ = [
     "CONVERT_TIMEOUT_S",
     "FRAME_LOOKAHEAD_S",
+    "LAST_READ_LEAD_S",
     "CameraFrames",
     "FrameConversionError",
     "WireFrames",
@@ -71,6 +72,10 @@ _MAX_PERIOD_S = 0.2
 #: A node that reads frames on demand hands them over from this long before a
 #: request is due: the widest window in which a frame may be converted on arrival.
 FRAME_LOOKAHEAD_S = _PREPARE_WINDOW_MAX_S
+#: ... and reads them one last time this long before the request, so that only the
+#: frames that arrive after that are converted on the request's own tick (a burst
+#: of three camera frames takes 1-3 ms to convert).
+LAST_READ_LEAD_S = 0.003
 
 #: Longest a pool conversion of one frame may take before the request is refused, s.
 CONVERT_TIMEOUT_S = 5.0

@@ -44,6 +44,7 @@ import numpy as np
 from relay_ros.pipeline.action_prefix import committed_prefix, to_action_space
 from relay_ros.pipeline.camera_frames import (
     FRAME_LOOKAHEAD_S,
+    LAST_READ_LEAD_S,
     CameraFrames,
     FrameConversionError,
 )
@@ -381,7 +382,9 @@ class StreamingCore:
         - a held chunk: its publication time;
         - else before the next request: ``FRAME_LOOKAHEAD_S`` before it (from then
           on :meth:`wants_frames` is true), then one tick period (``tick_hz``) at a
-          time until the request, never past it;
+          time until the request, never past it, with one tick
+          ``LAST_READ_LEAD_S`` before it (a last read, so that the request's own
+          tick finds the frames that came before it converted);
         - ``None`` when only an event can bring work: a reply or a failure, a
           connection, ``set_enabled``.
 
@@ -401,8 +404,12 @@ class StreamingCore:
         if now < due - FRAME_LOOKAHEAD_S:
             return due - FRAME_LOOKAHEAD_S
         period = 1.0 / self._cfg.tick_hz
-        # A request that is due but was not made (a hold) is retried every period.
-        return min(due, now + period) if due > now else now + period
+        if due <= now:
+            return now + period  # a request that was due but not made (a hold): retry
+        last_read = due - LAST_READ_LEAD_S
+        if now < last_read:
+            return min(last_read, now + period)
+        return min(due, now + period)
 
     def frame_arrived(self, key: str, msg: Any, now: float, *, read_s: float = 0.0) -> None:
         """Keep ``msg`` as camera ``key``'s newest message (a serialized or message
