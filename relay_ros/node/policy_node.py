@@ -70,8 +70,8 @@ _IDLE_TICK_S = 0.1
 # Shortest timer period (rcl timers take a period > 0).
 _MIN_TICK_S = 0.001
 # After submitting an observation the executor thread waits up to this long for the
-# connection worker to take it, instead of running on with the GIL the worker needs
-# to send it (the worker usually takes it in about 0.1 ms; see docs/node.md).
+# connection worker to write it to the socket, instead of running on with the GIL
+# the worker needs to encode and send it (about 1 ms on a fast link; docs/node.md).
 _HANDOFF_S = 0.005
 
 _RELIABLE = QoSProfile(

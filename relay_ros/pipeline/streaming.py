@@ -109,7 +109,9 @@ class RequestTag:
             earlier one is dropped (its scheduler is gone).
         session_id: The episode; a reply from before ``~/reset`` is never executed.
         t_obs: Observation time on the node clock (s).
-        started: ``perf_clock()`` when the request was decided (pipeline timing).
+        started: ``perf_clock()`` when the request's tick began reading frames (or
+            when the request was decided, on a tick that read none): the start of
+            ``request_to_wire``.
         frame_processing_s: Processing time (read and conversion) of the newest
             frame when it was done before the request's tick (converted on arrival);
             0 when the request's tick read or converted it, which ``started``
