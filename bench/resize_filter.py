@@ -25,8 +25,8 @@ Filters:
 - ``halve + linear``: the halvings, then ``INTER_LINEAR`` without the blur (aliasing).
 
 Frames: the simulated robot's scene (``sim``: flat shapes on smooth gradients) and the
-same scene on a 1/f ("pink noise") texture with sensor noise (``natural``; see
-bench/jpeg_quality.py), rendered at each size.
+same scene on a 1/f ("pink noise") texture with sensor noise (``natural``, with
+bench/jpeg_quality.py's ``pink_noise``), rendered at each size.
 """
 
 from __future__ import annotations
@@ -42,6 +42,8 @@ import numpy as np
 from PIL import Image as PILImage
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from jpeg_quality import pink_noise  # noqa: E402  (bench/ is sys.path[0] when run)
 
 from relay_ros.pipeline.images import resize_with_pad  # noqa: E402
 from relay_ros.sim.scene import SceneRenderer  # noqa: E402
@@ -99,18 +101,6 @@ FILTERS: dict[str, Callable[[np.ndarray, int, int], np.ndarray]] = {
     "area": direct_area,
     "halve + linear": halve_then(cv2.INTER_LINEAR),
 }
-
-
-def pink_noise(rng: np.random.Generator, height: int, width: int) -> np.ndarray:
-    """(H, W) noise with a 1/f amplitude spectrum, zero mean, unit std."""
-    fy = np.fft.fftfreq(height)[:, None]
-    fx = np.fft.rfftfreq(width)[None, :]
-    f = np.sqrt(fx * fx + fy * fy)
-    f[0, 0] = 1.0
-    spectrum = (rng.normal(size=f.shape) + 1j * rng.normal(size=f.shape)) / f
-    spectrum[0, 0] = 0.0
-    field = np.fft.irfft2(spectrum, s=(height, width))
-    return (field - field.mean()) / field.std()
 
 
 def frame(scene: str, width: int, height: int, seed: int = 0) -> np.ndarray:
