@@ -423,9 +423,10 @@ def freeze_startup_heap() -> None:
     """Move every object alive now out of the garbage collector's reach.
 
     Python's cyclic collector now and then scans every tracked object (its oldest
-    generation); after the imports and the node's construction that is hundreds of
-    thousands (rclpy, NumPy, OpenCV, message types), and the scan stops the executor
-    thread for about 20 ms, a late chunk or request when it falls on one. Objects
+    generation); after the imports and the node's construction that is tens of
+    thousands (rclpy, NumPy, OpenCV, message types), and the scan stopped the executor
+    thread for about 20 ms in ``bench/pipeline.py``, a late chunk or request when it
+    falls on one. Objects
     that live as long as the process need no scanning: ``gc.freeze()`` after startup
     (as CPython's documentation suggests for long-running processes) leaves the
     collector only what the loop allocates. Call it once, right before spinning.
