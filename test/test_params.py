@@ -347,5 +347,6 @@ def test_read_only_parameters_are_what_the_streaming_core_cannot_change_live():
 
     read_only = {spec.name for spec in PARAMETERS if spec.read_only}
     assert set(FIXED_SETTINGS) <= read_only
-    # Read only beyond those: autostart only means something at start.
-    assert read_only - set(FIXED_SETTINGS) == {"autostart"}
+    # Read only beyond those: autostart only means something at start, and
+    # thread_priority is the node's (its threads are raised once, at start).
+    assert read_only - set(FIXED_SETTINGS) == {"autostart", "thread_priority"}

@@ -9,8 +9,10 @@ clock in test_streaming.py; these tests check the wiring.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -276,20 +278,20 @@ def test_destroying_the_node_leaks_no_threads_or_sockets(ros_context, server, tm
     assert _open_fds() <= fds_before + 2
 
 
+def _console_command(*params: str) -> list[str]:
+    """policy_node as ``ros2 run`` starts it, with config/pi05.yaml and ``-p`` params."""
+    config = Path(__file__).resolve().parents[1] / "config" / "pi05.yaml"
+    command = [sys.executable, "-m", "relay_ros.node.policy_node", "--ros-args"]
+    command += ["--params-file", str(config)]
+    for param in params:
+        command += ["-p", param]
+    return command
+
+
 def test_console_script_reports_a_config_error_in_one_line(tmp_path):
-    params = Path(__file__).resolve().parents[1] / "config" / "pi05.yaml"
-    command = [
-        sys.executable,
-        "-m",
-        "relay_ros.node.policy_node",
-        "--ros-args",
-        "--params-file",
-        str(params),
-        "-p",
-        f"camera_map:={tmp_path / 'missing.yaml'}",
-        "-p",
-        "policy_url:=ws://127.0.0.1:9/{model}",
-    ]
+    command = _console_command(
+        f"camera_map:={tmp_path / 'missing.yaml'}", "policy_url:=ws://127.0.0.1:9/{model}"
+    )
     done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 2, done.stderr
     assert "CameraMapError: camera map" in done.stderr and "missing.yaml" in done.stderr
@@ -308,3 +310,57 @@ def test_the_startup_heap_is_frozen_out_of_the_collectors_scans() -> None:
         del loop_objects
     finally:
         gc.unfreeze()
+
+
+def test_thread_priority_runs_the_node_process_under_sched_fifo(server, tmp_path):
+    # In its own process, as main() runs it: every thread of the process is raised.
+    from relay_ros.node.thread_priority import ThreadPriorityError, set_thread_priority
+
+    failed: list[BaseException] = []
+    probe = threading.Thread(target=_catch, args=(lambda: set_thread_priority(7), failed))
+    probe.start()
+    probe.join(10)
+    if failed and isinstance(failed[0], ThreadPriorityError):
+        pytest.skip(f"this process may not use SCHED_FIFO: {failed[0]}")
+    camera_map = tmp_path / "cameras.yaml"
+    camera_map.write_text("base_0_rgb: {topic: /thread_priority_test/image_raw}\n")
+    command = _console_command(
+        f"camera_map:={camera_map}", f"policy_url:={server.url_template}", "thread_priority:=7"
+    )
+    log = tmp_path / "node.log"
+    with log.open("w") as out:
+        node = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    try:
+
+        def policies() -> set[tuple[int, int]]:
+            found = set()
+            for task in os.listdir(f"/proc/{node.pid}/task"):
+                with contextlib.suppress(ProcessLookupError):  # a thread that ended
+                    found.add(
+                        (
+                            os.sched_getscheduler(int(task)),
+                            os.sched_getparam(int(task)).sched_priority,
+                        )
+                    )
+            return found
+
+        wait_for(lambda: "SCHED_FIFO priority 7" in log.read_text(), timeout=30)
+        assert policies() == {(os.SCHED_FIFO, 7)}
+        assert "refused" not in log.read_text()
+    finally:
+        node.send_signal(signal.SIGINT)
+        node.wait(timeout=30)
+
+
+def _catch(function, errors: list[BaseException]) -> None:
+    try:
+        function()
+    except BaseException as exc:  # handed to the test thread
+        errors.append(exc)
+
+
+def test_diagnostics_say_when_the_node_runs_at_normal_priority(ros_context, server, tmp_path):
+    with Rig(ros_context, server.url_template, tmp_path=tmp_path) as rig:
+        status = wait_for(lambda: rig.last_status())
+        assert status["thread priority"] == "normal scheduling (thread_priority 0)"
+        assert os.sched_getscheduler(rig._thread.native_id) == os.SCHED_OTHER

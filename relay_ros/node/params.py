@@ -475,6 +475,17 @@ PARAMETERS: tuple[ParamSpec, ...] = (
         maximum=100,
     ),
     ParamSpec(
+        "thread_priority",
+        "int",
+        0,
+        "SCHED_FIFO priority 1..99 for every thread of the node's process, so other "
+        "processes cannot delay an observation on its way to the wire; 0: normal "
+        "scheduling. Needs CAP_SYS_NICE or an rtprio limit, else refused with a warning; "
+        "keep it below the controller manager's (50). See docs/node.md.",
+        minimum=0,
+        maximum=99,
+    ),
+    ParamSpec(
         "reconnect_max_backoff_s",
         "double",
         5.0,
@@ -605,6 +616,7 @@ class NodeConfig:
     reconnect_max_backoff_s: float
     image_encoding: str = "raw"
     jpeg_quality: int = 90
+    thread_priority: int = 0
 
     @property
     def commanded_joints(self) -> tuple[str, ...]:

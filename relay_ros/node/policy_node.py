@@ -27,6 +27,8 @@ callback is short (the longest converts the frames of one observation, a few ms)
 so ``main()`` spins a SingleThreadedExecutor. rclpy 7.1's MultiThreadedExecutor was measured here to
 skip timer periods for 0.3-1 s at a time with this node and a 30 Hz publisher in
 one process, which would stall the robot; the single-threaded one never did.
+With ``thread_priority`` > 0 the first tick puts every thread of the process under
+``SCHED_FIFO`` (:mod:`relay_ros.node.thread_priority`).
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ from relay_ros.node.params import NodeConfig, ParameterError
 from relay_ros.node.polled import PolledCallbackGroup, PolledSubscription
 from relay_ros.node.ros_logging import node_logger
 from relay_ros.node.ros_params import LiveParameters, declare_parameters
+from relay_ros.node.thread_priority import ProcessPriority
 from relay_ros.pipeline.camera_map import CameraEntry, CameraMapError, load_model_camera_map
 from relay_ros.pipeline.health import assess
 from relay_ros.pipeline.stats import LatencyStats
@@ -99,6 +102,8 @@ class PolicyNode(Node):
     def _setup(self) -> None:
         self._config = cfg = self._declare_and_load_parameters()
         self._cameras: list[CameraEntry] = load_model_camera_map(cfg.camera_map, cfg.model)
+        # thread_priority > 0: the first tick puts the process under SCHED_FIFO.
+        self._priority = ProcessPriority(cfg.thread_priority, self.get_logger())
         self._events: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         # Read by hand (cameras, joint states) or not watched by the executor (the
         # publishers' QoS events; the subscriber side reports them): see node.polled.
@@ -325,6 +330,7 @@ class PolicyNode(Node):
         return self._ticks
 
     def _tick(self) -> None:
+        self._priority.apply()  # the first tick only
         self._ticks += 1
         now = self._now()
         while True:
@@ -403,6 +409,7 @@ class PolicyNode(Node):
         status.level = bytes([int(health.level)])
         status.message = health.message
         status.values = [KeyValue(key=k, value=v) for k, v in health.values.items()]
+        status.values.append(KeyValue(key="thread priority", value=self._priority.status))
         return status
 
     def _publish_diagnostics(self) -> None:
