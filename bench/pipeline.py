@@ -54,8 +54,10 @@ conversion in this process without ROS; ``--rate-hz``, ``--joint-states-hz`` and
 ``--node-param NAME:=VALUE`` change the load; the what-if flag
 ``--switch-interval-ms`` patches the node process only, to measure a proposed change
 before it is made; ``--parallel-frames`` converts the cameras of a request on a thread
-pool. JPEG on the wire: ``--node-param image_encoding:=jpeg``. Results and their
-reading: docs/benchmarks.md, "Pipeline".
+pool. JPEG on the wire: ``--node-param image_encoding:=jpeg``; the node's process
+under ``SCHED_FIFO`` (needs root or an rtprio limit, docs/node.md):
+``--node-param thread_priority:=20``. Results and their reading: docs/benchmarks.md,
+"Pipeline".
 
 The node reads its cameras and joint states itself, on its tick, instead of
 having the executor push every message (``relay_ros.node.polled``): the table's
@@ -692,7 +694,8 @@ def format_table(results: Sequence[ScenarioResult]) -> str:
             + "; /diagnostics (last 100 samples): image->wire p50/p99 "
             f"{d.get('image_to_wire_p50_ms', '?')}/{d.get('image_to_wire_p99_ms', '?')} ms, "
             f"frame processing p99 {d.get('frame_processing_p99_ms', '?')} ms, "
-            f"inference latency p50 {d.get('latency_p50_ms', '?')} ms; CPU of the other "
+            f"inference latency p50 {d.get('latency_p50_ms', '?')} ms, scheduling "
+            f"{d.get('thread priority', '?')[:90]}; CPU of the other "
             "processes: "
             + ", ".join(f"{name} {100 * share:.0f} %" for name, share in r.other_cpu.items())
             + f"; node threads waited {1000 * r.runqueue_wait:.0f} ms/s for a CPU; "
