@@ -220,3 +220,54 @@ def test_without_permission_the_priority_is_refused_once_saying_how_to_allow_it(
     assert out["warnings"][0].startswith(
         "thread_priority 20 refused; the node runs with the normal scheduler: SCHED_FIFO"
     )
+
+
+# One thread of the child runs as another user (a raw setresuid changes only the
+# calling thread; glibc's would change them all). The main thread takes SCHED_FIFO
+# 20 while it is root, then becomes an unprivileged user of its own: it may still
+# set its own priority 20 (it has it) but not touch the other user's thread.
+_PARTLY_REFUSED_CHILD = r"""
+import ctypes, json, os, threading
+from relay_ros.node.thread_priority import ThreadPriorityError, raise_process_threads
+SETRESUID = {"x86_64": 117, "aarch64": 147}[os.uname().machine]
+libc = ctypes.CDLL(None, use_errno=True)
+
+def setresuid_this_thread(uid):
+    if libc.syscall(SETRESUID, uid, uid, uid) != 0:
+        raise OSError(ctypes.get_errno(), "setresuid")
+
+ready, stop = threading.Event(), threading.Event()
+def other_user():
+    setresuid_this_thread(65533)
+    ready.set()
+    stop.wait()
+thread = threading.Thread(target=other_user)
+thread.start()
+ready.wait()
+os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(20))
+setresuid_this_thread(65534)
+try:
+    raise_process_threads(20)
+    error = None
+except ThreadPriorityError as exc:
+    error = str(exc)
+out = {
+    "error": error,
+    "main": os.sched_getscheduler(0),
+    "other": os.sched_getscheduler(thread.native_id),
+}
+stop.set()
+thread.join()
+print(json.dumps(out))
+"""
+
+
+def test_when_one_thread_is_refused_the_raised_ones_go_back_to_normal_scheduling() -> None:
+    if os.geteuid() != 0 or os.uname().machine not in ("x86_64", "aarch64"):
+        pytest.skip("needs root (to give one thread another user) on x86_64 or aarch64")
+    if not _permitted(20):
+        pytest.skip("this process may not use SCHED_FIFO")
+    out = _run_child(_PARTLY_REFUSED_CHILD)
+    assert out["error"] is not None and "not permitted" in out["error"]
+    assert out["main"] == os.SCHED_OTHER  # raised first, then put back
+    assert out["other"] == os.SCHED_OTHER

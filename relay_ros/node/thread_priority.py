@@ -32,6 +32,7 @@ to allow it, keeps the normal scheduler, and reports the refusal in :attr:`statu
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from typing import Any
@@ -129,33 +130,41 @@ def raise_process_threads(priority: int) -> int:
 
     Threads started later inherit the priority of the thread that starts them (POSIX
     threads and Python's ``threading`` do), so after this call the whole process runs
-    at ``priority``. The calling thread goes first: when the system refuses, nothing
-    has changed.
+    at ``priority``. All or nothing: the calling thread goes first, and when the
+    system refuses a thread, those already raised go back to normal scheduling.
 
     Returns:
         How many threads were raised (threads that ended meanwhile are not counted).
 
     Raises:
-        ValueError, ThreadPriorityError: as :func:`set_thread_priority`.
+        ValueError, ThreadPriorityError: as :func:`set_thread_priority`; also when
+            the process's threads cannot be listed (``/proc/self/task``).
     """
-    set_thread_priority(priority)
-    raised = 1
-    me = threading.get_native_id()
+    _check_priority(priority)
     try:
-        tids = [int(name) for name in os.listdir(_TASKS)]
+        tids = sorted(int(name) for name in os.listdir(_TASKS))
     except OSError as exc:
         raise ThreadPriorityError(
             f"cannot list this process's threads in {_TASKS}: {exc.strerror or exc}"
         ) from None
-    for tid in sorted(tids):
-        if tid == me:
-            continue
-        try:
-            set_thread_priority(priority, tid)
-        except ProcessLookupError:
-            continue  # it ended
-        raised += 1
-    return raised
+    me = threading.get_native_id()
+    set_thread_priority(priority)
+    raised = [0]  # 0: the calling thread
+    try:
+        for tid in tids:
+            if tid == me:
+                continue
+            try:
+                set_thread_priority(priority, tid)
+            except ProcessLookupError:
+                continue  # it ended
+            raised.append(tid)
+    except ThreadPriorityError:
+        for tid in raised:
+            with contextlib.suppress(OSError, ThreadPriorityError):
+                set_thread_priority(0, tid)
+        raise
+    return len(raised)
 
 
 class ProcessPriority:
