@@ -2,11 +2,11 @@
 
 On a robot computer the camera drivers, the controllers and everything else share a
 few cores with policy_node. Under Linux's normal time-sharing scheduler a thread that
-wakes to send an observation may wait a scheduler slice (about 1.5 ms here) for a core
+wakes to send an observation may wait a scheduler slice (about 1.4 ms here) for a core
 that another process holds, more than once per request: in ``bench/pipeline.py``
 (three raw cameras simulated on the same 2-core machine) the node's threads waited
 60-95 ms per second for a CPU, and image->wire p99 was 5-8 ms where the node's own
-work takes 2-3 ms. A ``SCHED_FIFO`` thread runs as soon as it is ready, ahead of every
+work takes 1-3 ms. A ``SCHED_FIFO`` thread runs as soon as it is ready, ahead of every
 time-sharing thread; ros2_control's controller_manager gives its update loop one for
 the same reason (its ``thread_priority`` parameter, default 50).
 
