@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fault_server import FaultServer
+from fifo_probe import fifo_refusal
 from node_rig import Rig, stamp_of, t_obs_of, tfs_of, wait_for
 from rcl_interfaces.msg import Log
 from std_srvs.srv import SetBool, Trigger
@@ -314,14 +315,9 @@ def test_the_startup_heap_is_frozen_out_of_the_collectors_scans() -> None:
 
 def test_thread_priority_runs_the_node_process_under_sched_fifo(server, tmp_path):
     # In its own process, as main() runs it: every thread of the process is raised.
-    from relay_ros.node.thread_priority import ThreadPriorityError, set_thread_priority
-
-    failed: list[BaseException] = []
-    probe = threading.Thread(target=_catch, args=(lambda: set_thread_priority(7), failed))
-    probe.start()
-    probe.join(10)
-    if failed and isinstance(failed[0], ThreadPriorityError):
-        pytest.skip(f"this process may not use SCHED_FIFO: {failed[0]}")
+    refusal = fifo_refusal(7)
+    if refusal is not None:
+        pytest.skip(f"this process may not use SCHED_FIFO: {refusal}")
     camera_map = tmp_path / "cameras.yaml"
     camera_map.write_text("base_0_rgb: {topic: /thread_priority_test/image_raw}\n")
     command = _console_command(
@@ -350,13 +346,6 @@ def test_thread_priority_runs_the_node_process_under_sched_fifo(server, tmp_path
     finally:
         node.send_signal(signal.SIGINT)
         node.wait(timeout=30)
-
-
-def _catch(function, errors: list[BaseException]) -> None:
-    try:
-        function()
-    except BaseException as exc:  # handed to the test thread
-        errors.append(exc)
 
 
 def test_diagnostics_say_when_the_node_runs_at_normal_priority(ros_context, server, tmp_path):

@@ -15,49 +15,19 @@ import os
 import re
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
+from fifo_probe import fifo_refusal, run_in_thread
 
-from relay_ros.node.thread_priority import (
-    ProcessPriority,
-    ThreadPriorityError,
-    set_thread_priority,
-)
+from relay_ros.node.thread_priority import ProcessPriority, set_thread_priority
 
 pytestmark = pytest.mark.skipif(
     not hasattr(os, "sched_setscheduler"), reason="real-time scheduling needs Linux"
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _in_thread(function: Any) -> Any:
-    """Run ``function`` on a new thread (which ends, taking its scheduling with it)."""
-    out: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            out["value"] = function()
-        except BaseException as exc:  # handed to the test thread
-            out["error"] = exc
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    thread.join(10)
-    if "error" in out:
-        raise out["error"]
-    return out.get("value")
-
-
-def _permitted(priority: int = 5) -> bool:
-    try:
-        _in_thread(lambda: set_thread_priority(priority))
-    except ThreadPriorityError:
-        return False
-    return True
 
 
 def _policy(tid: int = 0) -> tuple[int, int]:
@@ -99,7 +69,7 @@ def test_a_priority_outside_0_to_99_is_refused_naming_it(bad: Any) -> None:
 
 
 def test_one_thread_is_raised_and_lowered_and_the_others_keep_theirs() -> None:
-    if not _permitted():
+    if fifo_refusal():
         pytest.skip("this process may not use SCHED_FIFO (no CAP_SYS_NICE, ulimit -r 0)")
     before = _policy()
 
@@ -109,7 +79,7 @@ def test_one_thread_is_raised_and_lowered_and_the_others_keep_theirs() -> None:
         set_thread_priority(0)
         return raised, _policy()
 
-    raised, lowered = _in_thread(raise_then_lower)
+    raised, lowered = run_in_thread(raise_then_lower)
     assert raised == (os.SCHED_FIFO, 9)
     assert lowered == (os.SCHED_OTHER, 0)
     assert _policy() == before
@@ -168,7 +138,7 @@ print(json.dumps(out))
 
 
 def test_the_first_apply_raises_every_thread_and_later_threads_inherit_it() -> None:
-    if not _permitted(7):
+    if fifo_refusal(7):
         pytest.skip("this process may not use SCHED_FIFO (no CAP_SYS_NICE, ulimit -r 0)")
     out = _run_child(_RAISED_CHILD)
     fifo_7 = [os.SCHED_FIFO, 7]
@@ -265,7 +235,7 @@ print(json.dumps(out))
 def test_when_one_thread_is_refused_the_raised_ones_go_back_to_normal_scheduling() -> None:
     if os.geteuid() != 0 or os.uname().machine not in ("x86_64", "aarch64"):
         pytest.skip("needs root (to give one thread another user) on x86_64 or aarch64")
-    if not _permitted(20):
+    if fifo_refusal(20):
         pytest.skip("this process may not use SCHED_FIFO")
     out = _run_child(_PARTLY_REFUSED_CHILD)
     assert out["error"] is not None and "not permitted" in out["error"]

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from relay_ros.models import MODEL_IDS, family_of
+from relay_ros.node.thread_priority import MAX_PRIORITY
 from relay_ros.paths import config_dir
 from relay_ros.pipeline.image_encoding import ImageEncodingError, check_image_encoding
 
@@ -483,7 +484,7 @@ PARAMETERS: tuple[ParamSpec, ...] = (
         "scheduling. Needs CAP_SYS_NICE or an rtprio limit, else refused with a warning; "
         "keep it below the controller manager's (50). See docs/node.md.",
         minimum=0,
-        maximum=99,
+        maximum=MAX_PRIORITY,
     ),
     ParamSpec(
         "reconnect_max_backoff_s",

@@ -193,11 +193,6 @@ class ProcessPriority:
         self._refusal: str | None = None
 
     @property
-    def priority(self) -> int:
-        """The requested priority (0: off)."""
-        return self._priority
-
-    @property
     def refusal(self) -> str | None:
         """Why the system refused the priority, or None."""
         return self._refusal
