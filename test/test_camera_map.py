@@ -170,12 +170,29 @@ def test_file_errors_name_the_file(tmp_path):
     with pytest.raises(CameraMapError, match=rf"^camera map {str(invalid)!r} is not valid YAML"):
         load(invalid)
 
+    latin1 = tmp_path / "latin1.yaml"
+    latin1.write_bytes(b"base_0_rgb:\n  topic: /camera/caf\xe9\n")
+    with pytest.raises(CameraMapError) as info:
+        load(latin1)
+    assert str(info.value) == (
+        f"camera map {str(latin1)!r} is not UTF-8 text: byte 0xe9 at line 2, column 21 "
+        "(invalid continuation byte); save it as UTF-8"
+    )
+    control = tmp_path / "control.yaml"
+    control.write_text("base_0_rgb: /camera/\x01base\n")
+    with pytest.raises(CameraMapError) as info:
+        load(control)
+    assert str(info.value) == (
+        f"camera map {str(control)!r} has the control character U+0001 at line 1, column 21, "
+        "which YAML does not allow"
+    )
+
     duplicate = tmp_path / "duplicate.yaml"
     duplicate.write_text("base_0_rgb: /a\nbase_0_rgb: /b\n")
     with pytest.raises(CameraMapError) as info:
         load(duplicate)
     assert str(info.value).startswith(f"camera map {str(duplicate)!r} is not valid YAML: ")
-    assert "duplicate key 'base_0_rgb'" in str(info.value)
+    assert str(info.value).endswith("line 2, column 1: duplicate key 'base_0_rgb'")
 
     empty = tmp_path / "empty.yaml"
     empty.write_text("# only a comment\n")

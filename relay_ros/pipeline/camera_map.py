@@ -34,6 +34,7 @@ from typing import Any
 import yaml
 
 from relay_ros.models import UnknownModelError, get_model
+from relay_ros.yaml_files import YamlFileError, load_yaml_file
 
 __all__ = [
     "QOS_VALUES",
@@ -132,14 +133,9 @@ def load_model_camera_map(path: str | os.PathLike[str], model: str) -> list[Came
 
 def _read_yaml(path: str | os.PathLike[str]) -> Any:
     try:
-        with open(path, encoding="utf-8") as stream:
-            return yaml.load(stream, Loader=_UniqueKeyLoader)  # noqa: S506 - SafeLoader subclass
-    except OSError as exc:
-        raise CameraMapError(f"camera map {os.fspath(path)!r} cannot be read: {exc}") from exc
-    except yaml.YAMLError as exc:
-        raise CameraMapError(
-            f"camera map {os.fspath(path)!r} is not valid YAML: {exc}".rstrip()
-        ) from exc
+        return load_yaml_file(path, what="camera map", loader=_UniqueKeyLoader)
+    except YamlFileError as exc:
+        raise CameraMapError(str(exc)) from None
 
 
 def load_camera_map(
