@@ -1,4 +1,6 @@
-"""Python logging records reach the node's ROS logger: /rosout, severity, --log-level."""
+"""Python logging records reach the node's ROS logger: /rosout, severity, --log-level.
+
+The ROS-free core's records too (the mono8 warning), through policy_node."""
 
 from __future__ import annotations
 
@@ -7,14 +9,16 @@ import logging
 import threading
 
 import pytest
-from node_rig import wait_for
+from node_rig import Rig, wait_for
 from rcl_interfaces.msg import Log
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.logging import LoggingSeverity
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import CompressedImage, Image
 
 from relay_ros.node.ros_logging import node_logger
+from relay_ros.server import ServerOptions, run_server_in_thread
 
 pytestmark = pytest.mark.ros
 
@@ -88,3 +92,46 @@ def test_the_node_log_level_applies(rosout) -> None:
     log.error("still shown")
     got = wait_for(lambda: len(messages()) >= 2 and messages())
     assert [text for _, text in got] == ["shown", "still shown"]
+
+
+class _MonoCameraRig(Rig):
+    """The rig with a base camera that sends mono8 frames (a grey camera driver)."""
+
+    def _publish_cameras(self) -> None:
+        stamp = self.feeder.get_clock().now().to_msg()
+        h, w, _ = self._frame.shape
+        grey = Image(height=h, width=w, encoding="mono8", step=w, data=bytes(h * w))
+        grey.header.stamp = stamp
+        self._image_pub.publish(grey)
+        jpeg = CompressedImage(format="jpeg", data=self._jpeg)
+        jpeg.header.stamp = stamp
+        self._jpeg_pub.publish(jpeg)
+
+
+def test_the_mono8_warning_reaches_rosout_from_the_policy_node(ros_context, tmp_path) -> None:
+    # pipeline/images.py logs it through `logging`; the node routes relay_ros.pipeline's
+    # records to its own logger, so it is on /rosout with the node's name (not only stderr).
+    with run_server_in_thread(ServerOptions(models=("pi05",))) as server:
+        rig = _MonoCameraRig(ros_context, server.url_template, tmp_path=tmp_path)
+        warnings: list[str] = []
+        lock = threading.Lock()
+
+        def record(msg: Log) -> None:
+            if msg.name == rig.node_name and msg.level == Log.WARN:
+                with lock:
+                    warnings.append(msg.msg)
+
+        rig.feeder.create_subscription(Log, "/rosout", record, _ROSOUT_QOS)
+        with rig:
+
+            def mono_warning() -> list[str]:
+                with lock:
+                    return [text for text in warnings if "mono8" in text]
+
+            found = wait_for(mono_warning, timeout=30)
+        assert found == [
+            f"camera {rig.raw_topic} sends mono8 frames; expanding grey to 3 channels "
+            "(the policy expects RGB)"
+        ]
+    # The node took its route with it: later records are not sent to a destroyed node.
+    assert not [h for h in logging.getLogger("relay_ros.pipeline").handlers if "Route" in repr(h)]

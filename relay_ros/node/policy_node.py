@@ -56,7 +56,7 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 from relay_ros.node.debug_topics import ObservationTopics
 from relay_ros.node.params import NodeConfig, ParameterError
 from relay_ros.node.polled import PolledCallbackGroup, PolledSubscription
-from relay_ros.node.ros_logging import node_logger
+from relay_ros.node.ros_logging import node_logger, route_library_logs
 from relay_ros.node.ros_params import LiveParameters, declare_parameters
 from relay_ros.node.thread_priority import ProcessPriority
 from relay_ros.pipeline.camera_map import CameraEntry, CameraMapError, load_model_camera_map
@@ -209,6 +209,8 @@ class PolicyNode(Node):
         self._tick_timer = self.create_timer(_IDLE_TICK_S, self._tick, callback_group=group)
         self._diag_timer = self.create_timer(1.0, self._publish_diagnostics, callback_group=group)
         self._live = LiveParameters(self, cfg, self._apply_config)
+        # The core's own records (e.g. "camera ... sends mono8 frames") in this node's log.
+        self._unroute_logs = route_library_logs(self.get_logger())
         self.get_logger().info(
             f"policy_node for {cfg.model}: {len(self._cameras)} camera(s), outputs "
             f"{[o.name for o in cfg.outputs]}, {'dry run' if cfg.dry_run else 'commanding'}, "
@@ -421,6 +423,7 @@ class PolicyNode(Node):
     # ------------------------------------------------------------------ lifetime
     def destroy_node(self) -> None:
         """Stop the connection worker (joins its thread, closes its socket) and the node."""
+        self._unroute_logs()
         self._connection.close()
         self.core.frames.close()
         super().destroy_node()

@@ -5,15 +5,19 @@ The client and the connection (``relay_ros.wire``) log through the standard
 ROS. Inside ``policy_node`` their messages belong with the node's: in the node's
 log, on ``/rosout``, and filtered by ``--ros-args --log-level``. :func:`node_logger`
 returns a ``logging.Logger`` whose records go to the rclpy logger at the same
-severity, with the same level threshold.
+severity, with the same level threshold. :func:`route_library_logs` does the same
+for the records of the ROS-free core (``relay_ros.pipeline``: e.g. the warning that a
+camera sends mono8 frames), which would otherwise reach only Python's last-resort
+stderr printer, never ``/rosout``.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["RosLogHandler", "node_logger"]
+__all__ = ["RosLogHandler", "node_logger", "route_library_logs"]
 
 # rcutils severities (rclpy.logging.LoggingSeverity) are Python's level numbers.
 _SEVERITIES = (
@@ -77,3 +81,29 @@ def node_logger(ros_logger: Any, name: str) -> logging.Logger:
     logger.propagate = False
     logger.setLevel(int(ros_logger.get_effective_level()))
     return logger
+
+
+class _LibraryRoute(RosLogHandler):
+    """The handler :func:`route_library_logs` installs (one per logger at a time)."""
+
+
+def route_library_logs(ros_logger: Any, name: str = "relay_ros.pipeline") -> Callable[[], None]:
+    """Send the records of logger ``name`` (and its children) to ``ros_logger`` too.
+
+    Records still propagate (a test's ``caplog``, an application's handlers see them);
+    the logger's level is left alone (warnings pass by default). One node at a time:
+    the newest call replaces an earlier one, so a record is logged once, by the node
+    created last. Returns the function that removes the route (the node calls it when
+    destroyed; it does nothing if another node has taken the route since).
+    """
+    logger = logging.getLogger(name)
+    for handler in list(logger.handlers):
+        if isinstance(handler, _LibraryRoute):
+            logger.removeHandler(handler)
+    route = _LibraryRoute(ros_logger)
+    logger.addHandler(route)
+
+    def remove() -> None:
+        logger.removeHandler(route)
+
+    return remove
