@@ -49,11 +49,12 @@ setup(
     },
     entry_points={
         "console_scripts": [
-            "policy_node = relay_ros.node.policy_node:main",
-            "relay-policy-server = relay_ros.server.__main__:main",
+            # relay_ros.entry_points takes SIGINT/SIGTERM before the heavy imports.
+            "policy_node = relay_ros.entry_points:policy_node",
+            "relay-policy-server = relay_ros.entry_points:policy_server",
             "relay-ros = relay_ros.cli:main",
-            "sim_cameras = relay_ros.sim.cameras_node:main",
-            "sim_arm = relay_ros.sim.arm_node:main",
+            "sim_cameras = relay_ros.entry_points:sim_cameras",
+            "sim_arm = relay_ros.entry_points:sim_arm",
         ],
     },
 )

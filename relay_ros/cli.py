@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from relay_ros.models import MODEL_IDS
+from relay_ros.stop_signals import interrupt_once
 
 __all__ = ["main"]
 
@@ -181,19 +182,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Console entry point ``relay-ros``; returns the exit code."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    _add, run = _COMMANDS[args._command]
-    try:
-        return run(args)
-    except _Failure as exc:
-        message = " ".join(line.strip() for line in str(exc).splitlines())
-        sys.stderr.write(f"{PROG} {args.command}: error: {message}\n")
-        return 2
-    except KeyboardInterrupt:
-        sys.stderr.write(f"{PROG} {args.command}: interrupted\n")
-        return 130
+    """Console entry point ``relay-ros``; returns the exit code.
+
+    The first SIGINT or SIGTERM interrupts the command (exit 130) and the command
+    stops what it started; later ones are ignored so that this cleanup runs to its
+    end (:func:`relay_ros.stop_signals.interrupt_once`).
+    """
+    with interrupt_once():
+        command = ""
+        try:
+            parser = build_parser()
+            args = parser.parse_args(argv)
+            command = f" {args.command}"
+            _add, run = _COMMANDS[args._command]
+            return run(args)
+        except _Failure as exc:
+            message = " ".join(line.strip() for line in str(exc).splitlines())
+            sys.stderr.write(f"{PROG}{command}: error: {message}\n")
+            return 2
+        except KeyboardInterrupt:
+            sys.stderr.write(f"{PROG}{command}: interrupted\n")
+            return 130
 
 
 if __name__ == "__main__":

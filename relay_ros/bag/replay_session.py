@@ -54,9 +54,12 @@ def ros_context(context: Any) -> Iterator[Any]:
         yield context
         return
     import rclpy
+    from rclpy.signals import SignalHandlerOptions
 
     ctx = rclpy.context.Context()
-    rclpy.init(context=ctx)
+    # Without rclpy's handlers: they would shut the context down from their own thread
+    # on Ctrl-C while the session still uses it; relay-ros stops it (relay_ros.cli).
+    rclpy.init(context=ctx, signal_handler_options=SignalHandlerOptions.NO)
     try:
         yield ctx
     finally:

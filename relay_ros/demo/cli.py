@@ -11,9 +11,7 @@ import argparse
 import logging
 import math
 import os
-import signal
 import sys
-import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,6 +25,7 @@ from relay_ros.demo.report import format_progress, format_summary
 from relay_ros.demo.result import DemoProgress, DemoResult
 from relay_ros.demo.run import run_demo
 from relay_ros.sim.link_profiles import PRESETS
+from relay_ros.stop_signals import interrupt_once
 
 __all__ = ["build_parser", "main"]
 
@@ -157,16 +156,22 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM, handled like Ctrl-C so that every part is stopped."""
-
-
-def _raise_terminated(signum: int, frame: Any) -> None:
-    raise _Terminated()
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the demo; exit status 0, 1 on a demo error, 2 on bad arguments, 130 on Ctrl-C."""
+    """Run the demo; exit status 0, 1 on a demo error, 2 on bad arguments, 130 on Ctrl-C.
+
+    The first SIGINT or SIGTERM stops the run under way (server, executors and nodes
+    are stopped before the summary of what ran is printed); later ones are ignored,
+    so that this cleanup runs to its end (:func:`relay_ros.stop_signals.interrupt_once`).
+    """
+    with interrupt_once():
+        try:
+            return _main(argv)
+        except KeyboardInterrupt:  # before the first run started, or while reporting
+            sys.stderr.write("\ninterrupted\n")
+            return 130
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
     if not args.visible:
@@ -178,8 +183,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name in (POLICY_NODE, CAMERAS_NODE, ARM_NODE):
             # The summary reports refusals and rejections; start-up holds are expected.
             rclpy.logging.set_logger_level(name, rclpy.logging.LoggingSeverity.ERROR)
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _raise_terminated)
     err = sys.stderr
     shown = [0]
 

@@ -23,11 +23,10 @@ docs/demo.md.
 from __future__ import annotations
 
 import contextlib
-import signal
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +43,7 @@ from relay_ros.demo.server_process import ServerProcess
 from relay_ros.node.params import NodeConfig
 from relay_ros.sim.link import LinkThread
 from relay_ros.sim.link_profiles import LinkProfile
+from relay_ros.stop_signals import deferred_interrupts
 
 __all__ = ["DemoRig", "RunSnapshot", "swapped_camera_map"]
 
@@ -84,19 +84,6 @@ class RunSnapshot:
     link_bytes_up: int | None = None
     network: Mapping[str, float] = field(default_factory=dict)
     image_encoding: str = "raw"
-
-
-@contextlib.contextmanager
-def _sigint_masked() -> Iterator[None]:
-    """Ignore Ctrl-C while cleaning up (only possible in the main thread)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def _as_overrides(params: Mapping[str, Any]) -> list[Any]:
@@ -416,13 +403,13 @@ class DemoRig:
     # ----------------------------------------------------------------- 5. stop
 
     def stop(self) -> None:
-        """Stop everything that was started; idempotent, Ctrl-C ignored meanwhile.
+        """Stop everything that was started; idempotent, Ctrl-C held until it is done.
 
         Executor.shutdown destroys the guard condition that callbacks still running in
         a MultiThreadedExecutor's pool trigger when they finish (rclpy Jazzy does not
         wait for them), so: stop spinning, drain the pools, then shut down.
         """
-        with _sigint_masked():
+        with deferred_interrupts():
             if self._stop_spinning is not None and not self._stop_spinning.done():
                 self._stop_spinning.set_result(None)
             for thread in self._threads:

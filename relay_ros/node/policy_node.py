@@ -35,15 +35,14 @@ from __future__ import annotations
 
 import gc
 import queue
+import sys
 import time
 from typing import Any
 
-import rclpy
 from builtin_interfaces.msg import Duration as DurationMsg
 from builtin_interfaces.msg import Time as TimeMsg
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.exceptions import InvalidHandle
-from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
@@ -54,6 +53,7 @@ from std_srvs.srv import SetBool, Trigger
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from relay_ros.node.debug_topics import ObservationTopics
+from relay_ros.node.node_main import NodeProgram, UsageRow, format_usage, run_node
 from relay_ros.node.params import NodeConfig, ParameterError
 from relay_ros.node.polled import PolledCallbackGroup, PolledSubscription
 from relay_ros.node.ros_logging import node_logger, route_library_logs
@@ -63,6 +63,7 @@ from relay_ros.pipeline.camera_map import CameraEntry, CameraMapError, load_mode
 from relay_ros.pipeline.health import assess
 from relay_ros.pipeline.stats import LatencyStats
 from relay_ros.pipeline.streaming import StreamingCore, TrajectoryMessage
+from relay_ros.stop_signals import take_stop_signals
 from relay_ros.wire.connection import PolicyConnection
 
 __all__ = ["PolicyNode", "main"]
@@ -445,28 +446,68 @@ def freeze_startup_heap() -> None:
     gc.freeze()
 
 
-def main(args: list[str] | None = None) -> None:
-    """Console entry point ``policy_node``."""
-    rclpy.init(args=args)
-    node = None
-    try:
-        node = PolicyNode()
-        freeze_startup_heap()
-        executor = SingleThreadedExecutor()
-        executor.add_node(node)
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    except (ParameterError, CameraMapError) as exc:
-        # A configuration mistake: say what is wrong in one line, not a traceback.
-        rclpy.logging.get_logger("policy_node").fatal(f"{type(exc).__name__}: {exc}")
-        raise SystemExit(2) from None
-    finally:
-        if node is not None:
-            node.destroy_node()
-        if rclpy.ok():
-            rclpy.shutdown()
+_USAGE_TOPICS = (
+    UsageRow("joint_states_topic", "in sensor_msgs/JointState", "the robot's joint states"),
+    UsageRow(
+        "camera_map's topics",
+        "in sensor_msgs/Image or CompressedImage",
+        "one per model camera key of the camera map (YAML, docs/node.md)",
+    ),
+    UsageRow("~/prompt", "in std_msgs/String", "replaces the prompt parameter"),
+    UsageRow(
+        "outputs.<name>.topic",
+        "out trajectory_msgs/JointTrajectory",
+        "one per trajectory controller (none in dry_run)",
+    ),
+    UsageRow("~/preview", "out trajectory_msgs/JointTrajectory", "every trajectory, dry run too"),
+    UsageRow(
+        "~/observation/<camera key>, ~/observation/state",
+        "out Image, JointState",
+        "each observation as the model receives it, while someone subscribes",
+    ),
+    UsageRow("/diagnostics", "out diagnostic_msgs/DiagnosticArray", "the node's health, 1 Hz"),
+    UsageRow("~/reset", "service std_srvs/Trigger", "new session; the server resets its policy"),
+    UsageRow("~/enable", "service std_srvs/SetBool", "start or stop commanding"),
+)
+
+
+def usage() -> str:
+    """``policy_node --help``: topics, every parameter (from the table) and where to read more."""
+    from relay_ros.node.params_doc import text_rows
+
+    return format_usage(
+        "policy_node",
+        "Streams action chunks from a remote VLA policy server (pi0, pi0.5, GR00T) to "
+        "ros2_control trajectory controllers: cameras and joint states in, one observation "
+        "per request, trajectories out, holding position whenever an input or a reply is "
+        "not safe to use.",
+        topics=_USAGE_TOPICS,
+        parameters=[UsageRow(name, facts, text) for name, facts, text in text_rows()],
+        docs="docs/node.md (parameters, topics, safety), docs/streaming.md, docs/reliability.md",
+        example="policy_node --ros-args --params-file config/pi05.yaml "
+        "-p policy_url:=ws://127.0.0.1:8000/{model}",
+    )
+
+
+def _start() -> PolicyNode:
+    node = PolicyNode()
+    freeze_startup_heap()
+    return node
+
+
+def main(args: list[str] | None = None) -> int:
+    """Console entry point ``policy_node``; returns the exit code (:func:`run_node`)."""
+    return run_node(
+        NodeProgram(
+            "policy_node",
+            _start,
+            usage,
+            config_errors=(ParameterError, CameraMapError),
+        ),
+        args,
+    )
 
 
 if __name__ == "__main__":
-    main()
+    take_stop_signals()
+    sys.exit(main())

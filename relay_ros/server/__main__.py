@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import logging
 import os
-import signal
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -24,6 +22,7 @@ from pathlib import Path
 from relay_ros.server.app import PolicyServer, ServerOptions, ServerStartError
 from relay_ros.server.metadata import MODELS
 from relay_ros.server.recorded import recorded_factory
+from relay_ros.stop_signals import stop_signals, take_stop_signals
 
 __all__ = ["build_parser", "main", "options_from_args"]
 
@@ -197,11 +196,6 @@ def _write_port_file(path: Path, port: int) -> None:
 
 
 async def _run(server: PolicyServer, port_file: Path | None) -> None:
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(sig, server.request_stop)
-
     def on_bound(port: int) -> None:
         if port_file is not None:
             _write_port_file(port_file, port)
@@ -210,25 +204,35 @@ async def _run(server: PolicyServer, port_file: Path | None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the server until SIGINT/SIGTERM; exit status 0, or 2 for bad options."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    try:
-        server = PolicyServer(options_from_args(args))
-    except (ValueError, ServerStartError) as exc:
-        parser.error(str(exc))
-    try:
-        asyncio.run(_run(server, args.port_file))
-    except KeyboardInterrupt:
-        pass
-    except (OSError, ServerStartError) as exc:
-        logger.error("%s", exc)
-        return 1
+    """Run the server until SIGINT/SIGTERM; exit status 0, or 2 for bad options.
+
+    The signals are taken by :mod:`relay_ros.stop_signals`: the first one asks the
+    server to close its connections and return, later ones are ignored, so a
+    terminal's Ctrl-C plus ``ros2 launch`` forwarding it end in a clean exit 0.
+    """
+    with stop_signals() as stop:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        logging.basicConfig(
+            level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+        try:
+            server = PolicyServer(options_from_args(args))
+        except (ValueError, ServerStartError) as exc:
+            parser.error(str(exc))
+        forget = stop.on_stop(server.request_stop)
+        try:
+            asyncio.run(_run(server, args.port_file))
+        except (OSError, ServerStartError) as exc:
+            logger.error("%s", exc)
+            return 1
+        finally:
+            forget()
+        if stop.requested:
+            logger.info("%s: stopped", stop.describe())
     return 0
 
 
 if __name__ == "__main__":
+    take_stop_signals()
     sys.exit(main())

@@ -26,27 +26,35 @@ Parameters (declared in `SimArmNode._declare_parameters`; see docs/simulation.md
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
-import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.context import Context
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 from trajectory_msgs.msg import JointTrajectory
 
+from relay_ros.node.node_main import (
+    NodeProgram,
+    UsageRow,
+    default_row,
+    format_usage,
+    run_node,
+    typed_row,
+)
 from relay_ros.sim._parameters import as_parameters
 from relay_ros.sim.trajectory_follower import (
     FollowerMetrics,
     TrajectoryCommand,
     TrajectoryFollower,
 )
+from relay_ros.stop_signals import take_stop_signals
 
 __all__ = ["DEFAULT_CONTROLLERS", "SimArmConfigError", "SimArmNode", "main"]
 
@@ -355,20 +363,50 @@ class SimArmNode(Node):
         self._joint_states_pub.publish(msg)
 
 
-def main(args: list[str] | None = None) -> None:
-    """Console entry point ``sim_arm``: spin the node until Ctrl-C or shutdown."""
-    rclpy.init(args=args)
-    node: SimArmNode | None = None
-    try:
-        node = SimArmNode()
-        rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        if node is not None:
-            node.destroy_node()
-        rclpy.try_shutdown()
+def usage() -> str:
+    """``sim_arm --help``: its topics and every parameter, from the tables above."""
+    return format_usage(
+        "sim_arm",
+        "A simulated arm standing in for ros2_control: one joint_trajectory_controller "
+        "per configured controller (same acceptance rules, replace on arrival, linear or "
+        "cubic segments, hold), every joint on the joint-states topic and the streaming "
+        "measures on ~/metrics.",
+        topics=(
+            UsageRow(
+                "controllers.<name>.topic",
+                "in trajectory_msgs/JointTrajectory",
+                "default <name>/joint_trajectory",
+            ),
+            UsageRow("joint_states_topic", "out sensor_msgs/JointState", "every joint, each cycle"),
+            UsageRow(
+                "~/metrics",
+                "out diagnostic_msgs/DiagnosticArray",
+                "stall time, boundary step, action age, rejections per controller",
+            ),
+        ),
+        parameters=[
+            *(
+                default_row(name, default, text)
+                for name, (default, text) in _NODE_PARAMETERS.items()
+            ),
+            *(
+                typed_row(f"controllers.<name>.{suffix}", kind, text)
+                for suffix, (kind, text) in _CONTROLLER_PARAMETERS.items()
+            ),
+        ],
+        docs="docs/simulation.md",
+        example="sim_arm --ros-args -r __ns:=/robot1 "
+        "-p controllers:=[arm_controller] -p controllers.arm_controller.joints:=[j1,j2]",
+    )
+
+
+def main(args: list[str] | None = None) -> int:
+    """Console entry point ``sim_arm``: spin the node until SIGINT or SIGTERM; the exit code."""
+    return run_node(
+        NodeProgram("sim_arm", SimArmNode, usage, config_errors=(SimArmConfigError,)), args
+    )
 
 
 if __name__ == "__main__":
-    main()
+    take_stop_signals()
+    sys.exit(main())

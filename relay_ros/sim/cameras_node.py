@@ -34,25 +34,33 @@ Parameters (declared in `SimCamerasNode._declare_parameters`; see docs/simulatio
 from __future__ import annotations
 
 import array
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 import numpy as np
-import rclpy
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.context import Context
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.publisher import Publisher
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import CompressedImage, Image, JointState
 
+from relay_ros.node.node_main import (
+    NodeProgram,
+    UsageRow,
+    default_row,
+    format_usage,
+    run_node,
+    typed_row,
+)
 from relay_ros.sim._parameters import as_parameters
 from relay_ros.sim.scene import SceneError, SceneRenderer, encode_jpeg
 from relay_ros.sim.world_camera import CAMERA_ROLES, World, WorldCamera
+from relay_ros.stop_signals import take_stop_signals
 
 __all__ = ["CameraSettings", "SimCamerasConfigError", "SimCamerasNode", "main"]
 
@@ -318,20 +326,47 @@ class SimCamerasNode(Node):
         return cameras, int(values["seed"]), int(quality)
 
 
-def main(args: list[str] | None = None) -> None:
-    """Console entry point ``sim_cameras``: spin the node until Ctrl-C or shutdown."""
-    rclpy.init(args=args)
-    node: SimCamerasNode | None = None
-    try:
-        node = SimCamerasNode()
-        rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        if node is not None:
-            node.destroy_node()
-        rclpy.try_shutdown()
+def usage() -> str:
+    """``sim_cameras --help``: its topics and every parameter, from the tables above."""
+    return format_usage(
+        "sim_cameras",
+        "Simulated cameras: each publishes what a base or wrist camera sees of the "
+        "simulated world (placed by the arm's joint states), or moving shapes, as "
+        "sensor_msgs/Image (rgb8) or CompressedImage (jpeg) with the sensor-data QoS.",
+        topics=(
+            UsageRow(
+                "cameras.<name>.topic",
+                "out sensor_msgs/Image or CompressedImage",
+                "default camera/<name>/image_raw (+ /compressed)",
+            ),
+            UsageRow(
+                "joint_states_topic", "in sensor_msgs/JointState", "places the arm (world scene)"
+            ),
+        ),
+        parameters=[
+            *(
+                default_row(name, default, text)
+                for name, (default, text) in _NODE_PARAMETERS.items()
+            ),
+            *(
+                typed_row(f"cameras.<name>.{suffix}", kind, text)
+                for suffix, (kind, text) in _CAMERA_PARAMETERS.items()
+            ),
+        ],
+        docs="docs/simulation.md",
+        example="sim_cameras --ros-args -r __ns:=/robot1 -p cameras:=[base] "
+        "-p cameras.base.rate_hz:=30.0",
+    )
+
+
+def main(args: list[str] | None = None) -> int:
+    """Console entry point ``sim_cameras``: spin the node until SIGINT or SIGTERM; the exit code."""
+    return run_node(
+        NodeProgram("sim_cameras", SimCamerasNode, usage, config_errors=(SimCamerasConfigError,)),
+        args,
+    )
 
 
 if __name__ == "__main__":
-    main()
+    take_stop_signals()
+    sys.exit(main())

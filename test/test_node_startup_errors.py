@@ -1,0 +1,120 @@
+"""A node that cannot start says why in one FATAL line naming the file, and exits 2.
+
+Real ``policy_node`` processes (as the console script runs them) with broken files: a
+camera map that is not UTF-8, params files that rcl would refuse with ``RCLError: ...
+Error parsing a event near line 0``, a parameter with a bad value. The whole output
+is that one line: no traceback, and the node never got as far as a publisher.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from relay_ros.paths import config_dir
+
+pytestmark = pytest.mark.ros
+
+_PI05 = config_dir() / "pi05.yaml"
+
+
+def _run_policy_node(*ros_args: str) -> tuple[int, list[str]]:
+    code = "import sys; from relay_ros.entry_points import policy_node; sys.exit(policy_node())"
+    done = subprocess.run(
+        [sys.executable, "-c", code, "--ros-args", *ros_args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    return done.returncode, lines
+
+
+def _one_fatal_line(code: int, lines: list[str]) -> str:
+    assert code == 2, lines
+    assert len(lines) == 1, "\n".join(lines)
+    assert lines[0].startswith("[FATAL] ") and "] [policy_node]: " in lines[0], lines[0]
+    return lines[0].split("] [policy_node]: ", 1)[1]
+
+
+def _pi05_with(tmp_path: Path, old: str, new: str) -> Path:
+    text = _PI05.read_text(encoding="utf-8")
+    assert old in text
+    path = tmp_path / "my_robot.yaml"
+    path.write_text(text.replace(old, new, 1), encoding="utf-8")
+    return path
+
+
+def test_a_camera_map_that_is_not_utf8_is_named_with_the_byte_and_line(tmp_path: Path) -> None:
+    camera_map = tmp_path / "cameras.yaml"
+    camera_map.write_bytes(b"base_0_rgb:\n  topic: /camera/caf\xe9/image_raw\n")
+    code, lines = _run_policy_node(
+        "--params-file",
+        str(_PI05),
+        "-p",
+        f"camera_map:={camera_map}",
+        "-p",
+        "policy_url:=ws://127.0.0.1:9/{model}",
+    )
+    assert _one_fatal_line(code, lines) == (
+        f"CameraMapError: camera map '{camera_map}' is not UTF-8 text: byte 0xe9 at line 2, "
+        "column 21 (invalid continuation byte); save it as UTF-8"
+    )
+
+
+def test_a_params_file_with_a_yaml_error_is_named_with_the_line(tmp_path: Path) -> None:
+    params = _pi05_with(tmp_path, "outputs: [arm, gripper]", "outputs: [arm, gripper")
+    message = _one_fatal_line(*_run_policy_node("--params-file", str(params)))
+    assert message.startswith(f"params file '{params}' is not valid YAML: line "), message
+    assert "expected ',' or ']'" in message
+
+
+def test_a_params_file_that_is_not_utf8_is_named_with_the_byte(tmp_path: Path) -> None:
+    params = tmp_path / "latin1.yaml"
+    params.write_bytes(_PI05.read_bytes().replace(b"pick up", b"pr\xeanez", 1))
+    message = _one_fatal_line(*_run_policy_node("--params-file", str(params)))
+    assert message.startswith(f"params file '{params}' is not UTF-8 text: byte 0xea at line "), (
+        message
+    )
+
+
+def test_a_params_file_without_ros_parameters_is_named_with_the_line(tmp_path: Path) -> None:
+    params = tmp_path / "flat.yaml"
+    params.write_text("policy_node:\n  model: pi05\n", encoding="utf-8")
+    assert _one_fatal_line(*_run_policy_node("--params-file", str(params))) == (
+        f"params file '{params}', line 2: 'model' under /policy_node is the value 'pi05', "
+        "outside 'ros__parameters'; expected a node name (or namespace) with "
+        "'ros__parameters:' under it"
+    )
+
+
+def test_a_missing_params_file_is_named(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.yaml"
+    assert _one_fatal_line(*_run_policy_node("--params-file", str(missing))) == (
+        f"params file '{missing}' cannot be read: No such file or directory"
+    )
+
+
+def test_a_parameter_error_names_the_file_and_line_that_set_it(tmp_path: Path) -> None:
+    params = _pi05_with(tmp_path, "seed: -1 ", "seed: 1.5")
+    line = next(
+        n for n, text in enumerate(params.read_text().splitlines(), 1) if "seed: 1.5" in text
+    )
+    assert _one_fatal_line(
+        *_run_policy_node("--params-file", str(params), "-p", "policy_url:=ws://127.0.0.1:9/x")
+    ) == (
+        "ParameterError: parameter 'seed' is 1.5 (float); expected an integer "
+        f"[set in {params}, line {line}]"
+    )
+
+
+def test_a_required_parameter_says_which_params_files_were_read(tmp_path: Path) -> None:
+    params = tmp_path / "empty.yaml"
+    params.write_text("/**:\n  ros__parameters:\n    model: pi05\n", encoding="utf-8")
+    message = _one_fatal_line(*_run_policy_node("--params-file", str(params)))
+    assert message.startswith("ParameterError: parameter 'state_joints' is required"), message
+    assert message.endswith(f"[not set in params file '{params}']")

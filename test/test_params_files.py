@@ -1,0 +1,178 @@
+"""Params files checked before rcl reads them, and where a parameter was set.
+
+The checker must refuse what rcl refuses (with the file, line and problem) and
+accept everything rcl accepts: the last test runs rcl itself on every sample.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from relay_ros.node.params_files import (
+    CommandLineParameters,
+    ParamsFileError,
+    read_params_file,
+    user_arguments,
+)
+from relay_ros.paths import config_dir
+
+# name -> (file bytes, the error's text after "params file '<path>'", or None: accepted)
+SAMPLES: dict[str, tuple[bytes, str | None]] = {
+    "shipped": (b"/**:\n  ros__parameters:\n    model: pi05\n    seed: -1\n", None),
+    "empty file": (b"", None),
+    "byte order mark": (b"\xef\xbb\xbfpolicy_node:\n  ros__parameters:\n    a: 1\n", None),
+    "nested namespace": (b"robot1:\n  policy_node:\n    ros__parameters:\n      a: 1\n", None),
+    "nested parameter": (b"policy_node:\n  ros__parameters:\n    a: {b: {c: 1}}\n", None),
+    "empty list": (b"policy_node:\n  ros__parameters:\n    a: []\n", None),
+    "null value": (b"policy_node:\n  ros__parameters:\n    a: ~\n", None),
+    "node without parameters": (b"policy_node: {}\n", None),
+    "yaml error": (
+        b"policy_node:\n  ros__parameters:\n    x: [1, 2\n",
+        " is not valid YAML: line 4, column 1: expected ',' or ']', but got '<stream end>' "
+        "(while parsing a flow sequence from line 3, column 8)",
+    ),
+    "tab": (
+        b"policy_node:\n  ros__parameters:\n\tmodel: pi05\n",
+        " is not valid YAML: line 3, column 1: found character '\\t' that cannot start any "
+        "token (while scanning for the next token)",
+    ),
+    "latin-1": (
+        b"policy_node:\n  ros__parameters:\n    prompt: caf\xe9\n",
+        " is not UTF-8 text: byte 0xe9 at line 3, column 16 (invalid continuation byte); "
+        "save it as UTF-8",
+    ),
+    "two documents": (
+        b"policy_node:\n  ros__parameters:\n    a: 1\n---\nb: 1\n",
+        " holds more than one YAML document (another starts at line 4, column 1); expected one",
+    ),
+    "a list at the top": (
+        b"- a\n- b\n",
+        ", line 1: the file is a list; expected '<node name>: {ros__parameters: {...}}' at "
+        "the top level",
+    ),
+    "parameter outside ros__parameters": (
+        b"policy_node:\n  model: pi05\n",
+        ", line 2: 'model' under /policy_node is the value 'pi05', outside 'ros__parameters'; "
+        "expected a node name (or namespace) with 'ros__parameters:' under it",
+    ),
+    "a value after ros__parameters": (
+        b"policy_node:\n  ros__parameters:\n    a: 1\n  other: 2\n",
+        ", line 4: 'other' under /policy_node is the value '2', outside 'ros__parameters'; "
+        "expected a node name (or namespace) with 'ros__parameters:' under it",
+    ),
+    "a node that is a number": (
+        b"policy_node: 5\n",
+        ", line 1: 'policy_node' is the value '5', outside 'ros__parameters'; expected a "
+        "node name (or namespace) with 'ros__parameters:' under it",
+    ),
+    "empty ros__parameters": (
+        b"policy_node:\n  ros__parameters:\n",
+        ", line 2: 'ros__parameters' of /policy_node is empty; expected a mapping of "
+        "parameter names to values",
+    ),
+    "integers among doubles": (
+        b"policy_node:\n  ros__parameters:\n    joint_limits.j1: [-2, 2.5]\n",
+        ", line 3: parameter 'joint_limits.j1' of /policy_node mixes double and integer "
+        "values; a ROS list parameter has one type (write 1.0, not 1, in a list of doubles)",
+    ),
+    "strings among integers": (
+        b"policy_node:\n  ros__parameters:\n    dims: [0, x]\n",
+        ", line 3: parameter 'dims' of /policy_node mixes integer and string values; a ROS "
+        "list parameter has one type",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(SAMPLES))
+def test_a_params_file_is_refused_with_its_name_line_and_problem(name, tmp_path: Path) -> None:
+    data, problem = SAMPLES[name]
+    path = tmp_path / "params.yaml"
+    path.write_bytes(data)
+    if problem is None:
+        assert read_params_file(path).path == str(path)
+        return
+    with pytest.raises(ParamsFileError) as info:
+        read_params_file(path)
+    assert str(info.value) == f"params file '{path}'{problem}"
+
+
+def test_a_missing_params_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ParamsFileError, match=r"^params file '.*nope.yaml' cannot be read: No "):
+        read_params_file(tmp_path / "nope.yaml")
+
+
+def test_the_settings_remember_their_node_and_line() -> None:
+    settings = read_params_file(config_dir() / "pi05.yaml").settings
+    seed = next(s for s in settings if s.name == "seed")
+    assert seed.node == "/**"
+    text = (config_dir() / "pi05.yaml").read_text().splitlines()
+    assert text[seed.line - 1].strip().startswith("seed:")
+    assert {"joint_limits.joint1", "outputs.arm.topic", "state_joints"} <= {
+        s.name for s in settings
+    }
+
+
+def test_user_arguments_are_those_outside_ros_args() -> None:
+    argv = ["policy_node", "--help", "--ros-args", "-p", "a:=1", "--params-file", "-h", "--"]
+    assert user_arguments([*argv, "-v"]) == ["policy_node", "--help", "-v"]
+    # "-h" there is the params file's name, not a request for help.
+    assert user_arguments(["x", "--ros-args", "--params-file", "-h"]) == ["x"]
+
+
+def test_a_parameter_error_says_where_the_parameter_was_set(tmp_path: Path) -> None:
+    robot = tmp_path / "robot.yaml"
+    robot.write_text(
+        "/**:\n  ros__parameters:\n    seed: 1.5\n"
+        "other_node:\n  ros__parameters:\n    rate: 1\n"
+        "arm_policy:\n  ros__parameters:\n    rate: 2\n"
+    )
+    argv = ["prog", "--ros-args", "--params-file", str(robot), "-r", "__node:=arm_policy"]
+    argv += ["-p", "rate:=3", "-p", "other_node:rate:=4"]
+    where = CommandLineParameters.from_argv(argv, "policy_node")
+    assert where.node_name == "arm_policy"
+    assert where.explain("parameter 'seed' is 1.5 (float); expected an integer") == (
+        f"parameter 'seed' is 1.5 (float); expected an integer [set in {robot}, line 3]"
+    )
+    assert where.sources("rate") == [f"{robot}, line 9", "-p rate:=3"]
+    assert where.explain("parameter 'model' is required") == (
+        f"parameter 'model' is required [not set in params file '{robot}']"
+    )
+    assert where.explain("no server to connect to") == "no server to connect to"
+    nothing = CommandLineParameters.from_argv(["prog"], "policy_node")
+    assert nothing.explain("parameter 'state_joints' is required") == (
+        "parameter 'state_joints' is required [no params file given: --ros-args --params-file FILE]"
+    )
+
+
+def test_from_argv_stops_at_the_first_bad_params_file(tmp_path: Path) -> None:
+    good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
+    good.write_text("/**:\n  ros__parameters:\n    a: 1\n")
+    bad.write_bytes(b"\xff\xfe\x00")
+    argv = ["prog", "--ros-args", "--params-file", str(good), "--params-file", str(bad)]
+    with pytest.raises(ParamsFileError, match="bad.yaml"):
+        CommandLineParameters.from_argv(argv, "policy_node")
+
+
+@pytest.mark.ros
+def test_rcl_refuses_exactly_the_files_the_checker_refuses(tmp_path: Path) -> None:
+    rclpy = pytest.importorskip("rclpy")
+    from rclpy.signals import SignalHandlerOptions
+
+    for name, (data, problem) in SAMPLES.items():
+        path = tmp_path / f"{name.replace(' ', '_')}.yaml"
+        path.write_bytes(data)
+        context = rclpy.context.Context()
+        try:
+            rclpy.init(
+                args=["prog", "--ros-args", "--params-file", str(path)],
+                context=context,
+                signal_handler_options=SignalHandlerOptions.NO,
+            )
+        except Exception:  # rcl's RCLError
+            accepted = False
+        else:
+            accepted = True
+            rclpy.shutdown(context=context)
+        assert accepted == (problem is None), f"{name}: rcl accepted={accepted}"
