@@ -1,4 +1,6 @@
-"""A namespace pushed onto policy_node moves its topics; /diagnostics stays absolute.
+"""A namespace pushed onto policy_node and the simulated robot moves their topics.
+
+/diagnostics stays absolute.
 
 The shipped configuration (config/pi05.yaml and its camera map) uses relative
 topic names, so a robot started under ``/robot1`` (``PushRosNamespace`` in a
@@ -23,6 +25,8 @@ from trajectory_msgs.msg import JointTrajectory
 from relay_ros.node.policy_node import PolicyNode
 from relay_ros.paths import config_dir
 from relay_ros.server import ServerOptions, run_server_in_thread
+from relay_ros.sim.arm_node import SimArmNode
+from relay_ros.sim.cameras_node import SimCamerasNode
 
 pytestmark = pytest.mark.ros
 
@@ -140,3 +144,104 @@ def test_a_namespaced_robot_is_commanded_in_its_namespace(ros_context, server):
         robot.destroy_node()
     assert received["root"] == []
     assert list(received["ns"][0].joint_names) == PI_JOINTS[:6]
+
+
+# ---------------------------------------------------------------- the simulated robot
+@pytest.fixture
+def robot_ns():
+    """A context started with ``-r __ns:=/robot_<id>``: every node in it is in that namespace."""
+    import uuid
+
+    import rclpy
+    from rclpy.signals import SignalHandlerOptions
+
+    namespace = f"/robot_{uuid.uuid4().hex[:8]}"
+    context = rclpy.context.Context()
+    rclpy.init(
+        args=["--ros-args", "-r", f"__ns:={namespace}"],
+        context=context,
+        signal_handler_options=SignalHandlerOptions.NO,
+    )
+    try:
+        yield context, namespace
+    finally:
+        rclpy.shutdown(context=context)
+
+
+# The simulated robot matching config/pi05.yaml and its camera map.
+_SIM_ARM = {"controllers.arm_controller.joints": PI_JOINTS[:6]}
+_SIM_CAMERAS = {
+    "cameras.wrist.format": "compressed",
+    "cameras.base.width": 160,
+    "cameras.base.height": 120,
+    "cameras.wrist.width": 160,
+    "cameras.wrist.height": 120,
+}
+
+
+def test_the_simulated_robot_follows_the_namespace(robot_ns):
+    context, ns = robot_ns
+    arm = SimArmNode(context=context, parameter_overrides=_SIM_ARM)
+    cameras = SimCamerasNode(context=context, parameter_overrides=_SIM_CAMERAS)
+    try:
+        arm_subscriptions, arm_publishers = _names(arm)
+        camera_subscriptions, camera_publishers = _names(cameras)
+        assert dict(arm.topics) == {
+            "arm_controller": f"{ns}/arm_controller/joint_trajectory",
+            "gripper_controller": f"{ns}/gripper_controller/joint_trajectory",
+        }
+    finally:
+        arm.destroy_node()
+        cameras.destroy_node()
+    assert set(arm.topics.values()) <= arm_subscriptions
+    assert {f"{ns}/joint_states", f"{ns}/sim_arm/metrics"} <= arm_publishers
+    assert f"{ns}/joint_states" in camera_subscriptions
+    assert {
+        f"{ns}/camera/base/image_raw",
+        f"{ns}/camera/wrist/image_raw/compressed",
+    } <= camera_publishers
+    everything = arm_subscriptions | arm_publishers | camera_subscriptions | camera_publishers
+    assert not {"/joint_states", "/arm_controller/joint_trajectory"} & everything
+
+
+def test_policy_node_drives_the_simulated_robot_in_a_namespace(robot_ns, server, ros_context):
+    # The shipped config and the sim nodes' defaults, all under one -r __ns:=: the
+    # robot's joint states and cameras reach the node, its trajectories reach the arm,
+    # and nothing is published on the root namespace's controllers.
+    context, ns = robot_ns
+    node = PolicyNode(
+        "policy_node",
+        context=context,
+        cli_args=["--ros-args", "--params-file", str(config_dir() / "pi05.yaml")],
+        parameter_overrides=[Parameter("policy_url", value=server.url_template)],
+    )
+    arm = SimArmNode(context=context, parameter_overrides=_SIM_ARM)
+    cameras = SimCamerasNode(context=context, parameter_overrides=_SIM_CAMERAS)
+    root = Node("root_listener", context=ros_context)
+    at_root: list[JointTrajectory] = []
+    root.create_subscription(
+        JointTrajectory, "/arm_controller/joint_trajectory", at_root.append, 10
+    )
+    executor = SingleThreadedExecutor(context=context)
+    root_executor = SingleThreadedExecutor(context=ros_context)
+    for each in (node, arm, cameras):
+        executor.add_node(each)
+    root_executor.add_node(root)
+    threads = [
+        threading.Thread(target=executor.spin, daemon=True),
+        threading.Thread(target=root_executor.spin, daemon=True),
+    ]
+    for thread in threads:
+        thread.start()
+    try:
+        follower = arm.followers["arm_controller"]
+        wait_for(lambda: follower.metrics().accepted >= 2, timeout=30)
+    finally:
+        executor.shutdown(timeout_sec=5.0)
+        root_executor.shutdown(timeout_sec=5.0)
+        for thread in threads:
+            thread.join(timeout=5.0)
+        for each in (node, arm, cameras, root):
+            each.destroy_node()
+    assert follower.metrics().rejected == 0
+    assert at_root == []

@@ -13,7 +13,7 @@ Parameters (declared in `SimArmNode._declare_parameters`; see docs/simulation.md
   ``["arm_controller", "gripper_controller"]``.
 - ``controllers.<name>.joints`` (string[]): the controller's joints (defaults exist
   only for the two default controllers).
-- ``controllers.<name>.topic`` (string): default ``/<name>/joint_trajectory``.
+- ``controllers.<name>.topic`` (string): default ``<name>/joint_trajectory``.
 - ``controllers.<name>.initial_positions`` (double[]): default all zeros.
 - ``controllers.<name>.allow_partial_joints_goal`` (bool): default false.
 - ``controllers.<name>.allow_nonzero_velocity_at_trajectory_end`` (bool): default
@@ -73,7 +73,10 @@ _NODE_PARAMETERS: dict[str, tuple[Any, str]] = {
         "Names of the simulated joint_trajectory_controllers; each has controllers.<name>.* "
         "parameters.",
     ),
-    "joint_states_topic": ("/joint_states", "Topic of the sensor_msgs/JointState output."),
+    "joint_states_topic": (
+        "joint_states",
+        "Topic of the sensor_msgs/JointState output (relative: follows the node's namespace).",
+    ),
     "joint_states_rate_hz": (100.0, "Rate of control cycles and /joint_states messages, Hz."),
     "metrics_rate_hz": (
         1.0,
@@ -99,7 +102,8 @@ _CONTROLLER_PARAMETERS: dict[str, tuple[Parameter.Type, str]] = {
     ),
     "topic": (
         Parameter.Type.STRING,
-        "JointTrajectory input topic; default /<name>/joint_trajectory.",
+        "JointTrajectory input topic; default <name>/joint_trajectory (relative: follows "
+        "the node's namespace).",
     ),
     "initial_positions": (
         Parameter.Type.DOUBLE_ARRAY,
@@ -321,7 +325,7 @@ class SimArmNode(Node):
                     f"{len(initial)} values for {len(joints)} joints {joints}; "
                     f"expected {len(joints)}"
                 )
-            topic = settings["topic"] or f"/{controller}/joint_trajectory"
+            topic = settings["topic"] or f"{controller}/joint_trajectory"
             controllers[controller] = {
                 "joints": joints,
                 "initial_positions": [float(v) for v in initial],

@@ -16,7 +16,7 @@ sensor-data QoS (best effort, keep last 5) that real camera drivers use.
 Parameters (declared in `SimCamerasNode._declare_parameters`; see docs/simulation.md):
 
 - ``cameras`` (string[]): camera names, default ``["base", "wrist"]``.
-- ``cameras.<name>.topic`` (string): default ``/camera/<name>/image_raw``, with
+- ``cameras.<name>.topic`` (string): default ``camera/<name>/image_raw``, with
   ``/compressed`` appended for the compressed format.
 - ``cameras.<name>.format`` (string): ``raw`` (default) or ``compressed``.
 - ``cameras.<name>.width`` / ``.height`` (int): default 640 x 480 pixels.
@@ -26,7 +26,7 @@ Parameters (declared in `SimCamerasNode._declare_parameters`; see docs/simulatio
   ``wrist`` when the name contains "wrist", else ``base``.
 - ``seed`` (int, 0), ``jpeg_quality`` (int, 90).
 - ``scene`` (string): ``world`` (default) or ``shapes``.
-- ``joint_states_topic`` (string, ``/joint_states``), ``arm_joints`` (string[],
+- ``joint_states_topic`` (string, ``joint_states``), ``arm_joints`` (string[],
   ``["joint1", "joint2"]``): where the arm's state comes from (world scene).
 - ``swap_red_blue`` (bool, false): publish the channels in the wrong order.
 """
@@ -80,7 +80,10 @@ _NODE_PARAMETERS: dict[str, tuple[Any, str]] = {
         "world: the simulated arm, target and distractor seen by base and wrist cameras; "
         "shapes: moving shapes that ignore the arm.",
     ),
-    "joint_states_topic": ("/joint_states", "JointState input placing the arm (world scene)."),
+    "joint_states_topic": (
+        "joint_states",
+        "JointState input placing the arm (world scene); relative: follows the node's namespace.",
+    ),
     "arm_joints": (
         ["joint1", "joint2"],
         "The two joints that move the simulated arm's end effector (world scene).",
@@ -95,7 +98,8 @@ _NODE_PARAMETERS: dict[str, tuple[Any, str]] = {
 _CAMERA_PARAMETERS: dict[str, tuple[Parameter.Type, str]] = {
     "topic": (
         Parameter.Type.STRING,
-        "Output topic; default /camera/<name>/image_raw (+ /compressed when compressed).",
+        "Output topic; default camera/<name>/image_raw (+ /compressed when compressed), "
+        "relative: follows the node's namespace.",
     ),
     "format": (Parameter.Type.STRING, "raw (sensor_msgs/Image rgb8) or compressed (jpeg)."),
     "width": (Parameter.Type.INTEGER, "Frame width in pixels; default 640."),
@@ -310,7 +314,7 @@ class SimCamerasNode(Node):
                     f"parameter 'cameras.{camera}.role' is {role!r}; expected one of "
                     f"{list(CAMERA_ROLES)}"
                 )
-            default_topic = f"/camera/{camera}/image_raw" + (
+            default_topic = f"camera/{camera}/image_raw" + (
                 "/compressed" if fmt == "compressed" else ""
             )
             cameras[camera] = CameraSettings(
