@@ -33,11 +33,10 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import logging
 import os
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 __all__ = [
@@ -48,8 +47,6 @@ __all__ = [
     "stop_signals",
     "take_stop_signals",
 ]
-
-logger = logging.getLogger(__name__)
 
 #: The signals that stop a relay_ros program: Ctrl-C and a polite kill (launch, systemd).
 STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM)
@@ -152,9 +149,10 @@ class StopSignals:
             target=self._take, args=(read_fd,), name="relay-stop-signals", daemon=True
         )
         self._thread.start()
+        # The fd first: a signal between the two calls is then still written to it.
+        self._previous_wakeup_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
         for sig in STOP_SIGNALS:
             self._previous_handlers[sig] = signal.signal(sig, _take_later)
-        self._previous_wakeup_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
         return self
 
     def close(self) -> None:
@@ -211,7 +209,9 @@ def _run_callback(callback: Callable[[], None]) -> None:
     try:
         callback()
     except Exception:  # a stop callback must not end the signal thread
-        logger.exception("stop callback %r failed", callback)
+        import logging  # only then: the module stays cheap to import at start-up
+
+        logging.getLogger(__name__).exception("stop callback %r failed", callback)
 
 
 _process_signals: StopSignals | None = None
@@ -224,17 +224,22 @@ def _ignore_stop_signals() -> None:
         signal.signal(sig, signal.SIG_IGN)
 
 
-def take_stop_signals() -> StopSignals:
+def take_stop_signals(pending: Iterable[int] = ()) -> StopSignals:
     """Take SIGINT and SIGTERM for the rest of the process; call it first thing in ``main``.
 
-    Idempotent: later calls (and :func:`stop_signals`) return the same object. When
-    the program ends the signals are ignored until the process is gone.
+    ``pending``: signals that arrived before (held by the caller's own handler); they
+    count as if they arrived now. Idempotent: later calls (and :func:`stop_signals`)
+    return the same object. When the program ends the signals are ignored until the
+    process is gone.
     """
     global _process_signals
     if _process_signals is None:
         _process_signals = StopSignals().start()
         if _process_signals.active:
             atexit.register(_ignore_stop_signals)
+    for signum in list(pending):
+        if signum in _STOP_NUMBERS:
+            _process_signals._received(signal.Signals(signum))
     return _process_signals
 
 

@@ -135,8 +135,9 @@ def test_a_program_keeps_ignoring_the_signals_while_it_exits() -> None:
         "atexit.register(lambda: print(signal.getsignal(signal.SIGINT) == signal.SIG_IGN,"
         " signal.getsignal(signal.SIGTERM) == signal.SIG_IGN))  # runs last\n"
         "from relay_ros.stop_signals import take_stop_signals\n"
-        "stop = take_stop_signals()\n"
+        "stop = take_stop_signals(pending=[int(signal.SIGTERM)])  # held before: counts\n"
         "assert take_stop_signals() is stop and stop.active\n"
+        "assert stop.requested and stop.signal is signal.SIGTERM\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
