@@ -67,7 +67,7 @@ def test_a_camera_map_that_is_not_utf8_is_named_with_the_byte_and_line(tmp_path:
 
 
 def test_a_params_file_with_a_yaml_error_is_named_with_the_line(tmp_path: Path) -> None:
-    params = _pi05_with(tmp_path, "outputs: [arm, gripper]", "outputs: [arm, gripper")
+    params = _pi05_with(tmp_path, "output_names: [arm, gripper]", "output_names: [arm, gripper")
     message = _one_fatal_line(*_run_policy_node("--params-file", str(params)))
     assert message.startswith(f"params file '{params}' is not valid YAML: line "), message
     assert "expected ',' or ']'" in message
