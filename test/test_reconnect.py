@@ -177,24 +177,30 @@ def test_probes_never_hammer_a_port_that_accepts_connections() -> None:
 def test_a_wait_on_a_closed_port_probes_at_a_bounded_rate() -> None:
     port = free_port()
     wait = RetryWait("127.0.0.1", port, threading.Event(), probe_s=0.05)
-    assert wait.wait(0.3, closed=True) == WaitEnd.ELAPSED
+    assert wait.wait(0.3) == WaitEnd.ELAPSED
     # Each probe interval is at least 0.05 * (1 - 0.2) s: a slow machine probes less.
     assert 1 <= wait.probes <= int(0.3 / 0.04) + 1
 
 
 def test_a_port_that_opens_during_the_wait_ends_it() -> None:
+    port = free_port()
+    wait = RetryWait("127.0.0.1", port, threading.Event(), probe_s=0.05)
+    ended: list[str] = []
+    thread = threading.Thread(target=lambda: ended.append(wait.wait(LONG_BACKOFF_S)))
+    thread.start()
+    assert wait_until(lambda: wait.probes >= 2)  # the first one is done: seen closed
+    with socket.create_server(("127.0.0.1", port)):
+        thread.join(20)
+    assert ended == [WaitEnd.REACHABLE]
+
+
+def test_a_port_open_from_the_first_probe_on_waits_the_whole_delay_with_one_probe() -> None:
+    """Open all along (a proxy in front of a backend that is down, or a direct route
+    that failed elsewhere): nothing to learn, no shortcut, no more probes."""
     with socket.create_server(("127.0.0.1", 0)) as listener:
         port = int(listener.getsockname()[1])
         wait = RetryWait("127.0.0.1", port, threading.Event(), probe_s=0.05)
-        assert wait.wait(LONG_BACKOFF_S, closed=True) == WaitEnd.REACHABLE
-        assert wait.probes == 1
-
-
-def test_an_open_port_after_an_attempt_that_reached_it_waits_the_whole_delay() -> None:
-    with socket.create_server(("127.0.0.1", 0)) as listener:
-        port = int(listener.getsockname()[1])
-        wait = RetryWait("127.0.0.1", port, threading.Event(), probe_s=0.05)
-        assert wait.wait(0.3, closed=False) == WaitEnd.ELAPSED
+        assert wait.wait(0.3) == WaitEnd.ELAPSED
         assert wait.probes == 1
 
 
@@ -202,7 +208,7 @@ def test_stop_ends_a_wait_at_once() -> None:
     stop = threading.Event()
     wait = RetryWait("127.0.0.1", free_port(), stop, probe_s=0.05)
     ended: list[str] = []
-    thread = threading.Thread(target=lambda: ended.append(wait.wait(LONG_BACKOFF_S, closed=True)))
+    thread = threading.Thread(target=lambda: ended.append(wait.wait(LONG_BACKOFF_S)))
     thread.start()
     assert wait_until(lambda: wait.probes >= 1)
     stop.set()
@@ -212,13 +218,13 @@ def test_stop_ends_a_wait_at_once() -> None:
 
 def test_no_probes_when_probing_is_off() -> None:
     wait = RetryWait("127.0.0.1", free_port(), threading.Event(), probe_s=None)
-    assert wait.wait(0.05, closed=True) == WaitEnd.ELAPSED
+    assert wait.wait(0.05) == WaitEnd.ELAPSED
     assert wait.probes == 0 and not wait.probing
 
 
 def test_a_name_that_does_not_resolve_waits_without_probes() -> None:
     wait = RetryWait("no-such-host.invalid", 8000, threading.Event(), probe_s=0.05)
-    assert wait.wait(0.2, closed=True) == WaitEnd.ELAPSED
+    assert wait.wait(0.2) == WaitEnd.ELAPSED
     assert wait.probes == 0
 
 

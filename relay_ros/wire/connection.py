@@ -48,7 +48,7 @@ from relay_ros.wire.client import PolicyClient
 from relay_ros.wire.codec import CodecError
 from relay_ros.wire.env import check_model, redact_text, redact_url, resolve_url
 from relay_ros.wire.errors import OpenCancelled, PolicyServerError, RequestTimeout
-from relay_ros.wire.reconnect import DEFAULT_PROBE_S, Backoff, RetryWait, WaitEnd, port_closed
+from relay_ros.wire.reconnect import DEFAULT_PROBE_S, Backoff, RetryWait, WaitEnd
 from relay_ros.wire.request_timing import RequestTiming
 
 __all__ = ["InferOutcome", "PolicyConnection"]
@@ -342,15 +342,13 @@ class PolicyConnection:
             except Exception as exc:  # every failure to connect is retried
                 self._last_error = _describe(exc)
                 delay = self._backoff.next()
-                closed = port_closed(exc)
                 self._log.warning(
-                    "cannot connect to %s (%s); retrying in %.1f s%s",
+                    "cannot connect to %s (%s); retrying in %.1f s",
                     self.display_url,
                     self._last_error,
                     delay,
-                    ", or as soon as its port opens" if closed and self._retry.probing else "",
                 )
-                end = self._retry.wait(delay, closed=closed)
+                end = self._retry.wait(delay)
                 if end == WaitEnd.STOPPED:
                     break
                 if end == WaitEnd.REACHABLE:

@@ -8,7 +8,8 @@ a 5 s backoff when its server restarts would stand still for up to 5 s after the
 server is back. So while it waits, :class:`RetryWait` probes the server's port: one
 TCP connect (a SYN; a closed port answers RST) every ``probe_s`` seconds, to the
 addresses the name resolved to once for the wait. The first probe that connects
-after the port was seen closed ends the wait, and the full attempt follows at once.
+after a probe of the same wait found the port closed ends the wait, and the full
+attempt follows at once.
 
 What the probe never does is hammer a server that is up: when the port accepts
 connections but the attempt failed anyway (a proxy whose backend is down, an HTTP
@@ -50,7 +51,8 @@ def port_closed(exc: BaseException) -> bool:
 
 class Backoff:
     """Retry delays: ``initial_s``, times ``factor`` after each failure, at most
-    ``max_s``; each one jittered down by up to ``jitter`` (a fraction).
+    ``max_s``; each one jittered down by up to ``jitter`` (a fraction; None:
+    :data:`DEFAULT_JITTER`, read when the backoff is made).
 
     Raises:
         ValueError: a delay is not positive, ``factor`` < 1 or ``jitter`` not in [0, 1).
@@ -62,9 +64,10 @@ class Backoff:
         max_s: float,
         factor: float,
         *,
-        jitter: float = DEFAULT_JITTER,
+        jitter: float | None = None,
         rng: random.Random | None = None,
     ) -> None:
+        jitter = DEFAULT_JITTER if jitter is None else jitter
         for name, value in (("reconnect_initial_s", initial_s), ("reconnect_max_s", max_s)):
             if not value > 0:
                 raise ValueError(f"{name}={value!r} must be a positive number of seconds")
@@ -105,7 +108,7 @@ class RetryWait:
         host, port: the server's address (from its URL).
         stop: when set, the wait ends at once (within 50 ms, also inside a probe).
         probe_s: seconds between probes; None: no probes (plain backoff).
-        jitter: relative jitter of the probe interval.
+        jitter: relative jitter of the probe interval (None: :data:`DEFAULT_JITTER`).
         rng: random source of the jitter.
 
     Attributes:
@@ -119,9 +122,10 @@ class RetryWait:
         stop: threading.Event,
         *,
         probe_s: float | None = DEFAULT_PROBE_S,
-        jitter: float = DEFAULT_JITTER,
+        jitter: float | None = None,
         rng: random.Random | None = None,
     ) -> None:
+        jitter = DEFAULT_JITTER if jitter is None else jitter
         if probe_s is not None and not probe_s > 0:
             raise ValueError(
                 f"reconnect_probe_s={probe_s!r} must be a positive number of seconds or None"
@@ -140,14 +144,15 @@ class RetryWait:
         """True when waits probe the port (``probe_s`` is not None)."""
         return self._probe_s is not None
 
-    def wait(self, delay_s: float, *, closed: bool) -> str:
-        """Wait up to ``delay_s`` seconds; a :class:`WaitEnd` value.
+    def wait(self, delay_s: float) -> str:
+        """Wait up to ``delay_s`` seconds (the backoff delay); a :class:`WaitEnd` value.
 
-        Args:
-            delay_s: the backoff delay.
-            closed: the failed attempt found the port closed (:func:`port_closed`), so
-                a probe that connects means the server is back.
+        Only a probe of this wait counts as having seen the port closed, not the
+        failed attempt: an attempt can be refused elsewhere (a direct route to another
+        host) while this port stays open, and ending the wait then would retry at the
+        probe rate.
         """
+        closed = False
         end = time.monotonic() + delay_s
         if self._probe_s is None:
             return WaitEnd.STOPPED if self._stop.wait(delay_s) else WaitEnd.ELAPSED
