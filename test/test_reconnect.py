@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from fault_server import FaultServer
 
 from relay_ros.server.app import ServerHandle, ServerOptions, run_server_in_thread
 from relay_ros.wire.connection import InferOutcome, PolicyConnection
@@ -169,6 +170,27 @@ def test_probes_never_hammer_a_port_that_accepts_connections() -> None:
         assert conn.last_error is not None and "503" in conn.last_error
         assert server.silent <= server.requests
         assert conn.probes <= conn.connect_attempts
+
+
+def test_a_refused_direct_route_behind_an_open_proxy_port_is_no_shortcut() -> None:
+    """The proxy answers with a direct route to a port where nothing listens: every
+    attempt is refused there while the probed (proxy) port stays open. The wait must
+    run its course; were the refusal taken as "the port was closed", the open proxy
+    port would end every wait at its first probe and attempts would come at the probe
+    rate. Nothing may happen in the second after the wait began (a slow machine can
+    only do less)."""
+    with FaultServer() as proxy:
+        proxy.metadata = {**proxy.metadata, "direct_url": f"ws://127.0.0.1:{free_port()}/pi05"}
+        conn = connection(
+            proxy.port, reconnect_initial_s=LONG_BACKOFF_S, reconnect_max_s=LONG_BACKOFF_S
+        )
+        try:
+            assert wait_until(lambda: conn.probes >= 1)
+            time.sleep(1.0)
+            assert (conn.connect_attempts, conn.probes) == (1, 1)
+            assert conn.last_error is not None and "ConnectionRefused" in conn.last_error
+        finally:
+            conn.close()
 
 
 # --- RetryWait ---------------------------------------------------------------------------
