@@ -22,6 +22,7 @@ from relay_ros.models import family_of
 from relay_ros.node.params import NodeConfig
 from relay_ros.paths import config_dir
 from relay_ros.pipeline.camera_map import load_model_camera_map
+from relay_ros.pipeline.frame_source import ArrivedFrame, LatestFrame
 from relay_ros.pipeline.health import assess
 from relay_ros.pipeline.streaming import RequestTag, StreamingCore, TrajectoryMessage
 from relay_ros.server.embodiment import load_embodiment
@@ -83,6 +84,23 @@ class _InFlight:
     sent_perf: float = 0.0  # perf clock when submitted: "on the wire" for request_to_wire
 
 
+class _TimedSource(LatestFrame):
+    """A camera's frame source whose reads take the rig's ``read_cost_s`` of perf time."""
+
+    def __init__(self, rig: CoreRig, key: str) -> None:
+        super().__init__()
+        self._rig = rig
+        self._key = key
+
+    def take_newest(self, now: float) -> ArrivedFrame | None:
+        if self._key == self._rig.camera_keys[0]:
+            self._rig.reads.append(now)
+        frame = super().take_newest(now)
+        if frame is not None:
+            self._rig.perf_extra += self._rig.read_cost_s
+        return frame
+
+
 @dataclass
 class CoreRig:
     """StreamingCore for ``model`` with config/<model>.yaml plus ``overrides``."""
@@ -93,9 +111,10 @@ class CoreRig:
     latency_s: float = 0.05
     tick_s: float = 0.01
     metadata: dict[str, Any] | None = None
-    # As policy_node: frames read through the core's read_frames hook (taking
-    # read_cost_s of perf time each) instead of pushed every step, and the core
-    # ticked only at its next_deadline, after an event, or every idle_tick_s.
+    # As policy_node: frames put in each camera's frame source every step and read
+    # by the core when it wants them (taking read_cost_s of perf time each) instead
+    # of pushed every step, and the core ticked only at its next_deadline, after an
+    # event, or every idle_tick_s.
     on_demand: bool = False
     read_cost_s: float = 0.0
     idle_tick_s: float = 0.1
@@ -127,10 +146,11 @@ class CoreRig:
         self.published: list[tuple[float, TrajectoryMessage]] = []
         self.server_resets = 0
         self.perf_extra = 0.0  # perf time spent by the rig's own "work" (reads)
-        self.reads: list[float] = []  # times the core asked for frames
+        self.reads: list[float] = []  # times the core read the cameras
         self.ticks = 0
         self._event = False
         self._last_tick = -math.inf
+        self.sources = {key: _TimedSource(self, key) for key in self.camera_keys}
         self.core = StreamingCore(
             self.config,
             camera_keys=self.camera_keys,
@@ -139,19 +159,8 @@ class CoreRig:
             request_reset=self._reset,
             log=self.log,
             perf_clock=lambda: self.now + self.perf_extra,
-            read_frames=self._read_frames if self.on_demand else None,
+            frame_sources=self.sources if self.on_demand else None,
         )
-
-    def _read_frames(self, now: float) -> None:
-        self.reads.append(now)
-        size = self.core.image_size
-        if not self.cameras_on or size is None:
-            return
-        for key in self.camera_keys:
-            self.perf_extra += self.read_cost_s
-            self.core.frame_arrived(
-                key, np.zeros((*size, 3), np.uint8), now, read_s=self.read_cost_s
-            )
 
     # ------------------------------------------------------------ the connection
     def _submit(self, obs: dict[str, Any], tag: RequestTag) -> bool:
@@ -189,9 +198,13 @@ class CoreRig:
     # ------------------------------------------------------------ the clock
     def feed(self) -> None:
         size = self.core.image_size
-        if self.cameras_on and size is not None and not self.on_demand:
+        if self.cameras_on and size is not None:
             for key in self.camera_keys:
-                self.core.frame_arrived(key, np.zeros((*size, 3), np.uint8), self.now)
+                frame = np.zeros((*size, 3), np.uint8)
+                if self.on_demand:
+                    self.sources[key].put(frame, self.now)
+                else:
+                    self.core.frame_arrived(key, frame, self.now)
         if self.joint_states_on:
             self.core.joint_state(self.joints, [float(v) for v in self.state], self.now)
 

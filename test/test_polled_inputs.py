@@ -115,8 +115,9 @@ def test_depth_one_keeps_only_the_newest_message(ros_context) -> None:
     try:
         pair.publish(1, 2, 3)
         time.sleep(0.3)
-        newest = pair.sub.take_newest()
+        newest = pair.sub.take_newest(100.0)
         assert newest is not None and newest.msg.data == 3
+        assert 99.0 < newest.received <= 100.0  # now minus its age in the queue
         assert pair.sub.take() is None
     finally:
         pair.close()

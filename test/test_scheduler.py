@@ -7,7 +7,6 @@ import math
 import numpy as np
 import pytest
 
-from relay_ros.pipeline.safety import Refusal
 from relay_ros.pipeline.scheduler import (
     ChunkError,
     ChunkScheduler,
@@ -417,25 +416,40 @@ def test_bad_chunks_raise(chunk: np.ndarray, message: str) -> None:
     assert sched.wants_request(0.1)
 
 
-def test_poll_check_refusal_keeps_current_and_requests_again() -> None:
+def test_a_refused_publication_keeps_current_and_requests_again() -> None:
     sched = make(request_lead_s=0.1, retry_delay_s=0.05)
     pub1 = first_publication(sched, 10.0, 0.08)
     sched.request_sent(10.18)
     receive(sched, ramp_chunk(10.18), 10.18, 10.2)
-    refusal = Refusal("first point moves joint 'a' by 1.0000", "jump")
-    seen: list[Publication] = []
-
-    def check(pub: Publication) -> Refusal | None:
-        seen.append(pub)
-        return refusal
-
-    assert sched.poll(10.28, check=check) is None
-    assert len(seen) == 1 and seen[0].first_index == 6
+    peeked = sched.peek(10.28)
+    assert peeked is not None and peeked.first_index == 6
+    assert sched.peek(10.28) is not None  # peeking changes nothing
+    sched.refuse(peeked, 10.28, "first point moves joint 'a' by 1.0000")
+    assert sched.peek(10.29) is None and not sched.has_pending
     assert sched.current is pub1
     assert sched.next_request_time() == pytest.approx(10.33)
     sched.request_sent(10.33)
     receive(sched, ramp_chunk(10.33), 10.33, 10.35)
-    assert sched.poll(10.35, check=lambda pub: None) is not None
+    peeked = sched.peek(10.35)
+    assert peeked is not None
+    sched.commit(peeked)
+    assert sched.current is peeked
+
+
+def test_commit_or_refuse_of_a_stale_peek_is_an_error() -> None:
+    sched = make(request_lead_s=0.1)
+    first_publication(sched, 10.0, 0.08)
+    sched.request_sent(10.18)
+    receive(sched, ramp_chunk(10.18), 10.18, 10.2)
+    peeked = sched.peek(10.28)
+    assert peeked is not None
+    sched.reset()
+    with pytest.raises(
+        SchedulerStateError, match="commit\\(\\) of chunk 2, but the held chunk is N"
+    ):
+        sched.commit(peeked)
+    with pytest.raises(SchedulerStateError, match="refuse\\(\\) of chunk 2"):
+        sched.refuse(peeked, 10.28, "late")
 
 
 def test_reset_forgets_chunks_and_discards_reply_in_flight() -> None:

@@ -371,7 +371,7 @@ def test_request_tag_carries_generation_session_and_timing() -> None:
     assert (tag.generation, tag.session_id, tag.t_obs) == (1, rig.core.session_id, rig.now)
     # Frames are converted on arrival when a request is due before the next one
     # (wall-clock conversion time, not the rig's synthetic clock).
-    assert tag.frame_processing_s >= 0.0
+    assert tag.start.frame_before_s >= 0.0
     assert rig.core.pipeline_timing["frame_processing"].count >= len(rig.camera_keys)
 
 

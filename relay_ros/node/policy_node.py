@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import gc
 import queue
-import time
 from typing import Any
 
 import rclpy
@@ -147,22 +146,6 @@ class PolicyNode(Node):
         self._observation_topics = ObservationTopics(
             self, [c.key for c in self._cameras], cfg.state_joints, callback_group=polled
         )
-        self.core = StreamingCore(
-            cfg,
-            camera_keys=[c.key for c in self._cameras],
-            submit=self._submit,
-            publish=self._publish,
-            request_reset=self._connection.request_reset,
-            log=self.get_logger(),
-            cameras=self._cameras,
-            # An Image encoding the CDR reader does not parse: rclpy's deserializer.
-            deserialize=lambda buffer: deserialize_message(buffer, Image),
-            read_frames=self._read_frames,
-        )
-
-        # Parameter services run in the default group: sharing it keeps a live
-        # parameter change from running beside a tick, whatever executor spins the node.
-        group = self.default_callback_group
         # Cameras and joint states are read on the tick, not pushed per message
         # (node.polled): the node uses only the newest frames, at request time.
         self._camera_subs: list[tuple[CameraEntry, PolledSubscription]] = []
@@ -187,6 +170,23 @@ class PolicyNode(Node):
                 raw=not compressed,
             )
             self._camera_subs.append((entry, subscription))
+        self.core = StreamingCore(
+            cfg,
+            camera_keys=[c.key for c in self._cameras],
+            submit=self._submit,
+            publish=self._publish,
+            request_reset=self._connection.request_reset,
+            log=self.get_logger(),
+            cameras=self._cameras,
+            # An Image encoding the CDR reader does not parse: rclpy's deserializer.
+            deserialize=lambda buffer: deserialize_message(buffer, Image),
+            # The core reads each camera's newest frame itself, shortly before a request.
+            frame_sources={entry.key: sub for entry, sub in self._camera_subs},
+        )
+
+        # Parameter services run in the default group: sharing it keeps a live
+        # parameter change from running beside a tick, whatever executor spins the node.
+        group = self.default_callback_group
         self._joint_sub = PolledSubscription(
             self,
             JointState,
@@ -282,16 +282,6 @@ class PolicyNode(Node):
         its reception time."""
         for taken in self._joint_sub.take_all():
             self.core.joint_state(taken.msg.name, taken.msg.position, now - taken.age_s)
-
-    def _read_frames(self, now: float) -> None:
-        """Hand each camera's newest frame, if new, to the core (it asks when a
-        request is near), with its reception time and the time reading it took."""
-        for entry, subscription in self._camera_subs:
-            started = time.perf_counter()
-            taken = subscription.take_newest()
-            if taken is not None:
-                read_s = time.perf_counter() - started
-                self.core.frame_arrived(entry.key, taken.msg, now - taken.age_s, read_s=read_s)
 
     def _on_reset(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
         response.message = self.core.reset_episode(self._now())

@@ -17,7 +17,9 @@ executor and takes their messages itself on its tick:
 - :class:`PolledSubscription`: :meth:`~PolledSubscription.take` reads one queued
   message with its age, measured from when the middleware received it (the
   ``received_timestamp`` of the message info, system clock), so a frame that waited
-  in the queue is as old as it really is for the staleness checks.
+  in the queue is as old as it really is for the staleness checks;
+  :meth:`~PolledSubscription.take_newest` makes a camera subscription the streaming
+  core's frame source (``relay_ros.pipeline.frame_source``).
 
 With a history depth of 1, the queue holds only the newest message: everything the
 node does not need is overwritten inside the middleware, never copied into Python.
@@ -38,6 +40,8 @@ from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
 from rclpy.qos import QoSProfile
 from rclpy.subscription import Subscription
+
+from relay_ros.pipeline.frame_source import ArrivedFrame
 
 __all__ = ["PolledCallbackGroup", "PolledSubscription", "Taken", "message_age"]
 
@@ -145,7 +149,11 @@ class PolledSubscription:
             out.append(taken)
         return out
 
-    def take_newest(self) -> Taken | None:
-        """The newest queued message (older queued ones are dropped), or None."""
+    def take_newest(self, now: float) -> ArrivedFrame | None:
+        """The newest queued message (older queued ones are dropped) with its reception
+        time on the node clock (``now`` minus its age), or None: a camera's
+        :class:`~relay_ros.pipeline.frame_source.FrameSource`."""
         batch = self.take_all()
-        return batch[-1] if batch else None
+        if not batch:
+            return None
+        return ArrivedFrame(batch[-1].msg, now - batch[-1].age_s)

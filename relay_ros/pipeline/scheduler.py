@@ -46,13 +46,11 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 
-from relay_ros.pipeline.safety import Refusal
 from relay_ros.pipeline.stats import LatencyStats
 
 __all__ = [
@@ -257,7 +255,8 @@ class ChunkScheduler:
         ...reply arrived: latencies.add(now - t_obs)
                           sched.chunk_received(chunk, t_obs, now)
         ...or failed:     sched.request_failed(now)
-        pub = sched.poll(now, check=...)  # publish pub if not None
+        pub = sched.peek(now)             # check it, then:
+        sched.commit(pub) or sched.refuse(pub, now, reason)
 
     Args:
         config: The settings.
@@ -359,7 +358,7 @@ class ChunkScheduler:
 
     @property
     def publication_due(self) -> float | None:
-        """When :meth:`poll` publishes the held chunk, seconds; None when none is held."""
+        """When the held chunk is due (:meth:`peek` returns it), seconds; None when none is held."""
         return self._pending.due if self._pending is not None else None
 
     def wants_request(self, now: float) -> bool:
@@ -442,25 +441,22 @@ class ChunkScheduler:
         return True
 
     # ------------------------------------------------------------- publishing
-    def poll(
-        self,
-        now: float,
-        *,
-        check: Callable[[Publication], Refusal | None] | None = None,
-    ) -> Publication | None:
-        """Return the publication due at ``now`` (stamped ``now``), or ``None``.
+    def peek(self, now: float) -> Publication | None:
+        """The publication due at ``now`` (stamped ``now``), or ``None``; changes nothing
+        the caller must undo.
 
-        ``check`` (e.g. the first-step jump check) may refuse it: then nothing
-        is published, the chunk is dropped and counted, the current trajectory
-        keeps running and a new request is allowed after ``retry_delay_s``.
+        The caller checks it (e.g. the first-step jump) and then either
+        commits it (:meth:`commit`: it is published) or refuses it (:meth:`refuse`). A held chunk
+        with no action left ``min_lead_s`` after ``now`` is dropped here and counted
+        (``chunks_dropped_late``): there is nothing to check or publish.
         """
         pending = self._pending
         if pending is None or now < pending.due - TIME_EPS_S:
             return None
-        self._pending = None
         cfg = self._cfg
         k = self._first_index(pending.t_obs, now)
         if k >= cfg.horizon:
+            self._pending = None
             self._drop_late(pending.t_obs, now)
             return None
         end = cfg.horizon if cfg.mode == "early" else min(cfg.horizon, k + cfg.execute_horizon)
@@ -477,7 +473,7 @@ class ChunkScheduler:
         switch_index = min(k + cfg.execute_horizon - 1, cfg.horizon - 1)
         positions.setflags(write=False)
         tfs.setflags(write=False)
-        publication = Publication(
+        return Publication(
             stamp=float(now),
             positions=positions,
             time_from_start=tfs,
@@ -487,18 +483,50 @@ class ChunkScheduler:
             chunk_seq=pending.seq,
             blended=blended,
         )
-        if check is not None:
-            refusal = check(publication)
-            if refusal is not None:
-                self._retry_not_before = now + cfg.retry_delay_s
-                _log.debug("chunk %d refused: %s", pending.seq, refusal.reason)
-                return None
-        start = positions[0]
+
+    def commit(self, publication: Publication) -> None:
+        """``publication`` (the last :meth:`peek`) is published: the controller follows it.
+
+        Raises:
+            SchedulerStateError: it is not the held chunk's publication (a chunk
+                arrived or the scheduler was reset since the peek).
+        """
+        pending = self._take_pending(publication, "commit")
+        start = publication.positions[0]
         if self._current is not None:
-            self._stall_s += max(0.0, now - self._current.publication.end_time)
-            start = self._commanded(self._current, now)
+            self._stall_s += max(0.0, publication.stamp - self._current.publication.end_time)
+            start = self._commanded(self._current, publication.stamp)
         self._current = _Active(pending.chunk, publication, np.array(start, dtype=np.float64))
+
+    def refuse(self, publication: Publication, now: float, reason: str) -> None:
+        """``publication`` (the last :meth:`peek`) failed a check: nothing is published,
+        the chunk is dropped, the current trajectory keeps running and the next
+        request waits ``retry_delay_s``. ``reason`` is logged at debug level.
+
+        Raises:
+            SchedulerStateError: it is not the held chunk's publication.
+        """
+        pending = self._take_pending(publication, "refuse")
+        self._retry_not_before = now + self._cfg.retry_delay_s
+        _log.debug("chunk %d refused: %s", pending.seq, reason)
+
+    def poll(self, now: float) -> Publication | None:
+        """:meth:`peek` and :meth:`commit` in one: the publication due at ``now``, for a
+        caller with no checks to run (the simulated loop, tests)."""
+        publication = self.peek(now)
+        if publication is not None:
+            self.commit(publication)
         return publication
+
+    def _take_pending(self, publication: Publication, action: str) -> _Pending:
+        pending = self._pending
+        if pending is None or pending.seq != publication.chunk_seq:
+            raise SchedulerStateError(
+                f"{action}() of chunk {publication.chunk_seq}, but the held chunk is "
+                f"{None if pending is None else pending.seq}; peek() again"
+            )
+        self._pending = None
+        return pending
 
     def last_commanded(self, now: float) -> np.ndarray | None:
         """The position (D,) the current publication commands at ``now``.

@@ -1,33 +1,35 @@
 """The streaming core of policy_node: inputs in, safe trajectories out (no rclpy).
 
 :class:`StreamingCore` holds everything policy_node decides, with time passed in,
-so it is tested on a synthetic clock:
+so it is tested on a synthetic clock. Each job has its own module; the core runs
+them in order:
 
-- the cached inputs: the newest message per camera
-  (:class:`~relay_ros.pipeline.camera_frames.CameraFrames`, converted only when an
-  observation needs it, or as it arrives when a request is due before that
-  camera's next frame) and the joint states
-  (:class:`~relay_ros.pipeline.state.JointStateCache`), with arrival times;
-- the server it is connected to (:class:`~relay_ros.pipeline.server_spec.ServerSpec`,
-  rebuilt on every connect) and the :class:`~relay_ros.pipeline.scheduler.ChunkScheduler`
-  for it;
-- each request: a fresh, complete observation or none (hold and say why), tagged
-  with a :class:`RequestTag` so that a reply from before a reconnect or an episode
-  reset is never executed;
-- each reply: error replies, malformed replies, NaN/Inf, joint limits and the
-  first-step jump are refused; a refusal holds position and backs off
-  ``retry_delay_s`` before the next request;
-- holding: the current commanded position is sent once per hold, the reason is
-  logged when its kind changes and always shown in :meth:`health`;
-- the bookkeeping, each with one owner: counters and the reply latencies here
-  (kept across reconnects; the scheduler reads the latencies for its automatic
-  lead), the retry deadline and stall time in the scheduler (the stall of
-  replaced schedulers is carried over).
+- **inputs** (:mod:`~relay_ros.pipeline.observation_inputs`): each camera's newest
+  frame, pulled from its :class:`~relay_ros.pipeline.frame_source.FrameSource` in
+  the window before a request, and the joint states; an observation is taken only
+  from fresh, complete inputs (else: hold and say why);
+- **requests**: when the :class:`~relay_ros.pipeline.scheduler.ChunkScheduler` wants
+  a chunk, the observation (with the ``action_prefix`` keys when the server takes
+  them) goes to the connection with a :class:`RequestTag`, so that a reply from
+  before a reconnect or an episode reset is never executed; the
+  :class:`~relay_ros.pipeline.request_clock.RequestClock` times it;
+- **replies** (:mod:`~relay_ros.pipeline.replies`): classified, decoded and checked
+  (error replies, malformed replies, NaN/Inf, joint limits), then scheduled; a
+  refusal holds position and backs off ``retry_delay_s``;
+- **publication**: the scheduler's due publication is peeked, checked (the first
+  step against the measured state: :meth:`StreamingCore._publication_refusal`, the
+  one place publication checks go), then committed and sent per controller
+  (:mod:`~relay_ros.pipeline.controller_messages`) or refused;
+- **holding** (:mod:`~relay_ros.pipeline.holding`): the current commanded position
+  is sent once per hold, the reason logged when its kind changes and always shown
+  in :meth:`~relay_ros.pipeline.health.assess`;
+- the bookkeeping, each with one owner: counters here, times in the request clock
+  (kept across reconnects; the scheduler reads its latencies for the automatic
+  lead), the retry deadline and stall time in the scheduler (the stall of replaced
+  schedulers is carried over).
 
-The node feeds it messages and timer ticks and turns its :class:`TrajectoryMessage`
-outputs into ``JointTrajectory`` messages; :mod:`relay_ros.pipeline.health` reads it
-for ``/diagnostics``. Not thread-safe: call it from one thread (the node's executor);
-replies cross from the connection's worker thread through the node's queue.
+Not thread-safe: call it from one thread (the node's executor); replies cross from
+the connection's worker thread through the node's queue.
 """
 
 from __future__ import annotations
@@ -36,34 +38,28 @@ import math
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 
 from relay_ros.pipeline.action_prefix import committed_prefix, to_action_space
-from relay_ros.pipeline.camera_frames import (
-    FRAME_LOOKAHEAD_S,
-    LAST_READ_LEAD_S,
-    CameraFrames,
-    FrameConversionError,
-)
+from relay_ros.pipeline.camera_frames import FRAME_LOOKAHEAD_S, LAST_READ_LEAD_S, CameraFrames
 from relay_ros.pipeline.camera_map import CameraEntry
-from relay_ros.pipeline.observation import ObservationBuilder, ObservationError, reply_to_chunk
-from relay_ros.pipeline.outputs import OutputController, OutputsError, load_outputs
-from relay_ros.pipeline.safety import (
-    JointLimits,
-    LimitsMode,
-    Refusal,
-    check_chunk,
-    check_first_step,
-    check_fresh,
+from relay_ros.pipeline.controller_messages import (
+    TrajectoryMessage,
+    chunk_messages,
+    hold_messages,
 )
-from relay_ros.pipeline.scheduler import (
-    ChunkScheduler,
-    Publication,
-)
-from relay_ros.pipeline.server_spec import ServerSpec, ServerSpecError
+from relay_ros.pipeline.frame_source import FrameSource
+from relay_ros.pipeline.holding import Holding
+from relay_ros.pipeline.observation_inputs import InputProblem, ObservationInputs
+from relay_ros.pipeline.replies import ReplyVerdict, judge_reply
+from relay_ros.pipeline.request_clock import RequestClock, RequestStart
+from relay_ros.pipeline.safety import Refusal, check_first_step
+from relay_ros.pipeline.scheduler import ChunkScheduler, Publication
+from relay_ros.pipeline.server_session import ServerSession, SessionError
+from relay_ros.pipeline.server_spec import ServerSpec
 from relay_ros.pipeline.settings import (
     FIXED_SETTINGS,
     StreamingConfigError,
@@ -71,22 +67,10 @@ from relay_ros.pipeline.settings import (
     check_live_settings,
     scheduler_config,
 )
-from relay_ros.pipeline.state import JointStateCache, JointStateError
 from relay_ros.pipeline.stats import LatencyStats, MessageCounter
-from relay_ros.pipeline.trajectory import TrajectoryPoints, build_points, format_t_obs
-from relay_ros.wire.logsafe import shorten
-from relay_ros.wire.request_timing import RequestTiming
 
 __all__ = ["RequestTag", "StreamingCore", "TrajectoryMessage"]
 
-#: time_from_start of the single point of a hold trajectory, at least one control period.
-HOLD_TIME_S = 0.1
-#: Request timeout while no latency has been measured yet (s): a server's first
-#: inference after it started may take much longer than the following ones.
-FIRST_REQUEST_TIMEOUT_S = 30.0
-#: Shortest automatic request timeout (s), and the factor on the p99 latency.
-MIN_REQUEST_TIMEOUT_S = 2.0
-REQUEST_TIMEOUT_P99_FACTOR = 10.0
 #: A refused camera frame or joint state message is logged at most this often (each
 #: refusal is counted).
 _INPUT_WARNING_PERIOD_S = 5.0
@@ -109,49 +93,13 @@ class RequestTag:
             earlier one is dropped (its scheduler is gone).
         session_id: The episode; a reply from before ``~/reset`` is never executed.
         t_obs: Observation time on the node clock (s).
-        started: ``perf_clock()`` when the request's tick began reading frames (or
-            when the request was decided, on a tick that read none): the start of
-            ``request_to_wire``.
-        frame_processing_s: Processing time (read and conversion) of the newest
-            frame when it was done before the request's tick (converted on arrival);
-            0 when the request's tick read or converted it, which ``started``
-            already covers.
+        start: The request's start on the core's :class:`RequestClock`.
     """
 
     generation: int
     session_id: str
     t_obs: float
-    started: float
-    frame_processing_s: float
-
-
-@dataclass(frozen=True, eq=False)
-class TrajectoryMessage:
-    """One ``JointTrajectory`` to publish.
-
-    Attributes:
-        output: The output controller's name, or None for ``~/preview``.
-        frame_id: ``t_obs=<seconds>`` for a chunk, empty for a hold.
-        joint_names: The controller's joints, in point order.
-        points: Positions, velocities, ``time_from_start`` and the stamp.
-    """
-
-    output: str | None
-    frame_id: str
-    joint_names: tuple[str, ...]
-    points: TrajectoryPoints
-
-
-@dataclass
-class _Active:
-    """Everything that depends on the server; rebuilt on every (re)connect."""
-
-    spec: ServerSpec
-    scheduler: ChunkScheduler
-    builder: ObservationBuilder
-    outputs: list[OutputController]
-    used_dims: np.ndarray
-    generation: int
+    start: RequestStart
 
 
 @dataclass
@@ -162,25 +110,6 @@ class _Counts:
     error_replies: int = 0
     refusals: int = 0
     connection_errors: int = 0
-    frames_received: int = 0
-
-
-@dataclass
-class _Timing:
-    frame_processing: LatencyStats = field(default_factory=LatencyStats)
-    request_to_wire: LatencyStats = field(default_factory=LatencyStats)
-    image_to_wire: LatencyStats = field(default_factory=LatencyStats)
-
-
-@dataclass
-class _Network:
-    """The latency split of each request (``wire.request_timing``), seconds, and its size."""
-
-    upload: LatencyStats = field(default_factory=LatencyStats)
-    server: LatencyStats = field(default_factory=LatencyStats)
-    download: LatencyStats = field(default_factory=LatencyStats)
-    total: LatencyStats = field(default_factory=LatencyStats)
-    request_bytes: LatencyStats = field(default_factory=LatencyStats)
 
 
 class StreamingCore:
@@ -199,12 +128,10 @@ class StreamingCore:
             the keys only, for frames given as RGB arrays.
         deserialize: For :class:`CameraFrames`: turns a serialized ``sensor_msgs/Image``
             its CDR reader does not understand into a message (rclpy's).
-        read_frames: For a node that reads its cameras on demand: called by
-            :meth:`tick` with ``now`` while :meth:`wants_frames`, after a due chunk
-            is published, to hand each camera's newest message to
-            :meth:`frame_arrived`.
-            On a tick that makes a request its time counts in ``request_to_wire``.
-            None: frames are pushed with :meth:`frame_arrived` as they arrive.
+        frame_sources: Camera key -> where :meth:`tick` reads that camera's newest
+            frame while :meth:`wants_frames` (after a due chunk is published); on a
+            tick that makes a request the reads count in ``request_to_wire``. None:
+            frames are pushed with :meth:`frame_arrived` as they arrive.
     """
 
     def __init__(
@@ -219,47 +146,43 @@ class StreamingCore:
         perf_clock: Callable[[], float] = time.perf_counter,
         cameras: Sequence[CameraEntry] | None = None,
         deserialize: Callable[[bytes], Any] | None = None,
-        read_frames: Callable[[float], None] | None = None,
+        frame_sources: Mapping[str, FrameSource] | None = None,
     ) -> None:
         check_live_settings(config)
-        self._read_frames = read_frames
         self._cfg = config
         self._camera_keys = tuple(camera_keys)
         self._submit = submit
         self._publish_message = publish
         self._request_reset = request_reset
         self._log = log
-        self._perf_clock = perf_clock
-        watched = list(dict.fromkeys(list(config.state_joints) + list(config.commanded_joints)))
-        self._joints = JointStateCache(watched)
+        self._clock = RequestClock(perf_clock)
         entries = (
             list(cameras)
             if cameras is not None
             else [CameraEntry(key, key, "raw", "reliable") for key in self._camera_keys]
         )
-        self._frames = CameraFrames(
+        watched = list(dict.fromkeys(list(config.state_joints) + list(config.commanded_joints)))
+        self._inputs = ObservationInputs(
             entries,
+            watched,
+            clock=self._clock,
+            sources=frame_sources,
             encoding=config.image_encoding,
             jpeg_quality=config.jpeg_quality,
             deserialize=deserialize,
+            refused=self._input_refused,
         )
         self._prompt = config.prompt
         self._session_id = uuid.uuid4().hex
         self._enabled = config.autostart
-        self._active: _Active | None = None
+        self._session: ServerSession | None = None
         self._generation = 0
         self._config_error: str | None = None
-        self._hold_reason: str | None = None
-        self._hold_kind: str | None = None
-        self._published_since_hold = False
+        self._holding = Holding()
         self._last_refusal: str | None = None
         self._error_messages = MessageCounter()  # bounded: each distinct error logged once
         self._input_warned_at = -math.inf
         self._counts = _Counts()
-        self._latency = LatencyStats()
-        self._timing = _Timing()
-        self._network = _Network()
-        self._sent_at: float | None = None  # node clock, while a request is in flight
         self._stall_before_s = 0.0  # stall time of schedulers replaced by a reconnect
         self._dropped_before = 0
 
@@ -288,22 +211,23 @@ class StreamingCore:
     def server(self) -> ServerSpec | None:
         """The server connected to, None before the first connect or after a
         disconnect or a configuration that does not fit it."""
-        return None if self._active is None else self._active.spec
+        return None if self._session is None else self._session.spec
 
     @property
     def image_size(self) -> tuple[int, int] | None:
         """(height, width) frames are resized to; None until a server is known
         (frames before that are useless)."""
-        return None if self._active is None else self._active.spec.image_size
+        return None if self._session is None else self._session.spec.image_size
 
     @property
     def counts(self) -> dict[str, int]:
         """Requests, chunks received/published/dropped late, error replies,
-        refusals and connection errors so far."""
+        refusals, connection errors and frames received so far."""
         dropped = self._dropped_before
-        if self._active is not None:
-            dropped += self._active.scheduler.chunks_dropped_late
+        if self._session is not None:
+            dropped += self._session.scheduler.chunks_dropped_late
         counts = vars(self._counts).copy()
+        counts["frames_received"] = self._inputs.frames_received
         counts["chunks_dropped_late"] = dropped
         return counts
 
@@ -317,13 +241,13 @@ class StreamingCore:
     @property
     def hold_reason(self) -> str | None:
         """Why the robot is held now, or None while streaming."""
-        return self._hold_reason
+        return self._holding.reason
 
     @property
     def latency(self) -> LatencyStats:
         """Observation -> reply latencies on the node clock, every action reply
         (refused ones too), kept across reconnects."""
-        return self._latency
+        return self._clock.latency
 
     @property
     def pipeline_timing(self) -> dict[str, LatencyStats]:
@@ -331,51 +255,41 @@ class StreamingCore:
         request's tick to the observation on the wire (``request_to_wire``, the reads
         of that tick included), and for the newest frame of each request its
         processing on an earlier tick plus ``request_to_wire`` (``image_to_wire``)."""
-        return dict(vars(self._timing))
+        return self._clock.pipeline
 
     @property
     def network_timing(self) -> dict[str, LatencyStats]:
         """Per request: ``upload``, ``server``, ``download`` and ``total`` seconds
         (:class:`~relay_ros.wire.request_timing.RequestTiming`) and ``request_bytes``."""
-        return dict(vars(self._network))
+        return self._clock.network
 
     @property
     def frames(self) -> CameraFrames:
         """The newest message of each camera (and how frames are encoded)."""
-        return self._frames
+        return self._inputs.frames
 
     def request_timeout(self) -> float:
-        """Seconds one request may take before the connection drops it and reconnects.
-
-        ``request_timeout_s`` when set; automatic (None): ``max(2 s, 10 x p99)`` of
-        the measured latency, and 30 s before the first reply (a server's first
-        inference may be slow). Safe to call from the connection's worker thread.
-        """
-        fixed = self._cfg.request_timeout_s
-        if fixed is not None:
-            return fixed
-        p99 = self._latency.percentile(99)
-        if p99 is None:
-            return FIRST_REQUEST_TIMEOUT_S
-        return max(MIN_REQUEST_TIMEOUT_S, REQUEST_TIMEOUT_P99_FACTOR * p99)
+        """Seconds one request may take before the connection drops it and reconnects
+        (:meth:`RequestClock.request_timeout` for ``request_timeout_s``). Safe to call
+        from the connection's worker thread."""
+        return self._clock.request_timeout(self._cfg.request_timeout_s)
 
     def stall_time(self, now: float) -> float:
         """Seconds the controllers had no future point to follow while streaming."""
         total = self._stall_before_s
-        if self._active is not None:
-            total += self._active.scheduler.stall_time(now)
+        if self._session is not None:
+            total += self._session.scheduler.stall_time(now)
         return total
 
     # ------------------------------------------------------------------ inputs
     def wants_frames(self, now: float) -> bool:
-        """Whether a node that reads its cameras on demand should hand over each
-        camera's newest message now: streaming, and the next request is due within
-        ``FRAME_LOOKAHEAD_S`` (so frames can be converted as they come, before it).
-        """
-        active = self._active
-        if active is None or not self._enabled:
+        """Whether the cameras should be read now: streaming, and the next request is
+        due within ``FRAME_LOOKAHEAD_S`` (so frames can be converted as they come,
+        before it)."""
+        session = self._session
+        if session is None or not self._enabled:
             return False
-        due = active.scheduler.next_request_time()
+        due = session.scheduler.next_request_time()
         return due is not None and now >= due - FRAME_LOOKAHEAD_S
 
     def next_deadline(self, now: float) -> float | None:
@@ -393,10 +307,10 @@ class StreamingCore:
         A node may tick at that time instead of on a fixed period, as long as it
         also ticks after every event.
         """
-        active = self._active
-        if active is None or not self._enabled:
+        session = self._session
+        if session is None or not self._enabled:
             return None
-        scheduler = active.scheduler
+        scheduler = session.scheduler
         held = scheduler.publication_due
         if held is not None:
             return held
@@ -417,35 +331,22 @@ class StreamingCore:
         """Keep ``msg`` as camera ``key``'s newest message (a serialized or message
         ``sensor_msgs/Image``, a ``CompressedImage``, or an RGB array), received at
         ``now``; ``read_s`` is the wall time spent reading it from the middleware
-        (counted in its frame processing time).
+        (counted in its frame processing time). For frames pushed as they arrive;
+        a core with ``frame_sources`` reads them itself.
 
         It is converted now only when the next request is due before that camera's
         next frame; otherwise when an observation needs it. A message that does not
         convert is refused (counted, logged at most every 5 s) without holding: the
         camera's previous frame stays until it is stale.
         """
-        self._counts.frames_received += 1
-        self._frames.store(key, msg, now, read_s=read_s)
-        active = self._active
-        if active is None:
-            return  # the target size comes with the metadata
-        if not self._frames.due_soon(key, now, active.scheduler.next_request_time()):
-            return
-        try:
-            spent = self._frames.prepare(key, active.spec.image_size)
-        except FrameConversionError as exc:
-            self._input_refused(str(exc), now)
-            return
-        if spent:
-            self._timing.frame_processing.add(spent)
+        session = self._session
+        request_at = None if session is None else session.scheduler.next_request_time()
+        self._inputs.store_frame(key, msg, now, request_at, self.image_size, read_s=read_s)
 
     def joint_state(self, names: Sequence[str], positions: Sequence[float], now: float) -> None:
         """Positions from one ``JointState`` message received at ``now``; a malformed
         message is refused like a bad frame."""
-        try:
-            self._joints.update(list(names), list(positions), now)
-        except JointStateError as exc:
-            self._input_refused(f"joint states: {exc}", now)
+        self._inputs.joint_state(names, positions, now)
 
     def _input_refused(self, reason: str, now: float) -> None:
         self._counts.refusals += 1
@@ -466,8 +367,8 @@ class StreamingCore:
         of the new session arrives. Returns the sentence for the service reply."""
         self._session_id = uuid.uuid4().hex
         self._request_reset()
-        if self._active is not None:
-            self._active.scheduler.reset()
+        if self._session is not None:
+            self._session.scheduler.reset()
         self._hold("episode reset: waiting for a chunk from the new session", "reset", now)
         message = f"new episode, session {self._session_id}"
         self._log.info(message)
@@ -477,7 +378,7 @@ class StreamingCore:
         """Start or stop commanding (``~/enable``); returns what happened."""
         if enabled and not self._enabled:
             self._enabled = True
-            self._hold_reason = self._hold_kind = None
+            self._holding.clear()
             message = "enabled: commanding from the next fresh observation"
         elif not enabled and self._enabled:
             self._hold("disabled through ~/enable", "disabled", now)
@@ -513,8 +414,8 @@ class StreamingCore:
                 f"{fixed} cannot change while the node runs; restart the node with the new values"
             )
         check_live_settings(config)
-        active = self._active
-        sched_config = None if active is None else scheduler_config(config, active.spec)
+        session = self._session
+        sched_config = None if session is None else scheduler_config(config, session.spec)
         old = self._cfg
         if config.dry_run and not old.dry_run:
             # Still routed to the controllers: stop them where they are.
@@ -524,261 +425,202 @@ class StreamingCore:
         self._cfg = config
         if config.prompt != old.prompt:
             self.set_prompt(config.prompt)
-        if active is not None and sched_config is not None:
-            active.scheduler.reconfigure(sched_config)
+        if session is not None and sched_config is not None:
+            session.scheduler.reconfigure(sched_config)
             if config.dry_run != old.dry_run:
-                active.scheduler.reset()  # the next chunk starts from the robot, not the preview
+                session.scheduler.reset()  # the next chunk starts from the robot, not the preview
         if not config.dry_run and old.dry_run:
             # What was published went to ~/preview: a hold must not move the robot there.
-            self._published_since_hold = False
+            self._holding.forget_motion()
         self._log.info("configuration changed")
 
     # ------------------------------------------------------------------ connection events
     def connected(self, metadata: Mapping[str, Any], now: float) -> None:
         """The connection (re)connected; ``metadata`` is what the server announced."""
-        cfg = self._cfg
         try:
-            spec = ServerSpec.from_metadata(metadata, model=cfg.model)
-            sched_config = scheduler_config(cfg, spec)
-            outputs = load_outputs({o.name: o.as_mapping() for o in cfg.outputs}, spec)
-            builder = ObservationBuilder(
-                spec, camera_keys=self._camera_keys, state_joints=cfg.state_joints
+            session = ServerSession.open(
+                metadata,
+                self._cfg,
+                camera_keys=self._camera_keys,
+                latencies=self._clock.latency,
+                generation=self._generation + 1,
             )
-        except (ServerSpecError, StreamingConfigError, OutputsError, ObservationError) as exc:
+        except SessionError as exc:
             self._config_error = f"configuration does not fit the server: {exc}"
             self._log.error(self._config_error)
             self._hold(self._config_error, "config", now)
-            self._drop_active(now)
+            self._drop_session(now)
             return
         self._config_error = None
-        self._frames.clear()  # the image size may have changed
-        self._generation += 1
-        self._drop_active(now)
-        self._active = _Active(
-            spec=spec,
-            scheduler=ChunkScheduler(sched_config, self._latency),
-            builder=builder,
-            outputs=outputs,
-            used_dims=np.array([d for o in outputs for d in o.dims], dtype=np.intp),
-            generation=self._generation,
-        )
-        self._log.info(
-            f"connected: {cfg.model}, horizon {spec.action_horizon}, dt "
-            f"{1000.0 * sched_config.dt:.1f} ms, execute {sched_config.execute_horizon}, "
-            f"{cfg.request_mode} requests"
-        )
+        self._inputs.clear_frames()  # the image size may have changed
+        self._generation = session.generation
+        self._drop_session(now)
+        self._session = session
+        self._log.info(session.describe(self._cfg))
 
     def disconnected(self, reason: str, now: float) -> None:
         """The connection was lost (the connection reconnects by itself)."""
         self._counts.connection_errors += 1
         self._hold(f"disconnected from the policy server: {reason}", "connection", now)
-        self._drop_active(now)
+        self._drop_session(now)
 
     def result(self, outcome: Any, now: float) -> None:
-        """What became of a submitted observation (a ``wire.connection.InferOutcome``)."""
+        """What became of a submitted observation (a ``wire.connection.InferOutcome``):
+        timed, judged (:func:`~relay_ros.pipeline.replies.judge_reply`), then
+        scheduled or refused."""
         tag = outcome.tag
         if not isinstance(tag, RequestTag):
             return
-        if outcome.sent_at is not None:
-            to_wire = outcome.sent_at - tag.started
-            self._timing.request_to_wire.add(to_wire)
-            self._timing.image_to_wire.add(tag.frame_processing_s + to_wire)
-        timing = getattr(outcome, "timing", None)
-        if isinstance(timing, RequestTiming):
-            network = self._network
-            network.upload.add(timing.upload_s)
-            network.download.add(timing.download_s)
-            network.total.add(max(0.0, timing.total_s))
-            network.request_bytes.add(timing.bytes_sent)
-            if timing.server_s is not None:
-                network.server.add(timing.server_s)
-        active = self._active
-        if active is None or tag.generation != active.generation:
+        self._clock.finished(tag.start, outcome)
+        session = self._session
+        if session is None or tag.generation != session.generation:
             return  # a reply from before a reconnect: that scheduler is gone
-        self._sent_at = None
-        scheduler = active.scheduler
-        if tag.session_id != self._session_id:
-            # Sent before the episode reset: never execute it, but free the request slot.
-            if scheduler.request_in_flight:
-                scheduler.request_failed(now, "reply to an observation from before the reset")
-            return
-        if outcome.connection_error is not None:
-            self._counts.connection_errors += 1
-            scheduler.request_failed(now, outcome.connection_error)
-            self._hold(
-                f"connection lost during a request: {outcome.connection_error}", "connection", now
-            )
-            return
-        reply = outcome.reply
-        if isinstance(reply, dict) and reply.get("type") == "error":
-            message = shorten(reply.get("message"))  # the server's text, bounded
-            self._counts.error_replies += 1
-            if self._error_messages.add(message):
-                self._log.error(f"server refused the observation: {message}")
-            scheduler.request_failed(now, message)
-            self._hold(f"error reply from the server: {message}", "error_reply", now)
-            return
-        self._latency.add(now - tag.t_obs)
-        self._counts.chunks_received += 1
-        try:
-            chunk = reply_to_chunk(reply, active.spec)
-            if chunk.shape[1] <= int(active.used_dims.max()):
-                raise ValueError(
-                    f"actions have {chunk.shape[1]} dimensions; the outputs use dimension "
-                    f"{int(active.used_dims.max())}"
-                )
-        except ValueError as exc:
-            self._counts.error_replies += 1
-            scheduler.request_failed(now, str(exc))
-            self._refuse(f"malformed reply: {exc}", "malformed_reply", now)
-            return
-        # The whole reply is checked, uncommanded (padding) dimensions included: NaN or
-        # Inf anywhere means the model output is broken. Limits bind the commanded ones.
-        checked = check_chunk(
-            chunk,
-            self._limits(active, chunk.shape[1]),
-            mode=cast(LimitsMode, self._cfg.limits_mode),
-            horizon=active.spec.action_horizon,
+        verdict = judge_reply(
+            outcome,
+            session_id=self._session_id,
+            reader=session.reader,
+            joint_limits=self._cfg.joint_limits,
+            limits_mode=self._cfg.limits_mode,
         )
-        if checked.refusal is not None or checked.chunk is None:
-            reason = checked.refusal.reason if checked.refusal else "refused"
-            scheduler.request_failed(now, reason)
-            self._refuse(reason, "unsafe_chunk", now)
+        if verdict.is_action_reply:
+            self._clock.replied(tag.t_obs, now)
+            self._counts.chunks_received += 1
+        if verdict.chunk is None:
+            self._reply_failed(session.scheduler, verdict, now)
             return
-        scheduler.chunk_received(checked.chunk[:, active.used_dims], tag.t_obs, now)
+        session.scheduler.chunk_received(verdict.chunk, tag.t_obs, now)
 
-    def _limits(self, active: _Active, width: int) -> JointLimits:
-        """Per-dimension limits of a ``width``-wide chunk: the configured joint limits
-        on the commanded dimensions, unbounded elsewhere."""
-        names: list[str | None] = [None] * width
-        for output in active.outputs:
-            for dim, joint in zip(output.dims, output.joints):
-                names[dim] = joint
-        return JointLimits.from_mapping(self._cfg.joint_limits, names)
+    def _reply_failed(self, scheduler: ChunkScheduler, verdict: ReplyVerdict, now: float) -> None:
+        """No chunk from this reply: free the request slot (with the retry delay) and,
+        except for a reply from before the reset, hold and say why."""
+        reason = verdict.reason
+        if verdict.kind == "before_reset":
+            # Sent before the episode reset: never executed; the slot is free again.
+            if scheduler.request_in_flight:
+                scheduler.request_failed(now, reason)
+            return
+        scheduler.request_failed(now, reason)
+        if verdict.kind == "connection":
+            self._counts.connection_errors += 1
+            self._hold(f"connection lost during a request: {reason}", "connection", now)
+        elif verdict.kind == "error_reply":
+            self._counts.error_replies += 1
+            if self._error_messages.add(reason):
+                self._log.error(f"server refused the observation: {reason}")
+            self._hold(f"error reply from the server: {reason}", "error_reply", now)
+        elif verdict.kind == "malformed_reply":
+            self._counts.error_replies += 1
+            self._refuse(f"malformed reply: {reason}", "malformed_reply", now)
+        else:
+            self._refuse(reason, "unsafe_chunk", now)
 
     # ------------------------------------------------------------------ the loop
     def tick(self, now: float) -> None:
-        """One timer period: publish what is due, request what is wanted."""
-        active = self._active
-        if active is None or not self._enabled:
+        """One timer period: publish what is due, read the cameras when a request is
+        near, request what is wanted."""
+        session = self._session
+        if session is None or not self._enabled:
             return
-        scheduler = active.scheduler
-        refusals: list[Refusal] = []
+        self._publish_due(session, now)
+        if self._session is not session:
+            return
+        # After the publication, which must not wait for the frames. Reading the
+        # frames on the request's own tick is on its path to the wire.
+        started = self._clock.perf_clock()
+        stored_before = self._inputs.frames.stored
+        if self._inputs.pulls_frames and self.wants_frames(now):
+            request_at = session.scheduler.next_request_time()
+            self._inputs.read_sources(now, request_at, session.spec.image_size)
+        if session.scheduler.wants_request(now):
+            self._request(session, now, started, stored_before)
 
-        def first_step(publication: Publication) -> Refusal | None:
-            refusal = self._first_step_refusal(publication, now)
+    def _publish_due(self, session: ServerSession, now: float) -> None:
+        """Peek at the due publication, check it, then commit and send it, or refuse it."""
+        scheduler = session.scheduler
+        publication = scheduler.peek(now)
+        if publication is None:
+            return
+        refusal = self._publication_refusal(publication, now)
+        if refusal is not None:
+            scheduler.refuse(publication, now, refusal.reason)
+            self._refuse(refusal.reason, refusal.kind, now)
+            return
+        scheduler.commit(publication)
+        self._publish_chunk(session, publication)
+
+    def _publication_refusal(self, publication: Publication, now: float) -> Refusal | None:
+        """The checks a publication must pass before it goes out, in order; the first
+        that refuses it wins. Today: the first point against the measured state
+        (``max_joint_step``)."""
+        cfg = self._cfg
+        measured = self._inputs.measured(now, cfg.sensor_timeout_s, cfg.commanded_joints)
+        if measured is not None:
+            refusal = check_first_step(
+                measured, publication.positions[0], cfg.max_joint_step, cfg.commanded_joints
+            )
             if refusal is not None:
-                refusals.append(refusal)
-            return refusal
-
-        publication = scheduler.poll(now, check=first_step)
-        if refusals:
-            self._refuse(refusals[0].reason, "first_step", now)
-        elif publication is not None:
-            self._publish_chunk(active, publication)
-        if self._active is not active:
-            return
-        # After the publication, which must not wait for the frames.
-        read_s = 0.0
-        stored_before = self._frames.stored
-        if self._read_frames is not None and self.wants_frames(now):
-            read_started = self._perf_clock()
-            self._read_frames(now)
-            read_s = self._perf_clock() - read_started
-        if scheduler.wants_request(now):
-            # Reading the frames this tick is on the request's path to the wire.
-            self._request(active, now, read_s, stored_before)
+                return Refusal(refusal.reason, "first_step")
+        return None
 
     def _request(
-        self, active: _Active, now: float, read_s: float = 0.0, stored_before: int | None = None
+        self, session: ServerSession, now: float, started: float, stored_before: int
     ) -> None:
-        started = self._perf_clock() - read_s
+        """Take an observation from the inputs and hand it to the connection, or hold."""
         cfg = self._cfg
-        missing = self._frames.missing()
-        if missing:
-            self._hold(f"no frame yet from camera(s) {missing}", "missing_input", now)
+        snapshot = self._inputs.snapshot(
+            now, session.spec.image_size, cfg.sensor_timeout_s, timed_after=stored_before
+        )
+        if isinstance(snapshot, InputProblem):
+            self._input_problem(snapshot, now)
             return
-        stamps = {f"camera '{key}'": t for key, t in self._frames.stamps().items()}
-        stale = check_fresh(stamps, now, cfg.sensor_timeout_s)
-        if stale is not None:
-            self._hold(f"stale observation: {stale.reason}", "stale_input", now, refusal=True)
-            return
-        try:
-            state = self._joints.vector(now, cfg.sensor_timeout_s)
-        except JointStateError as exc:
-            self._hold(f"joint states: {exc}", "joint_states", now, refusal=True)
-            return
-        try:
-            # Frames read on this tick are inside ``started`` already.
-            wire = self._frames.assemble(active.spec.image_size, timed_after=stored_before)
-        except FrameConversionError as exc:
-            # That camera falls back to its previous frame; the next tick tries again.
-            self._input_refused(str(exc), now)
-            return
-        if wire.converted:
-            per_frame = (wire.conversion_s + wire.read_s) / wire.converted
-            for _ in range(wire.converted):
-                self._timing.frame_processing.add(per_frame)
-        observation = active.builder.build(
-            wire.frames,
-            state[: len(cfg.state_joints)],
+        observation = session.builder.build(
+            snapshot.frames.frames,
+            snapshot.state[: len(cfg.state_joints)],
             self._prompt,
             session_id=self._session_id,
             seed=cfg.seed,
-            observation_time=now,
+            observation_time=snapshot.t_obs,
         )
-        if active.spec.action_prefix:
-            # Real-time chunking: the actions committed while the server infers.
-            committed = committed_prefix(active.scheduler, now)
-            if committed is not None:
-                rows, steps = committed
-                observation["action_prefix"] = to_action_space(
-                    rows, active.used_dims.tolist(), active.spec.chunk_width
-                )
-                observation["committed_steps"] = steps
-        tag = RequestTag(active.generation, self._session_id, now, started, wire.newest_prepared_s)
+        if session.spec.action_prefix:
+            self._add_prefix(session, observation, snapshot.t_obs)
+        start = self._clock.start(started, snapshot.frames.newest_prepared_s)
+        tag = RequestTag(session.generation, self._session_id, snapshot.t_obs, start)
         if self._submit(observation, tag):
-            active.scheduler.request_sent(now)
-            self._sent_at = now
+            session.scheduler.request_sent(snapshot.t_obs)
+            self._clock.sent(start, now)
             self._counts.requests += 1
 
-    def _first_step_refusal(self, publication: Publication, now: float) -> Refusal | None:
-        measured = self._measured_commanded(now)
-        if measured is None:
-            return None
-        cfg = self._cfg
-        return check_first_step(
-            measured, publication.positions[0], cfg.max_joint_step, cfg.commanded_joints
-        )
+    def _input_problem(self, problem: InputProblem, now: float) -> None:
+        if problem.kind == "frame_conversion":
+            # That camera falls back to its previous frame; the next tick tries again.
+            self._input_refused(problem.reason, now)
+        elif problem.kind == "missing_input":
+            self._hold(problem.reason, problem.kind, now)
+        else:
+            self._hold(problem.reason, problem.kind, now, refusal=True)
 
-    def _publish_chunk(self, active: _Active, publication: Publication) -> None:
+    def _add_prefix(
+        self, session: ServerSession, observation: dict[str, Any], t_obs: float
+    ) -> None:
+        """Real-time chunking: the actions committed while the server infers."""
+        committed = committed_prefix(session.scheduler, t_obs)
+        if committed is not None:
+            rows, steps = committed
+            observation["action_prefix"] = to_action_space(
+                rows, session.reader.used_dims.tolist(), session.spec.chunk_width
+            )
+            observation["committed_steps"] = steps
+
+    def _publish_chunk(self, session: ServerSession, publication: Publication) -> None:
         cfg = self._cfg
-        # joint_trajectory_controller ignores header.frame_id; carrying the observation
-        # time there lets the simulated arm (and bag readers) measure action age.
-        tag = format_t_obs(publication.t_obs)
-        column = 0
-        for output in active.outputs:
-            width = len(output.joints)
-            points = build_points(publication, range(column, column + width))
-            column += width
-            target = None if cfg.dry_run else output.name
-            self._publish_message(TrajectoryMessage(target, tag, output.joints, points))
-        if not cfg.dry_run:
-            points = build_points(publication, range(column))
-            self._publish_message(TrajectoryMessage(None, tag, cfg.commanded_joints, points))
+        for message in chunk_messages(
+            publication, session.outputs, cfg.commanded_joints, dry_run=cfg.dry_run
+        ):
+            self._publish_message(message)
         self._counts.chunks_published += 1
-        self._published_since_hold = True
-        if self._hold_reason is not None:
-            self._log.info(f"streaming again after: {self._hold_reason}")
-        self._hold_reason = self._hold_kind = None
-
-    def _measured_commanded(self, now: float) -> np.ndarray | None:
-        try:
-            vector = self._joints.vector(now, self._cfg.sensor_timeout_s)
-        except JointStateError:
-            return None
-        order = {name: i for i, name in enumerate(self._joints.joint_names)}
-        return np.array([vector[order[j]] for j in self._cfg.commanded_joints])
+        ended = self._holding.streaming()
+        if ended is not None:
+            self._log.info(f"streaming again after: {ended}")
 
     # ------------------------------------------------------------------ holding
     def _refuse(self, reason: str, kind: str, now: float) -> None:
@@ -797,10 +639,7 @@ class StreamingCore:
         ``last_refusal`` set, except before the first chunk, when inputs not there
         yet are expected, not a fault.
         """
-        repeated = self._hold_kind == kind and self._hold_reason is not None
-        self._hold_reason = reason
-        self._hold_kind = kind
-        if repeated:
+        if not self._holding.hold(reason, kind):
             return
         startup = self._counts.chunks_published == 0
         if refusal and not startup:
@@ -810,42 +649,32 @@ class StreamingCore:
             self._log.info(f"waiting before the first request: {reason}")
         else:
             self._log.warning(f"holding position: {reason}")
-        active = self._active
+        session = self._session
         commanded = None
-        if active is not None:
-            commanded = active.scheduler.last_commanded(now)
-            active.scheduler.reset()
-        if not self._published_since_hold:
+        if session is not None:
+            commanded = session.scheduler.last_commanded(now)
+            session.scheduler.reset()
+        if not self._holding.moving:
             return  # nothing of ours is moving the robot
-        position = commanded if commanded is not None else self._measured_commanded(now)
-        if position is None:
-            return
-        self._published_since_hold = False
-        self._publish_hold(np.asarray(position, dtype=float), now)
-
-    def _publish_hold(self, position: np.ndarray, now: float) -> None:
         cfg = self._cfg
-        # Reach the hold point over a few cycles, not one: a message that arrives a
-        # little late must not already "end in the past" for the controller.
-        dt = 0.0 if self._active is None else self._active.scheduler.config.dt
-        tfs = np.array([max(dt, HOLD_TIME_S)])
-        column = 0
-        for output in cfg.outputs:
-            width = len(output.joints)
-            positions = position[column : column + width].reshape(1, width)
-            column += width
-            points = TrajectoryPoints(positions, np.zeros_like(positions), tfs, float(now))
-            target = None if cfg.dry_run else output.name
-            self._publish_message(TrajectoryMessage(target, "", tuple(output.joints), points))
+        if commanded is None:
+            commanded = self._inputs.measured(now, cfg.sensor_timeout_s, cfg.commanded_joints)
+        if commanded is None:
+            return
+        self._holding.stopped()
+        dt = 0.0 if session is None else session.scheduler.config.dt
+        position = np.asarray(commanded, dtype=float)
+        for message in hold_messages(position, cfg.outputs, dt=dt, now=now, dry_run=cfg.dry_run):
+            self._publish_message(message)
 
-    def _drop_active(self, now: float) -> None:
+    def _drop_session(self, now: float) -> None:
         """Forget the server; keep the stall and drop totals of its scheduler."""
-        self._sent_at = None
-        active = self._active
-        if active is not None:
-            self._stall_before_s += active.scheduler.stall_time(now)
-            self._dropped_before += active.scheduler.chunks_dropped_late
-        self._active = None
+        self._clock.abandon()
+        session = self._session
+        if session is not None:
+            self._stall_before_s += session.scheduler.stall_time(now)
+            self._dropped_before += session.scheduler.chunks_dropped_late
+        self._session = None
 
     # ------------------------------------------------------------------ what is wrong
     @property
@@ -856,10 +685,10 @@ class StreamingCore:
     def stalled(self, now: float) -> str | None:
         """Why the robot stands still for want of a chunk, or None while a published
         trajectory still has points ahead (or no server is connected)."""
-        active = self._active
-        if active is None:
+        session = self._session
+        if session is None:
             return None
-        current = active.scheduler.current
+        current = session.scheduler.current
         if current is not None and now <= current.end_time:
             return None
         if current is None:
@@ -869,6 +698,7 @@ class StreamingCore:
                 f"stalled, waiting for a chunk: the last trajectory ended "
                 f"{now - current.end_time:.2f} s ago"
             )
-        if self._sent_at is not None:
-            message += f"; a request has been in flight for {now - self._sent_at:.2f} s"
+        in_flight = self._clock.in_flight_for(now)
+        if in_flight is not None:
+            message += f"; a request has been in flight for {in_flight:.2f} s"
         return message

@@ -1,0 +1,224 @@
+"""The inputs of an observation: camera frames and joint states, read, kept and checked.
+
+:class:`ObservationInputs` is the streaming core's input side, without rclpy:
+
+- **frames**: each camera's newest message
+  (:class:`~relay_ros.pipeline.camera_frames.CameraFrames`), pulled from the
+  cameras' frame sources (:mod:`~relay_ros.pipeline.frame_source`) when the core
+  asks (:meth:`ObservationInputs.read_sources`) or pushed with
+  :meth:`ObservationInputs.store_frame`; a frame is converted on arrival when the
+  next request is due before that camera's next frame, else when an observation
+  needs it;
+- **joint states** (:class:`~relay_ros.pipeline.state.JointStateCache`), in the
+  configured order, refused when a joint is missing, stale or not finite;
+- :meth:`ObservationInputs.snapshot`: everything one observation takes (the wire
+  frames, the state vector, the observation time), or the :class:`InputProblem`
+  that stops it (a camera without a frame, a stale input, bad joint states, a frame
+  that does not convert).
+
+Time is passed in (node clock); the frame work is timed on the :class:`RequestClock`'s
+``perf_clock``. Not thread-safe: call it from the node's executor thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from relay_ros.pipeline.camera_frames import CameraFrames, FrameConversionError, WireFrames
+from relay_ros.pipeline.camera_map import CameraEntry
+from relay_ros.pipeline.frame_source import FrameSource
+from relay_ros.pipeline.image_encoding import DEFAULT_JPEG_QUALITY
+from relay_ros.pipeline.request_clock import RequestClock
+from relay_ros.pipeline.safety import check_fresh
+from relay_ros.pipeline.state import JointStateCache, JointStateError
+
+__all__ = ["InputProblem", "ObservationInputs", "Snapshot"]
+
+ProblemKind = Literal["missing_input", "stale_input", "joint_states", "frame_conversion"]
+
+
+@dataclass(frozen=True)
+class InputProblem:
+    """Why no observation can be taken now.
+
+    Attributes:
+        kind: ``"missing_input"`` (a camera without a frame yet), ``"stale_input"``
+            (a frame older than ``sensor_timeout_s``), ``"joint_states"`` (a joint
+            missing, stale or not finite) or ``"frame_conversion"`` (the newest frame
+            of a camera does not convert: that camera falls back to its previous
+            frame, the next tick tries again).
+        reason: The sentence for the log and ``/diagnostics``.
+    """
+
+    kind: ProblemKind
+    reason: str
+
+
+@dataclass(frozen=True, eq=False)
+class Snapshot:
+    """The inputs of one observation.
+
+    Attributes:
+        frames: The wire frames (converted, maybe JPEG) and their timing.
+        state: The state vector over the watched joints (state joints first).
+        t_obs: The observation's time, node clock (s): action ``i`` of its chunk is
+            meant for ``t_obs + i*dt``.
+    """
+
+    frames: WireFrames
+    state: np.ndarray
+    t_obs: float
+
+
+class ObservationInputs:
+    """Frames and joint states for observations (see the module docstring).
+
+    Args:
+        cameras: The camera map's entries (key, topic, transport), in map order.
+        joints: The joints whose states are kept (state joints, then commanded ones).
+        clock: Where frame processing times go; its ``perf_clock`` times the reads.
+        sources: Camera key -> where to read its frames on demand; None: frames are
+            pushed with :meth:`store_frame`.
+        encoding: ``"raw"`` or ``"jpeg"`` frames on the wire.
+        jpeg_quality: JPEG quality for ``"jpeg"``.
+        deserialize: For :class:`CameraFrames`: turns a serialized ``sensor_msgs/Image``
+            its CDR reader does not understand into a message.
+        refused: Called with a sentence and ``now`` when a frame or joint state
+            message is refused (the core counts and logs it).
+    """
+
+    def __init__(
+        self,
+        cameras: Sequence[CameraEntry],
+        joints: Sequence[str],
+        *,
+        clock: RequestClock,
+        sources: Mapping[str, FrameSource] | None = None,
+        encoding: str = "raw",
+        jpeg_quality: int = DEFAULT_JPEG_QUALITY,
+        deserialize: Callable[[bytes], Any] | None = None,
+        refused: Callable[[str, float], None],
+    ) -> None:
+        keys = [c.key for c in cameras]
+        if sources is not None and set(sources) != set(keys):
+            raise ValueError(
+                f"frame sources {sorted(sources)} do not match the camera map's keys {keys}"
+            )
+        self.frames = CameraFrames(
+            cameras, encoding=encoding, jpeg_quality=jpeg_quality, deserialize=deserialize
+        )
+        self.joints = JointStateCache(joints)
+        self._sources = dict(sources) if sources is not None else None
+        self._clock = clock
+        self._refused = refused
+        self.frames_received = 0
+
+    @property
+    def pulls_frames(self) -> bool:
+        """Frames come from sources read on demand (:meth:`read_sources`)."""
+        return self._sources is not None
+
+    # ------------------------------------------------------------------ frames
+    def read_sources(
+        self, now: float, request_at: float | None, image_size: tuple[int, int]
+    ) -> None:
+        """Take each camera's newest frame from its source, if one came, timing each
+        read; ``request_at`` and ``image_size`` as for :meth:`store_frame`."""
+        if self._sources is None:
+            return
+        perf = self._clock.perf_clock
+        for key, source in self._sources.items():
+            started = perf()
+            frame = source.take_newest(now)
+            if frame is not None:
+                read_s = perf() - started
+                self.store_frame(
+                    key, frame.msg, frame.received, request_at, image_size, read_s=read_s
+                )
+
+    def store_frame(
+        self,
+        key: str,
+        msg: Any,
+        received: float,
+        request_at: float | None,
+        image_size: tuple[int, int] | None,
+        *,
+        read_s: float = 0.0,
+    ) -> None:
+        """Keep ``msg`` as camera ``key``'s newest frame (received at ``received``;
+        reading it took ``read_s``). It is converted now when the next request (at
+        ``request_at``) is due before that camera's next frame and the server's
+        ``image_size`` is known; a frame that does not convert is refused (the
+        camera's previous frame stays until it is stale)."""
+        self.frames_received += 1
+        self.frames.store(key, msg, received, read_s=read_s)
+        if image_size is None or not self.frames.due_soon(key, received, request_at):
+            return
+        try:
+            spent = self.frames.prepare(key, image_size)
+        except FrameConversionError as exc:
+            self._refused(str(exc), received)
+            return
+        if spent:
+            self._clock.frames_processed(spent)
+
+    # ------------------------------------------------------------------ joint states
+    def joint_state(self, names: Sequence[str], positions: Sequence[float], now: float) -> None:
+        """Positions from one ``JointState`` message received at ``now``; a malformed
+        message is refused like a bad frame."""
+        try:
+            self.joints.update(list(names), list(positions), now)
+        except JointStateError as exc:
+            self._refused(f"joint states: {exc}", now)
+
+    def measured(self, now: float, timeout_s: float, names: Sequence[str]) -> np.ndarray | None:
+        """The measured positions of ``names`` at ``now``, or None when any is missing,
+        stale or not finite."""
+        try:
+            vector = self.joints.vector(now, timeout_s)
+        except JointStateError:
+            return None
+        order = {name: i for i, name in enumerate(self.joints.joint_names)}
+        return np.array([vector[order[j]] for j in names])
+
+    # ------------------------------------------------------------------ observations
+    def snapshot(
+        self,
+        now: float,
+        image_size: tuple[int, int],
+        timeout_s: float,
+        *,
+        timed_after: int | None = None,
+    ) -> Snapshot | InputProblem:
+        """The inputs of an observation taken at ``now``, or why there is none.
+
+        ``timed_after``: a value of ``frames.stored`` from when the request's timing
+        began (frames stored after it are inside that timing already).
+        """
+        missing = self.frames.missing()
+        if missing:
+            return InputProblem("missing_input", f"no frame yet from camera(s) {missing}")
+        stamps = {f"camera '{key}'": t for key, t in self.frames.stamps().items()}
+        stale = check_fresh(stamps, now, timeout_s)
+        if stale is not None:
+            return InputProblem("stale_input", f"stale observation: {stale.reason}")
+        try:
+            state = self.joints.vector(now, timeout_s)
+        except JointStateError as exc:
+            return InputProblem("joint_states", f"joint states: {exc}")
+        try:
+            wire = self.frames.assemble(image_size, timed_after=timed_after)
+        except FrameConversionError as exc:
+            return InputProblem("frame_conversion", str(exc))
+        if wire.converted:
+            self._clock.frames_processed(wire.conversion_s + wire.read_s, wire.converted)
+        return Snapshot(wire, state, now)
+
+    def clear_frames(self) -> None:
+        """Forget every frame (after a reconnect: the image size may change)."""
+        self.frames.clear()

@@ -1,0 +1,102 @@
+"""Everything the streaming core builds from one connected server, built at once.
+
+On every (re)connect the core turns the server's metadata and the node's settings
+into a :class:`ServerSession`: the parsed server (:class:`ServerSpec`), the
+:class:`ChunkScheduler` for its horizon and rate, the observation builder for its
+wire format, the output controllers with their action dimensions, and the reply
+reader. :meth:`ServerSession.open` either builds all of it or raises
+:class:`SessionError` naming what does not fit, so the core never runs with half of
+a configuration. A reply or a timer event from an earlier session is recognised by
+its ``generation``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from relay_ros.pipeline.observation import ObservationBuilder, ObservationError
+from relay_ros.pipeline.outputs import OutputController, OutputsError, load_outputs
+from relay_ros.pipeline.replies import ReplyReader
+from relay_ros.pipeline.scheduler import ChunkScheduler
+from relay_ros.pipeline.server_spec import ServerSpec, ServerSpecError
+from relay_ros.pipeline.settings import StreamingConfigError, StreamingSettings, scheduler_config
+from relay_ros.pipeline.stats import LatencyStats
+
+__all__ = ["ServerSession", "SessionError"]
+
+
+class SessionError(ValueError):
+    """The node's configuration does not fit the connected server (the message says how)."""
+
+
+@dataclass
+class ServerSession:
+    """What depends on the connected server; rebuilt on every (re)connect.
+
+    Attributes:
+        spec: The server's metadata, parsed.
+        scheduler: The chunk timeline for its horizon and rate.
+        builder: Observations in its wire format.
+        outputs: The output controllers and the action dimensions each drives.
+        reader: Decodes and checks its replies.
+        generation: Counts the sessions of one core (replies carry it).
+    """
+
+    spec: ServerSpec
+    scheduler: ChunkScheduler
+    builder: ObservationBuilder
+    outputs: list[OutputController]
+    reader: ReplyReader
+    generation: int
+
+    @classmethod
+    def open(
+        cls,
+        metadata: Mapping[str, Any],
+        config: StreamingSettings,
+        *,
+        camera_keys: Sequence[str],
+        latencies: LatencyStats,
+        generation: int,
+    ) -> ServerSession:
+        """Build the session for a server that announced ``metadata``; ``latencies``
+        are the measurements the scheduler's automatic lead reads (kept across
+        sessions).
+
+        Raises:
+            SessionError: malformed metadata, or settings the server cannot run
+                with (the control rate, the execute horizon, the outputs' dimensions,
+                the camera keys).
+        """
+        try:
+            spec = ServerSpec.from_metadata(metadata, model=config.model)
+            sched_config = scheduler_config(config, spec)
+            outputs = load_outputs({o.name: o.as_mapping() for o in config.outputs}, spec)
+            builder = ObservationBuilder(
+                spec, camera_keys=camera_keys, state_joints=config.state_joints
+            )
+        except (ServerSpecError, StreamingConfigError, OutputsError, ObservationError) as exc:
+            raise SessionError(str(exc)) from None
+        used_dims = np.array([d for o in outputs for d in o.dims], dtype=np.intp)
+        dim_joints = {d: j for o in outputs for d, j in zip(o.dims, o.joints)}
+        return cls(
+            spec=spec,
+            scheduler=ChunkScheduler(sched_config, latencies),
+            builder=builder,
+            outputs=outputs,
+            reader=ReplyReader(spec, used_dims, dim_joints),
+            generation=generation,
+        )
+
+    def describe(self, config: StreamingSettings) -> str:
+        """The log line for the connection."""
+        sched = self.scheduler.config
+        return (
+            f"connected: {config.model}, horizon {self.spec.action_horizon}, dt "
+            f"{1000.0 * sched.dt:.1f} ms, execute {sched.execute_horizon}, "
+            f"{config.request_mode} requests"
+        )
