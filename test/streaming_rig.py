@@ -118,6 +118,9 @@ class CoreRig:
     on_demand: bool = False
     read_cost_s: float = 0.0
     idle_tick_s: float = 0.1
+    # The measured joint states follow what the controllers were sent (a perfect
+    # joint_trajectory_controller); False: the arm stands still at ``state``.
+    follow: bool = False
 
     def __post_init__(self) -> None:
         base = load_model_config(self.model)
@@ -150,17 +153,33 @@ class CoreRig:
         self.ticks = 0
         self._event = False
         self._last_tick = -math.inf
+        self._following: dict[str, tuple[list[int], np.ndarray, Any]] = {}
         self.sources = {key: _TimedSource(self, key) for key in self.camera_keys}
         self.core = StreamingCore(
             self.config,
             camera_keys=self.camera_keys,
             submit=self._submit,
-            publish=lambda msg: self.published.append((self.now, msg)),
+            publish=self._published,
             request_reset=self._reset,
             log=self.log,
             perf_clock=lambda: self.now + self.perf_extra,
             frame_sources=self.sources if self.on_demand else None,
         )
+
+    def _published(self, msg: TrajectoryMessage) -> None:
+        self.published.append((self.now, msg))
+        if self.follow and msg.output is not None:
+            index = [self.joints.index(j) for j in msg.joint_names]
+            self._following[msg.output] = (index, self.state[index].copy(), msg.points)
+
+    def _follow(self) -> None:
+        """As joint_trajectory_controller: from the position at arrival to the first
+        point, then linear between points, the last one held."""
+        for index, start, points in self._following.values():
+            times = np.concatenate(([points.stamp], points.stamp + points.time_from_start))
+            positions = np.vstack((start[None, :], points.positions))
+            for column, joint in enumerate(index):
+                self.state[joint] = np.interp(self.now, times, positions[:, column])
 
     # ------------------------------------------------------------ the connection
     def _submit(self, obs: dict[str, Any], tag: RequestTag) -> bool:
@@ -210,6 +229,8 @@ class CoreRig:
 
     def step(self) -> None:
         self.now = round(self.now + self.tick_s, 9)
+        if self.follow:
+            self._follow()
         self.feed()
         if not self.connected and self.reconnect_at is not None and self.now >= self.reconnect_at:
             self.reconnect_at = None

@@ -53,7 +53,7 @@ from relay_ros.pipeline.controller_messages import (
 )
 from relay_ros.pipeline.frame_source import FrameSource
 from relay_ros.pipeline.holding import Holding
-from relay_ros.pipeline.observation_inputs import InputProblem, ObservationInputs
+from relay_ros.pipeline.observation_inputs import InputProblem, ObservationInputs, Snapshot
 from relay_ros.pipeline.replies import ReplyVerdict, judge_reply
 from relay_ros.pipeline.request_clock import RequestClock, RequestStart
 from relay_ros.pipeline.safety import Refusal, check_first_step
@@ -581,12 +581,13 @@ class StreamingCore:
             seed=cfg.seed,
             observation_time=snapshot.t_obs,
         )
+        committed = 0
         if session.spec.action_prefix:
-            self._add_prefix(session, observation, snapshot.t_obs)
+            committed = self._add_prefix(session, observation, snapshot)
         start = self._clock.start(started, snapshot.frames.newest_prepared_s)
         tag = RequestTag(session.generation, self._session_id, snapshot.t_obs, start)
         if self._submit(observation, tag):
-            session.scheduler.request_sent(snapshot.t_obs)
+            session.scheduler.request_sent(snapshot.t_obs, committed_steps=committed)
             self._clock.sent(start, now)
             self._counts.requests += 1
 
@@ -600,16 +601,22 @@ class StreamingCore:
             self._hold(problem.reason, problem.kind, now, refusal=True)
 
     def _add_prefix(
-        self, session: ServerSession, observation: dict[str, Any], t_obs: float
-    ) -> None:
-        """Real-time chunking: the actions committed while the server infers."""
-        committed = committed_prefix(session.scheduler, t_obs)
-        if committed is not None:
-            rows, steps = committed
-            observation["action_prefix"] = to_action_space(
-                rows, session.reader.used_dims.tolist(), session.spec.chunk_width
-            )
-            observation["committed_steps"] = steps
+        self, session: ServerSession, observation: dict[str, Any], snapshot: Snapshot
+    ) -> int:
+        """Real-time chunking: add the actions committed while the server infers (the
+        held state when nothing of ours moves the arm); returns ``committed_steps``."""
+        held = self._commanded_part(snapshot.state)
+        prefix = committed_prefix(session.scheduler, snapshot.t_obs, held)
+        observation["action_prefix"] = to_action_space(
+            prefix.rows, session.reader.used_dims.tolist(), session.spec.chunk_width
+        )
+        observation["committed_steps"] = prefix.committed_steps
+        return prefix.committed_steps
+
+    def _commanded_part(self, state: np.ndarray) -> np.ndarray:
+        """The commanded joints' positions out of a state vector over the watched joints."""
+        order = {name: i for i, name in enumerate(self._inputs.joints.joint_names)}
+        return np.array([state[order[j]] for j in self._cfg.commanded_joints])
 
     def _publish_chunk(self, session: ServerSession, publication: Publication) -> None:
         cfg = self._cfg
