@@ -121,6 +121,8 @@ class CoreRig:
     # The measured joint states follow what the controllers were sent (a perfect
     # joint_trajectory_controller); False: the arm stands still at ``state``.
     follow: bool = False
+    # Latency of each request in turn (then latency_s); None: always latency_s.
+    latency_schedule: list[float] | None = None
 
     def __post_init__(self) -> None:
         base = load_model_config(self.model)
@@ -188,8 +190,11 @@ class CoreRig:
         self.observations.append(obs)
         self.sent.append(tag.t_obs)
         timeout = self.core.request_timeout()
+        latency = self.latency_s
+        if self.latency_schedule:
+            latency = self.latency_schedule.pop(0)
         self.in_flight = _InFlight(
-            obs, tag, self.now + self.latency_s, self.now + timeout, self.now + self.perf_extra
+            obs, tag, self.now + latency, self.now + timeout, self.now + self.perf_extra
         )
         return True
 
@@ -246,9 +251,8 @@ class CoreRig:
         elif flight is not None and self.now >= flight.arrival - 1e-9:
             assert self.policy is not None
             reply = self.policy(flight.obs)
-            self._deliver(
-                InferOutcome(flight.tag, reply, self.latency_s, None, None, flight.sent_perf)
-            )
+            roundtrip = flight.arrival - flight.tag.t_obs
+            self._deliver(InferOutcome(flight.tag, reply, roundtrip, None, None, flight.sent_perf))
         if self.on_demand:
             deadline = self.core.next_deadline(self._last_tick)
             due = (

@@ -111,10 +111,12 @@ def test_apply_prefix_keeps_the_committed_rows_and_blends_smoothly():
     weights = out[4:14, 0]
     assert np.all(np.diff(weights) > 0) and 0 < weights[0] < 0.05 and 0.95 < weights[-1] < 1
     np.testing.assert_array_equal(out[14:], 1.0)
-    # Without soft rows beyond the prefix, the continuation keeps the last velocity.
-    ramp = np.arange(4, dtype=np.float64)[:, None] * np.array([[0.1, 0.0]])
+    # Without soft rows beyond the prefix, the continuation holds its last row (as a
+    # controller does at a trajectory's end; never zeros).
+    ramp = np.arange(4, dtype=np.float64)[:, None] * np.array([[0.1, 0.0]]) + 1.0
     out = apply_prefix(np.zeros((20, 2)), ramp, committed_steps=4, soft_steps=1)
-    assert out[4, 0] == pytest.approx(0.5 * 0.4)
+    assert out[4, 0] == pytest.approx(0.5 * 1.3)
+    assert out[4, 1] == pytest.approx(0.5 * 1.0)
     assert default_soft_steps(50) == 20 and default_soft_steps(16) == 6
     assert default_soft_steps(2) == 1
     with pytest.raises(ValueError, match=r"committed_steps 7 is not in \[0, 6\]"):

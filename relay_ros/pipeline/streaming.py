@@ -442,7 +442,7 @@ class StreamingCore:
                 metadata,
                 self._cfg,
                 camera_keys=self._camera_keys,
-                latencies=self._clock.latency,
+                latencies=self._clock.estimate,
                 generation=self._generation + 1,
             )
         except SessionError as exc:
@@ -455,6 +455,7 @@ class StreamingCore:
         self._inputs.clear_frames()  # the image size may have changed
         self._generation = session.generation
         self._drop_session(now)
+        self._clock.connected()  # its first reply may carry the server's warm-up
         self._session = session
         self._log.info(session.describe(self._cfg))
 
@@ -611,6 +612,8 @@ class StreamingCore:
             prefix.rows, session.reader.used_dims.tolist(), session.spec.chunk_width
         )
         observation["committed_steps"] = prefix.committed_steps
+        observation["inference_delay"] = prefix.inference_delay
+        observation["execute_horizon"] = prefix.execute_horizon
         return prefix.committed_steps
 
     def _commanded_part(self, state: np.ndarray) -> np.ndarray:
