@@ -123,6 +123,12 @@ class CoreRig:
     follow: bool = False
     # Latency of each request in turn (then latency_s); None: always latency_s.
     latency_schedule: list[float] | None = None
+    # Seconds between camera frames (both cameras at once); None: every step.
+    camera_period_s: float | None = None
+    # StreamingCore's observation_timing: "request" (the newest of each when due)
+    # keeps the request times independent of the ticking; test_observation_timing.py
+    # tests the others.
+    observation_timing: str = "request"
 
     def __post_init__(self) -> None:
         base = load_model_config(self.model)
@@ -166,7 +172,13 @@ class CoreRig:
             log=self.log,
             perf_clock=lambda: self.now + self.perf_extra,
             frame_sources=self.sources if self.on_demand else None,
+            **(
+                {}
+                if self.observation_timing is None
+                else {"observation_timing": self.observation_timing}
+            ),
         )
+        self._next_frame = 0.0
 
     def _published(self, msg: TrajectoryMessage) -> None:
         self.published.append((self.now, msg))
@@ -222,7 +234,10 @@ class CoreRig:
     # ------------------------------------------------------------ the clock
     def feed(self) -> None:
         size = self.core.image_size
-        if self.cameras_on and size is not None:
+        frame_due = self.camera_period_s is None or self.now >= self._next_frame - 1e-9
+        if frame_due and self.camera_period_s is not None:
+            self._next_frame = self.now + self.camera_period_s
+        if self.cameras_on and size is not None and frame_due:
             for key in self.camera_keys:
                 frame = np.zeros((*size, 3), np.uint8)
                 if self.on_demand:

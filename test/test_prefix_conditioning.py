@@ -75,12 +75,15 @@ def test_a_warm_up_reply_does_not_stay_in_the_estimate() -> None:
         stats.expect_warmup()
         stats.add(-1)
     # The clock: every reply for the diagnostics, the estimate for the scheduler.
+    # The clock: every reply for the diagnostics, from t_obs; the estimate for the
+    # scheduler, from the request (here 0.02 s after a frame-time t_obs).
     clock = RequestClock()
     clock.connected()
     for latency in (2.5, 0.1, 0.1):
-        clock.replied(0.0, latency)
+        clock.replied(0.0, clock.start(0.0, 0.0, 0.02), latency)
     assert clock.latency.count == 3 and clock.estimate.count == 2
-    assert clock.estimate.percentile(99) == pytest.approx(0.1)
+    assert clock.latency.percentile(50) == pytest.approx(0.1)
+    assert clock.estimate.percentile(99) == pytest.approx(0.08)
 
 
 def test_the_node_plans_without_the_warm_up() -> None:

@@ -25,7 +25,8 @@ the wire.
   ``min_lead_s``. With the arm still, the reply joins the arm at any of these rows
   (``ChunkScheduler.request_sent(committed_steps=d)``), so it starts without a jump
   even when it comes later than expected;
-- **inference_delay**: the median latency in steps (the warm-up reply excluded,
+- **inference_delay**: the steps from ``t_obs`` until the reply is expected (the
+  request's time plus the median latency, the warm-up reply excluded,
   ``RequestClock.estimate``), at most ``d``: the robot cannot run more of the prefix
   before the new chunk takes over than the committed rows;
 - **execute_horizon** ``E``: the new chunk's rows ``d .. d+E-1`` run before the next
@@ -66,14 +67,24 @@ class CommittedPrefix:
     execute_horizon: int
 
 
-def committed_prefix(scheduler: ChunkScheduler, t_obs: float, held: np.ndarray) -> CommittedPrefix:
-    """The prefix for an observation at ``t_obs``; ``held`` (D,) is where the arm
+def committed_prefix(
+    scheduler: ChunkScheduler,
+    t_obs: float,
+    held: np.ndarray,
+    *,
+    requested_at: float | None = None,
+) -> CommittedPrefix:
+    """The prefix for an observation at ``t_obs``, requested at ``requested_at``
+    (default ``t_obs``; later when the observation shows its frames' moment: the
+    scheduler's latencies count from the request); ``held`` (D,) is where the arm
     stands (the measured state of the commanded joints), used when nothing of ours
     moves it."""
     cfg = scheduler.config
     current = scheduler.current
     latency = scheduler.latencies.percentile(50.0)
-    takeover = t_obs if latency is None else t_obs + latency
+    sent = t_obs if requested_at is None else max(t_obs, requested_at)
+    reply = sent if latency is None else sent + latency
+    takeover = reply
     if current is not None:
         takeover = max(takeover, current.switch_time - cfg.publish_early_s)
     target = takeover + cfg.min_lead_s - TIME_EPS_S
@@ -87,7 +98,7 @@ def committed_prefix(scheduler: ChunkScheduler, t_obs: float, held: np.ndarray) 
         count = min(cfg.horizon, max(wanted, covered))
         times = t_obs + np.arange(count, dtype=np.float64) * cfg.dt
         rows = np.stack([scheduler.last_commanded(float(t)) for t in times])
-    delay = 0 if latency is None else math.ceil(latency / cfg.dt - 1e-9)
+    delay = math.ceil((reply - t_obs) / cfg.dt - 1e-9) if latency is not None else 0
     return CommittedPrefix(
         rows=rows.astype(np.float32),
         committed_steps=committed,

@@ -8,8 +8,10 @@ node clock and the upload / server / download split of each request
 the :class:`RequestStart` the clock hands out when it begins; that handle travels
 with the request (in its tag) and comes back with the outcome.
 
-The scheduler plans with :attr:`RequestClock.estimate`, the latencies without the
-first reply of each connection: a server's first inference (loading, compiling,
+The scheduler plans with :attr:`RequestClock.estimate`, the time from each request
+to its reply (for an observation that shows its frames' moment, ``t_obs`` is
+earlier than the request: the frames' age is not latency the request lead must
+cover), without the first reply of each connection: a server's first inference (loading, compiling,
 warming caches) can take seconds, and one such spike kept in the estimate sizes the
 early-request lead and the action prefix's delay for it until it leaves the window
 (lerobot #4223, #4454). It stands in only while it is the only measurement (for the
@@ -63,10 +65,13 @@ class RequestStart:
         frame_before_s: Processing time (read and conversion) of the request's
             newest frame when that was done on an earlier tick; 0 when this tick
             read or converted it (``started`` covers it then).
+        requested_at: When the request was made, node clock (s): ``t_obs``, or
+            later when the observation shows an earlier moment (its frames').
     """
 
     started: float
     frame_before_s: float
+    requested_at: float
 
 
 class WarmupExcluded(LatencyStats):
@@ -174,9 +179,10 @@ class RequestClock:
             for _ in range(count):
                 self.frame_processing.add(seconds / count)
 
-    def start(self, started: float, frame_before_s: float) -> RequestStart:
-        """A request begins; ``started`` is on ``perf_clock`` (see :class:`RequestStart`)."""
-        return RequestStart(started, frame_before_s)
+    def start(self, started: float, frame_before_s: float, now: float) -> RequestStart:
+        """A request begins at ``now`` (node clock); ``started`` is on ``perf_clock``
+        (see :class:`RequestStart`)."""
+        return RequestStart(started, frame_before_s, now)
 
     def sent(self, start: RequestStart, now: float) -> None:
         """The connection took the request at ``now`` (node clock)."""
@@ -201,10 +207,12 @@ class RequestClock:
         if start is self._in_flight:
             self.abandon()
 
-    def replied(self, t_obs: float, now: float) -> None:
-        """An action reply to the observation taken at ``t_obs`` arrived at ``now``."""
+    def replied(self, t_obs: float, start: RequestStart, now: float) -> None:
+        """An action reply to the observation taken at ``t_obs`` (requested as
+        ``start``) arrived at ``now``: ``latency`` from ``t_obs``, ``estimate`` from
+        the request (what the scheduler can plan with: it requests at ``now``)."""
         self.latency.add(now - t_obs)
-        self.estimate.add(now - t_obs)
+        self.estimate.add(now - start.requested_at)
 
     def connected(self) -> None:
         """A new connection: its first reply is a warm-up (see :class:`WarmupExcluded`)."""

@@ -53,7 +53,14 @@ from relay_ros.pipeline.controller_messages import (
 )
 from relay_ros.pipeline.frame_source import FrameSource
 from relay_ros.pipeline.holding import Holding
-from relay_ros.pipeline.observation_inputs import InputProblem, ObservationInputs, Snapshot
+from relay_ros.pipeline.observation_inputs import (
+    DEFAULT_OBSERVATION_TIMING,
+    OBSERVATION_TIMINGS,
+    InputProblem,
+    ObservationInputs,
+    ObservationTiming,
+    Snapshot,
+)
 from relay_ros.pipeline.replies import ReplyVerdict, judge_reply
 from relay_ros.pipeline.request_clock import RequestClock, RequestStart
 from relay_ros.pipeline.safety import Refusal, check_first_step
@@ -132,6 +139,13 @@ class StreamingCore:
             frame while :meth:`wants_frames` (after a due chunk is published); on a
             tick that makes a request the reads count in ``request_to_wire``. None:
             frames are pushed with :meth:`frame_arrived` as they arrive.
+        observation_timing: Which moment an observation shows
+            (:mod:`~relay_ros.pipeline.observation_inputs`): ``"frame_arrival"``
+            (requests timed to the frames' arrival, the default), ``"frame"`` (its
+            newest frame's arrival, the state interpolated there) or ``"request"``
+            (the newest of each at the request). Not a node parameter: a choice the
+            benchmarks compare (docs/streaming.md, "Which moment an observation
+            shows").
     """
 
     def __init__(
@@ -147,8 +161,15 @@ class StreamingCore:
         cameras: Sequence[CameraEntry] | None = None,
         deserialize: Callable[[bytes], Any] | None = None,
         frame_sources: Mapping[str, FrameSource] | None = None,
+        observation_timing: ObservationTiming = DEFAULT_OBSERVATION_TIMING,
     ) -> None:
         check_live_settings(config)
+        if observation_timing not in OBSERVATION_TIMINGS:
+            raise ValueError(
+                f"observation_timing {observation_timing!r} is not one of "
+                f"{list(OBSERVATION_TIMINGS)}"
+            )
+        self._timing = observation_timing
         self._cfg = config
         self._camera_keys = tuple(camera_keys)
         self._submit = submit
@@ -484,7 +505,7 @@ class StreamingCore:
             limits_mode=self._cfg.limits_mode,
         )
         if verdict.is_action_reply:
-            self._clock.replied(tag.t_obs, now)
+            self._clock.replied(tag.t_obs, tag.start, now)
             self._counts.chunks_received += 1
         if verdict.chunk is None:
             self._reply_failed(session.scheduler, verdict, now)
@@ -532,8 +553,20 @@ class StreamingCore:
         if self._inputs.pulls_frames and self.wants_frames(now):
             request_at = session.scheduler.next_request_time()
             self._inputs.read_sources(now, request_at, session.spec.image_size)
-        if session.scheduler.wants_request(now):
+        if session.scheduler.wants_request(now) or self._frames_just_came(session, now):
             self._request(session, now, started, stored_before)
+
+    def _frames_just_came(self, session: ServerSession, now: float) -> bool:
+        """``"frame_arrival"`` timing: every camera has a new frame in the last camera
+        period before the next request is due (so the request goes now, with fresh
+        frames and state, instead of with frames up to a period old when due)."""
+        if self._timing != "frame_arrival":
+            return False
+        due = session.scheduler.next_request_time()
+        if due is None or not math.isfinite(due):
+            return False
+        window = min(FRAME_LOOKAHEAD_S, self._inputs.frame_period() or FRAME_LOOKAHEAD_S)
+        return now >= due - window and self._inputs.refreshed_since(due - window)
 
     def _publish_due(self, session: ServerSession, now: float) -> None:
         """Peek at the due publication, check it, then commit and send it, or refuse it."""
@@ -569,7 +602,11 @@ class StreamingCore:
         """Take an observation from the inputs and hand it to the connection, or hold."""
         cfg = self._cfg
         snapshot = self._inputs.snapshot(
-            now, session.spec.image_size, cfg.sensor_timeout_s, timed_after=stored_before
+            now,
+            session.spec.image_size,
+            cfg.sensor_timeout_s,
+            timed_after=stored_before,
+            at_frames=self._timing == "frame",
         )
         if isinstance(snapshot, InputProblem):
             self._input_problem(snapshot, now)
@@ -584,8 +621,8 @@ class StreamingCore:
         )
         committed = 0
         if session.spec.action_prefix:
-            committed = self._add_prefix(session, observation, snapshot)
-        start = self._clock.start(started, snapshot.frames.newest_prepared_s)
+            committed = self._add_prefix(session, observation, snapshot, now)
+        start = self._clock.start(started, snapshot.frames.newest_prepared_s, now)
         tag = RequestTag(session.generation, self._session_id, snapshot.t_obs, start)
         if self._submit(observation, tag):
             session.scheduler.request_sent(snapshot.t_obs, committed_steps=committed)
@@ -602,12 +639,12 @@ class StreamingCore:
             self._hold(problem.reason, problem.kind, now, refusal=True)
 
     def _add_prefix(
-        self, session: ServerSession, observation: dict[str, Any], snapshot: Snapshot
+        self, session: ServerSession, observation: dict[str, Any], snapshot: Snapshot, now: float
     ) -> int:
         """Real-time chunking: add the actions committed while the server infers (the
         held state when nothing of ours moves the arm); returns ``committed_steps``."""
         held = self._commanded_part(snapshot.state)
-        prefix = committed_prefix(session.scheduler, snapshot.t_obs, held)
+        prefix = committed_prefix(session.scheduler, snapshot.t_obs, held, requested_at=now)
         observation["action_prefix"] = to_action_space(
             prefix.rows, session.reader.used_dims.tolist(), session.spec.chunk_width
         )
