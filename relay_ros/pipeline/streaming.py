@@ -44,7 +44,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from relay_ros.pipeline.action_prefix import committed_prefix, to_action_space
-from relay_ros.pipeline.camera_frames import FRAME_LOOKAHEAD_S, LAST_READ_LEAD_S, CameraFrames
+from relay_ros.pipeline.camera_frames import CameraFrames
 from relay_ros.pipeline.camera_map import CameraEntry
 from relay_ros.pipeline.controller_messages import (
     TrajectoryMessage,
@@ -75,6 +75,7 @@ from relay_ros.pipeline.settings import (
     scheduler_config,
 )
 from relay_ros.pipeline.stats import LatencyStats, MessageCounter
+from relay_ros.pipeline.tick_plan import frames_just_came, frames_wanted, next_deadline
 
 __all__ = ["RequestTag", "StreamingCore", "TrajectoryMessage"]
 
@@ -305,25 +306,16 @@ class StreamingCore:
     # ------------------------------------------------------------------ inputs
     def wants_frames(self, now: float) -> bool:
         """Whether the cameras should be read now: streaming, and the next request is
-        due within ``FRAME_LOOKAHEAD_S`` (so frames can be converted as they come,
-        before it)."""
+        due within ``FRAME_LOOKAHEAD_S`` (:func:`~relay_ros.pipeline.tick_plan.frames_wanted`)."""
         session = self._session
         if session is None or not self._enabled:
             return False
-        due = session.scheduler.next_request_time()
-        return due is not None and now >= due - FRAME_LOOKAHEAD_S
+        return frames_wanted(session.scheduler, now)
 
     def next_deadline(self, now: float) -> float | None:
-        """When :meth:`tick` next has work, on the node clock.
-
-        - a held chunk: its publication time;
-        - else before the next request: ``FRAME_LOOKAHEAD_S`` before it (from then
-          on :meth:`wants_frames` is true), then one tick period (``tick_hz``) at a
-          time until the request, never past it, with one tick
-          ``LAST_READ_LEAD_S`` before it (a last read, so that the request's own
-          tick finds the frames that came before it converted);
-        - ``None`` when only an event can bring work: a reply or a failure, a
-          connection, ``set_enabled``.
+        """When :meth:`tick` next has work, on the node clock
+        (:func:`~relay_ros.pipeline.tick_plan.next_deadline`); ``None`` when only an
+        event can bring work (a reply or a failure, a connection, ``set_enabled``).
 
         A node may tick at that time instead of on a fixed period, as long as it
         also ticks after every event.
@@ -331,22 +323,7 @@ class StreamingCore:
         session = self._session
         if session is None or not self._enabled:
             return None
-        scheduler = session.scheduler
-        held = scheduler.publication_due
-        if held is not None:
-            return held
-        due = scheduler.next_request_time()
-        if due is None:
-            return None
-        if now < due - FRAME_LOOKAHEAD_S:
-            return due - FRAME_LOOKAHEAD_S
-        period = 1.0 / self._cfg.tick_hz
-        if due <= now:
-            return now + period  # a request that was due but not made (a hold): retry
-        last_read = due - LAST_READ_LEAD_S
-        if now < last_read:
-            return min(last_read, now + period)
-        return min(due, now + period)
+        return next_deadline(session.scheduler, now, 1.0 / self._cfg.tick_hz)
 
     def frame_arrived(self, key: str, msg: Any, now: float, *, read_s: float = 0.0) -> None:
         """Keep ``msg`` as camera ``key``'s newest message (a serialized or message
@@ -553,20 +530,11 @@ class StreamingCore:
         if self._inputs.pulls_frames and self.wants_frames(now):
             request_at = session.scheduler.next_request_time()
             self._inputs.read_sources(now, request_at, session.spec.image_size)
-        if session.scheduler.wants_request(now) or self._frames_just_came(session, now):
+        timed_to_frames = self._timing == "frame_arrival"
+        if session.scheduler.wants_request(now) or (
+            timed_to_frames and frames_just_came(session.scheduler, self._inputs, now)
+        ):
             self._request(session, now, started, stored_before)
-
-    def _frames_just_came(self, session: ServerSession, now: float) -> bool:
-        """``"frame_arrival"`` timing: every camera has a new frame in the last camera
-        period before the next request is due (so the request goes now, with fresh
-        frames and state, instead of with frames up to a period old when due)."""
-        if self._timing != "frame_arrival":
-            return False
-        due = session.scheduler.next_request_time()
-        if due is None or not math.isfinite(due):
-            return False
-        window = min(FRAME_LOOKAHEAD_S, self._inputs.frame_period() or FRAME_LOOKAHEAD_S)
-        return now >= due - window and self._inputs.refreshed_since(due - window)
 
     def _publish_due(self, session: ServerSession, now: float) -> None:
         """Peek at the due publication, check it, then commit and send it, or refuse it."""
