@@ -41,6 +41,7 @@ from relay_ros.demo import (
 )
 from relay_ros.demo.policy_settings import DemoPolicy
 from relay_ros.demo.task import TaskMeasures, jerk_rms
+from relay_ros.node.param_spec import flatten_parameters
 
 REPO = Path(__file__).resolve().parents[1]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -50,9 +51,8 @@ def _pi05_limits() -> dict[str, tuple[float, float]]:
     with open(REPO / "config" / "pi05.yaml", encoding="utf-8") as stream:
         params = yaml.safe_load(stream)["/**"]["ros__parameters"]
     return {
-        key.split(".", 1)[1]: (float(v[0]), float(v[1]))
-        for key, v in params.items()
-        if key.startswith("joint_limits.")
+        joint: (float(limit["min_position"]), float(limit["max_position"]))
+        for joint, limit in params["joint_limits"].items()
     }
 
 
@@ -228,7 +228,7 @@ def test_jerk_is_the_rms_third_difference():
 @pytest.mark.parametrize("model", ["pi05", "groot"])
 def test_node_parameters_match_the_model_config(model):
     with open(REPO / "config" / f"{model}.yaml", encoding="utf-8") as stream:
-        node = yaml.safe_load(stream)["/**"]["ros__parameters"]
+        node = flatten_parameters(yaml.safe_load(stream)["/**"]["ros__parameters"])
     with open(REPO / "config" / f"{model}_cameras.yaml", encoding="utf-8") as stream:
         camera_map = yaml.safe_load(stream)
 
@@ -263,12 +263,13 @@ def test_node_parameters_match_the_model_config(model):
     arm = params["sim_arm"][0]
     assert arm["controllers"] == ["arm_controller", "gripper_controller"]
     assert arm["joint_states_topic"] == node["joint_states_topic"]
-    for controller, output in zip(arm["controllers"], node["outputs"]):
+    for controller, output in zip(arm["controllers"], node["output_names"]):
         assert arm[f"controllers.{controller}.joints"] == node[f"outputs.{output}.joints"]
         assert arm[f"controllers.{controller}.topic"] == node[f"outputs.{output}.topic"]
         initial = arm[f"controllers.{controller}.initial_positions"]
         for joint, value in zip(node[f"outputs.{output}.joints"], initial):
-            lower, upper = node[f"joint_limits.{joint}"]
+            lower = node[f"joint_limits.{joint}.min_position"]
+            upper = node[f"joint_limits.{joint}.max_position"]
             assert lower <= value <= upper
     assert arm["controllers.arm_controller.topic"] == "arm_controller/joint_trajectory"
     assert arm["controllers.gripper_controller.topic"] == "gripper_controller/joint_trajectory"

@@ -131,7 +131,9 @@ def _node_values(model: str, **change: object) -> dict:
     from relay_ros.paths import config_dir
 
     data = yaml.safe_load((config_dir() / f"{model}.yaml").read_text())
-    values = dict(data["/**"]["ros__parameters"])
+    from relay_ros.node.param_spec import flatten_parameters
+
+    values = flatten_parameters(data["/**"]["ros__parameters"])
     values.update(change)
     return values
 

@@ -78,12 +78,21 @@ def test_a_new_entry_is_accepted_by_env_server_params_and_demo(droid: ModelSpec)
             "model": "pi05_droid",
             "camera_map": "/tmp/droid_cameras.yaml",
             "state_joints": ["j1", "j2"],
-            "outputs": ["arm"],
+            "output_names": ["arm"],
             "outputs.arm.topic": "/arm/joint_trajectory",
             "outputs.arm.joints": ["j1", "j2"],
             "outputs.arm.dims": [0, 1],
-            "joint_limits.j1": [-1.0, 1.0],
-            "joint_limits.j2": [-1.0, 1.0],
+            **{
+                f"joint_limits.{j}.{name}": value
+                for j in ("j1", "j2")
+                for name, value in (
+                    ("has_position_limits", True),
+                    ("min_position", -1.0),
+                    ("max_position", 1.0),
+                    ("has_velocity_limits", True),
+                    ("max_velocity", 2.0),
+                )
+            },
         }
     )
     assert config.model == "pi05_droid"

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_urdf_limits import UR_JOINTS, URDF
 
+from relay_ros.node.param_spec import flatten_parameters
 from relay_ros.node.params import (
     LIVE_PARAMETERS,
     PARAMETERS,
@@ -25,7 +27,7 @@ from relay_ros.paths import config_dir
 def _flat(model: str) -> dict:
     """The parameters of a shipped config file, flattened as ROS does."""
     data = yaml.safe_load((config_dir() / f"{model}.yaml").read_text())
-    return dict(data["/**"]["ros__parameters"])
+    return flatten_parameters(data["/**"]["ros__parameters"])
 
 
 @pytest.mark.parametrize("model", ["pi05", "pi0", "groot"])
@@ -41,10 +43,9 @@ def test_shipped_configs_are_valid(model):
 
 
 def test_shipped_configs_declare_only_known_parameters():
-    known = {spec.name for spec in PARAMETERS}
     for model in ("pi05", "pi0", "groot"):
         for name in _flat(model):
-            assert name in known or name.split(".")[0] in ("outputs", "joint_limits"), name
+            assert spec_for(name) is not None, name
 
 
 def test_defaults_apply_when_unset():
@@ -63,21 +64,46 @@ def test_defaults_apply_when_unset():
     [
         ({"model": "pi1"}, "parameter 'model' is 'pi1'; expected one of ['pi05', 'pi0', 'groot']"),
         ({"state_joints": []}, "parameter 'state_joints' is required"),
-        ({"outputs": ["arm", "arm"]}, "parameter 'outputs' lists 'arm' twice"),
+        ({"output_names": ["arm", "arm"]}, "parameter 'output_names' lists 'arm' twice"),
         ({"outputs.arm.topic": ""}, "output 'arm' needs parameter 'outputs.arm.topic'"),
         (
             {"outputs.arm.dims": None},
             "output 'arm' needs parameter 'outputs.arm.dims' for model pi05",
         ),
         (
-            {"joint_limits.joint2": None},
-            "joints ['joint2'] have no 'joint_limits.<joint>' parameter",
+            {
+                "joint_limits.joint2.has_position_limits": None,
+                "joint_limits.joint2.min_position": None,
+                "joint_limits.joint2.max_position": None,
+            },
+            "joint 'joint2' has no position limit: no robot description was given and no "
+            "parameter sets one; give joint_limits.joint2.has_position_limits: true with "
+            "joint_limits.joint2.min_position and joint_limits.joint2.max_position",
         ),
         (
-            {"joint_limits.joint2": [1.0]},
-            "parameter 'joint_limits.joint2' is [1.0]; expected [lower, upper]",
+            {"joint_limits.joint2.max_position": None},
+            "joint_limits.joint2.has_position_limits is true but "
+            "joint_limits.joint2.max_position is not given",
         ),
-        ({"joint_limits.joint2": [1.0, -1.0]}, "expected finite lower < upper"),
+        (
+            {"joint_limits.joint2.min_position": 1.9},
+            "joint_limits.joint2.min_position 1.9 and max_position 1.8 must be finite with "
+            "min_position < max_position",
+        ),
+        (
+            {"joint_limits.joint2.has_velocity_limits": None},
+            "joint_limits.joint2.max_velocity is given but "
+            "joint_limits.joint2.has_velocity_limits is not set; set has_velocity_limits: true",
+        ),
+        (
+            {"joint_limits.joint2.has_velocity_limits": False},
+            "joint_limits.joint2.max_velocity is given but "
+            "joint_limits.joint2.has_velocity_limits is false",
+        ),
+        (
+            {"joint_limits.joint2.max_velocity": -1.0},
+            "joint_limits.joint2.max_velocity is -1.0; expected a finite number > 0",
+        ),
         (
             {"limits_mode": "ignore"},
             "parameter 'limits_mode' is 'ignore'; expected one of ['refuse', 'clamp']",
@@ -110,8 +136,12 @@ def test_defaults_apply_when_unset():
             "parameter 'execute_horizon' is 2.5 (float); expected an integer",
         ),
         (
-            {"joint_limits.joint2": [-1, 1]},
-            "parameter 'joint_limits.joint2' is [-1, 1] (list); expected a list of doubles",
+            {"joint_limits.joint2.max_velocity": 2},
+            "parameter 'joint_limits.joint2.max_velocity' is 2 (int); expected a double",
+        ),
+        (
+            {"joint_limits.joint2.has_velocity_limits": "yes"},
+            "parameter 'joint_limits.joint2.has_velocity_limits' is 'yes' (str); expected true",
         ),
         (
             {"policy_url": "http://host:8000"},
@@ -202,16 +232,29 @@ def test_the_live_parameters_are_the_ones_safe_to_change_while_running():
     assert required_live <= set(LIVE_PARAMETERS)
     # Everything that shapes subscriptions, publishers, the connection or timers is
     # read at start only.
-    for name in ("model", "policy_url", "camera_map", "joint_states_topic", "outputs"):
+    for name in (
+        "model",
+        "policy_url",
+        "camera_map",
+        "joint_states_topic",
+        "output_names",
+        "robot_description",
+        "robot_description_file",
+    ):
         assert spec_for(name).read_only, name
     assert spec_for("outputs.arm.topic").read_only
-    assert spec_for("joint_limits.joint1").live
+    assert spec_for("joint_limits.joint1.max_velocity").live
+    assert spec_for("joint_limits.joint1.has_position_limits").live
 
 
 def test_spec_for_finds_per_output_and_per_joint_rows():
     assert spec_for("outputs.arm.dims").type == "int_array"
     assert spec_for("outputs.left.arm.topic").name == "outputs.left.arm.topic"
-    assert spec_for("joint_limits.gripper_joint").type == "double_array"
+    assert spec_for("joint_limits.gripper_joint.max_velocity").type == "double"
+    assert spec_for("joint_limits.gripper_joint.has_velocity_limits").type == "bool"
+    assert spec_for("joint_limits.my.arm.joint1.min_position").type == "double"
+    assert spec_for("joint_limits.gripper_joint") is None
+    assert spec_for("joint_limits.gripper_joint.max_jerk") is None
     assert spec_for("outputs.arm.colour") is None
     assert spec_for("use_sim_time") is None
 
@@ -233,15 +276,23 @@ def test_collect_values_asks_in_declaration_order_following_outputs_and_joints()
         "outputs.arm.dims",
         "outputs.arm.action_key",
     ]
-    assert rest[-7:] == [
-        f"joint_limits.{j}"
-        for j in ("joint1", "joint2", "joint3", "joint4", "joint5", "joint6", "gripper_joint")
+    joints = ("joint1", "joint2", "joint3", "joint4", "joint5", "joint6", "gripper_joint")
+    fields = [
+        "has_position_limits",
+        "min_position",
+        "max_position",
+        "has_velocity_limits",
+        "max_velocity",
+        "has_acceleration_limits",
+        "max_acceleration",
     ]
-    assert values["joint_limits.joint1"] == [-2.9, 2.9]
+    assert rest[-49:] == [f"joint_limits.{j}.{f}" for j in joints for f in fields]
+    assert values["joint_limits.joint1.min_position"] == -2.9
+    assert values["joint_limits.joint1.max_acceleration"] is None  # not given
 
 
 def test_collect_values_tolerates_a_bad_outputs_value_and_build_config_names_it():
-    values = collect_values(lambda spec: {"outputs": "arm"}.get(spec.name, spec.default))
+    values = collect_values(lambda spec: {"output_names": "arm"}.get(spec.name, spec.default))
     assert "outputs.arm.topic" not in values
     with pytest.raises(ParameterError, match="parameter 'state_joints' is required"):
         build_config(values)
@@ -307,12 +358,27 @@ def test_validate_change_applies_live_values(config, name, value, field, expecte
         ("model", "not_a_model", "parameter 'model' is read-only: it is read at start only"),
         ("outputs.arm.topic", "/x", "parameter 'outputs.arm.topic' is read-only"),
         (
-            "joint_limits.joint1",
-            [1.0, -1.0],
-            "parameter 'joint_limits.joint1' is [1.0, -1.0]; expected finite lower < upper",
+            "joint_limits.joint1.min_position",
+            3.0,
+            "joint_limits.joint1.min_position 3.0 and max_position 2.9 must be finite",
         ),
-        ("joint_limits.joint1", [-1, 1], "parameter 'joint_limits.joint1' is [-1, 1] (list)"),
-        ("joint_limits.elbow", [-1.0, 1.0], "parameter 'joint_limits.elbow': no output drives"),
+        (
+            "joint_limits.joint1.max_velocity",
+            1,
+            "parameter 'joint_limits.joint1.max_velocity' is 1 (int); expected a double",
+        ),
+        (
+            "joint_limits.joint1.has_velocity_limits",
+            False,
+            "joint_limits.joint1.max_velocity is given but joint_limits.joint1."
+            "has_velocity_limits is false",
+        ),
+        (
+            "joint_limits.elbow.max_velocity",
+            1.0,
+            "parameter 'joint_limits.elbow.max_velocity': no output drives",
+        ),
+        ("joint_limits.joint1", [-1.0, 1.0], "parameter 'joint_limits.joint1' is not a joint"),
         ("request_mode", "eager", "parameter 'request_mode' is 'eager'; expected one of"),
         ("tick_hz", 50.0, "parameter 'tick_hz' is read-only"),
         ("colour", "red", "parameter 'colour' is not a policy_node parameter"),
@@ -336,17 +402,147 @@ def test_validate_change_uses_the_start_rules():
 
 
 def test_validate_change_of_one_joint_limit_keeps_the_others(config):
-    changed = validate_change(config, "joint_limits.joint2", [-1.0, 1.0])
-    assert changed.joint_limits["joint2"] == (-1.0, 1.0)
-    assert changed.joint_limits["joint1"] == config.joint_limits["joint1"] == (-2.9, 2.9)
-    assert config.joint_limits["joint2"] == (-1.8, 1.8)
+    changed = validate_change(config, "joint_limits.joint2.max_position", 1.0)
+    changed = validate_change(changed, "joint_limits.joint2.max_velocity", 0.5)
+    assert (
+        changed.joint_limits["joint2"].min_position,
+        changed.joint_limits["joint2"].max_position,
+    ) == (-1.8, 1.0)
+    assert changed.joint_limits["joint2"].max_velocity == 0.5
+    assert changed.joint_limits["joint1"] == config.joint_limits["joint1"]
+    assert config.joint_limits["joint2"].max_position == 1.8  # the old one is untouched
+    assert config.joint_limits["joint2"].max_velocity == 2.5
+    assert changed.limit_params["joint2"].max_velocity == 0.5
 
 
 def test_read_only_parameters_are_what_the_streaming_core_cannot_change_live():
     from relay_ros.pipeline.settings import FIXED_SETTINGS
 
-    read_only = {spec.name for spec in PARAMETERS if spec.read_only}
+    # output_names is the parameter behind the configuration's outputs.
+    read_only = {
+        "outputs" if spec.name == "output_names" else spec.name
+        for spec in PARAMETERS
+        if spec.read_only
+    }
     assert set(FIXED_SETTINGS) <= read_only
-    # Read only beyond those: autostart only means something at start, and
-    # thread_priority is the node's (its threads are raised once, at start).
-    assert read_only - set(FIXED_SETTINGS) == {"autostart", "thread_priority"}
+    # Read only beyond those: autostart only means something at start,
+    # thread_priority is the node's (its threads are raised once, at start), and the
+    # robot description is read into joint_limits, which the core takes live.
+    assert read_only - set(FIXED_SETTINGS) == {
+        "autostart",
+        "thread_priority",
+        "robot_description",
+        "robot_description_file",
+    }
+
+
+# ---------------------------------------------------------------- names of earlier releases
+
+
+def test_the_old_outputs_list_is_refused_with_its_new_name():
+    values = _flat("pi05")
+    values["outputs"] = values.pop("output_names")
+    with pytest.raises(ParameterError) as info:
+        config_from_parameters(values)
+    assert str(info.value) == (
+        "parameter 'outputs' is now 'output_names' (a list named like the outputs.<name>.* "
+        "namespace breaks 'ros2 param dump'): write output_names: ['arm', 'gripper']; see "
+        "docs/node.md"
+    )
+
+
+def test_old_joint_limit_pairs_are_refused_with_the_lines_to_write():
+    values = {**_flat("pi05"), "joint_limits.joint1": [-2.9, 2.9], "joint_limits.joint2": [-1, 1]}
+    with pytest.raises(ParameterError) as info:
+        config_from_parameters(values)
+    message = str(info.value)
+    assert message.startswith(
+        "parameter 'joint_limits.joint1' = [-2.9, 2.9] is the old [lower, upper] form; write "
+        "joint_limits.joint1.has_position_limits: true, joint_limits.joint1.min_position: -2.9, "
+        "joint_limits.joint1.max_position: 2.9 (ros2_control's names; the velocity limit comes "
+        "from the URDF or joint_limits.joint1.has_velocity_limits: true with "
+        "joint_limits.joint1.max_velocity); parameter 'joint_limits.joint2' = [-1, 1]"
+    )
+    assert "joint_limits.joint2.min_position: -1.0" in message
+
+
+def test_limits_the_node_cannot_honour_are_refused():
+    values = {**_flat("pi05"), "joint_limits.joint1.has_jerk_limits": True}
+    with pytest.raises(ParameterError, match="checks no jerk limits"):
+        config_from_parameters(values)
+    # Set false, or other ros2_control fields: not declared (the node warns), no error.
+    values["joint_limits.joint1.has_jerk_limits"] = False
+    values["joint_limits.joint1.max_effort"] = 150.0
+    assert config_from_parameters(values).joint_limits["joint1"].max_velocity == 2.5
+
+
+# ---------------------------------------------------------------- the robot description
+
+
+def _ur5e_values(**change):
+    """A UR5e with a gripper: the arm's limits from its URDF, the gripper's from parameters."""
+    values = {
+        "model": "pi05",
+        "state_joints": [*UR_JOINTS, "finger"],
+        "output_names": ["arm", "gripper"],
+        "outputs.arm.topic": "arm/joint_trajectory",
+        "outputs.arm.joints": UR_JOINTS,
+        "outputs.arm.dims": [0, 1, 2, 3, 4, 5],
+        "outputs.gripper.topic": "gripper/joint_trajectory",
+        "outputs.gripper.joints": ["finger"],
+        "outputs.gripper.dims": [6],
+        "robot_description_file": str(URDF / "ur5e.urdf"),
+        "joint_limits.finger.has_position_limits": True,
+        "joint_limits.finger.min_position": 0.0,
+        "joint_limits.finger.max_position": 0.04,
+        "joint_limits.finger.has_velocity_limits": True,
+        "joint_limits.finger.max_velocity": 0.1,
+        "joint_limits.elbow_joint.has_velocity_limits": True,
+        "joint_limits.elbow_joint.max_velocity": 1.0,
+    }
+    values.update(change)
+    return values
+
+
+def test_limits_from_a_urdf_file_with_parameters_on_top():
+    config = config_from_parameters(_ur5e_values())
+    assert config.robot is not None and config.robot.name == "ur5e"
+    assert config.joint_limits["shoulder_pan_joint"].max_velocity == math.pi
+    assert config.joint_limits["elbow_joint"].max_velocity == 1.0  # the parameter wins
+    assert config.joint_limits["elbow_joint"].max_position == math.pi  # the URDF's
+    assert config.joint_limits["finger"].max_position == 0.04
+    # A live change is combined with the same URDF; one that would leave a joint
+    # without a limit is refused.
+    changed = validate_change(config, "joint_limits.elbow_joint.max_velocity", 0.5)
+    assert changed.joint_limits["elbow_joint"].max_velocity == 0.5
+    assert changed.joint_limits["elbow_joint"].max_position == math.pi
+    with pytest.raises(ParameterError, match="elbow_joint.has_velocity_limits is false"):
+        validate_change(config, "joint_limits.elbow_joint.has_velocity_limits", False)
+
+
+def test_the_robot_description_as_text_and_its_errors(tmp_path: Path):
+    text = (URDF / "ur5e.urdf").read_text()
+    config = config_from_parameters(_ur5e_values(robot_description=text, robot_description_file=""))
+    assert config.joint_limits["wrist_3_joint"].source.endswith("parameter 'robot_description'")
+    with pytest.raises(ParameterError, match="are both set; give the URDF one way"):
+        config_from_parameters(_ur5e_values(robot_description=text))
+    with pytest.raises(ParameterError, match=r"ur5e.urdf.xacro' is a xacro file, not a URDF"):
+        config_from_parameters(
+            _ur5e_values(robot_description_file=str(tmp_path / "ur5e.urdf.xacro"))
+        )
+    with pytest.raises(ParameterError, match=r"URDF file '.*nothing.urdf' cannot be read"):
+        config_from_parameters(_ur5e_values(robot_description_file=str(tmp_path / "nothing.urdf")))
+    broken = tmp_path / "broken.urdf"
+    broken.write_text(
+        '<robot name="r"><joint name="elbow_joint" type="revolute"><limit upper="x"/>'
+    )
+    with pytest.raises(ParameterError, match=r"broken.urdf' is not valid XML"):
+        config_from_parameters(_ur5e_values(robot_description_file=str(broken)))
+    # Without the URDF the arm has no limits, and the message lists the joints.
+    with pytest.raises(ParameterError) as info:
+        config_from_parameters(_ur5e_values(robot_description_file=""))
+    assert str(info.value).startswith(
+        "joints ['shoulder_pan_joint', 'shoulder_lift_joint', 'elbow_joint', 'wrist_1_joint', "
+        "'wrist_2_joint', 'wrist_3_joint'] have no position limit: no robot description was "
+        "given"
+    )

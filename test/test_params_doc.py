@@ -29,7 +29,13 @@ def test_table_has_one_row_per_parameter_with_range_and_live_flag():
         "outputs.<name>.joints",
         "outputs.<name>.dims",
         "outputs.<name>.action_key",
-        "joint_limits.<joint>",
+        "joint_limits.<joint>.has_position_limits",
+        "joint_limits.<joint>.min_position",
+        "joint_limits.<joint>.max_position",
+        "joint_limits.<joint>.has_velocity_limits",
+        "joint_limits.<joint>.max_velocity",
+        "joint_limits.<joint>.has_acceleration_limits",
+        "joint_limits.<joint>.max_acceleration",
     ]
     execute = next(row for row in rows if row.startswith("| `execute_horizon`"))
     assert "| int | `0` | 0 .. 1000 | yes |" in execute

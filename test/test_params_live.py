@@ -321,7 +321,13 @@ REFUSED = [
     ("model", "pi0", "read-only"),
     ("policy_url", "ws://elsewhere:8000/{model}", "read-only"),
     ("outputs.arm.topic", "/other", "read-only"),
-    ("joint_limits.joint1", [5.0, -5.0], "expected finite lower < upper"),
+    ("joint_limits.joint1.min_position", 5.0, "must be finite with min_position < max_position"),
+    (
+        "joint_limits.joint1.max_velocity",
+        -1.0,
+        "max_velocity is -1.0; expected a finite number > 0",
+    ),
+    ("joint_limits.joint1.has_velocity_limits", False, "has_velocity_limits is false"),
     ("tick_hz", 10.0, "read-only"),
     ("execute_horizon", -5, "execute_horizon"),
     ("execute_horizon", 60, "must be >= 1 and <= 50"),  # the server's action_horizon: 50
@@ -364,7 +370,7 @@ def test_descriptors_carry_ranges_and_the_read_only_flag(ros_context, recording,
         step = params.describe("max_joint_step")
         model = params.describe("model")
         lead = params.describe("request_lead_s")
-        limits = params.describe("joint_limits.joint1")
+        limits = params.describe("joint_limits.joint1.max_velocity")
     assert not execute.read_only
     assert (execute.integer_range[0].from_value, execute.integer_range[0].to_value) == (0, 1000)
     assert (step.floating_point_range[0].from_value, step.floating_point_range[0].to_value) == (

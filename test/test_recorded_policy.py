@@ -245,9 +245,11 @@ def test_replay_parameters_resolve_camera_map_and_refuse_forced(tmp_path: Path) 
         "camera_map"
     ] == str(Path.cwd() / "d.yaml")
     typed = replay_parameters(
-        params_file, {}, {"joint_limits.j": [0, 1], "prompt": 123, "state_joints": ["a", 7]}
+        params_file,
+        {},
+        {"joint_limits.j.max_velocity": 2, "prompt": 123, "state_joints": ["a", 7]},
     )
-    assert typed["joint_limits.j"] == [0.0, 1.0]
+    assert typed["joint_limits.j.max_velocity"] == 2.0
     assert typed["prompt"] == "123" and typed["state_joints"] == ["a", "7"]
     with pytest.raises(ReplayError, match="'dry_run' cannot be overridden: .* dry_run=true"):
         replay_parameters(params_file, {}, {"dry_run": False})
@@ -263,8 +265,12 @@ def test_misnamed_joints_are_named_in_one_line(bags: dict[str, Path], storage: s
         **file_params,
         "state_joints": [*ARM, "gripper"],
         "outputs.gripper.joints": ["gripper"],
-        "joint_limits.gripper": [0.0, 0.045],
-        "joint_limits.elbow": [0.0, 1.0],
+        "joint_limits.gripper.has_position_limits": True,
+        "joint_limits.gripper.min_position": 0.0,
+        "joint_limits.gripper.max_position": 0.045,
+        "joint_limits.gripper.has_velocity_limits": True,
+        "joint_limits.gripper.max_velocity": 0.1,
+        "joint_limits.elbow.max_velocity": 1.0,
     }
     config = node_config(given, {})
     inputs = read_bag_input(
@@ -274,7 +280,7 @@ def test_misnamed_joints_are_named_in_one_line(bags: dict[str, Path], storage: s
         check_joint_names(bag, config, given, inputs, JOINT_TOPIC)
     assert str(info.value) == (
         f"bag '{bag}' records no joint 'gripper' (state_joints, outputs.gripper.joints, "
-        "joint_limits.gripper), 'elbow' (joint_limits.elbow) on /joint_states; its joints are "
+        "joint_limits.gripper.*), 'elbow' (joint_limits.elbow.*) on /joint_states; its joints are "
         f"{list(JOINT_NAMES)}"
     )
     # The shipped configuration names only recorded joints; unconfigured ones are ignored.

@@ -630,16 +630,35 @@ def test_cli_misnamed_joint_is_one_line_naming_the_bag_joints(
             "-p",
             "outputs.gripper.joints:=[gripper]",
             "-p",
-            "joint_limits.gripper:=[0, 0.045]",
+            "joint_limits.gripper.has_position_limits:=true",
+            "-p",
+            "joint_limits.gripper.min_position:=0",
+            "-p",
+            "joint_limits.gripper.max_position:=0.045",
+            "-p",
+            "joint_limits.gripper.has_velocity_limits:=true",
+            "-p",
+            "joint_limits.gripper.max_velocity:=0.1",
         ],
         capsys,
     )
     assert (code, out) == (2, "")
     assert err == (
         f"relay-ros replay: error: bag '{bag}' records no joint 'gripper' "
-        "(outputs.gripper.joints, joint_limits.gripper) on /joint_states; its joints are "
+        "(outputs.gripper.joints, joint_limits.gripper.*) on /joint_states; its joints are "
         f"{list(JOINT_NAMES)}\n"
     )
+    # The [lower, upper] form of earlier releases: what to write instead.
+    code, out, err = _cli(
+        ["replay", str(bag), "--params-file", str(params), "-p", "joint_limits.joint1:=[0, 1]"],
+        capsys,
+    )
+    assert (code, out) == (2, "")
+    assert err.startswith(
+        "relay-ros replay: error: parameter 'joint_limits.joint1' = [0, 1] is the old "
+        "[lower, upper] form; write joint_limits.joint1.has_position_limits: true, "
+        "joint_limits.joint1.min_position: 0.0, joint_limits.joint1.max_position: 1.0"
+    ), err
     code, _out, err = _cli(["replay", str(bag), "-p", "dry_run:=false"], capsys)
     assert (code, err) == (
         2,
@@ -675,7 +694,7 @@ def test_cli_refusals_exit_1_and_observations_are_saved(
             "--save-observations",
             str(saved),
             "-p",
-            "joint_limits.gripper_joint:=[0.0, 0.03]",
+            "joint_limits.gripper_joint.max_position:=0.03",
             "-p",
             "seed:=5",
         ],

@@ -19,6 +19,7 @@ except ImportError:  # the ROS-free compat venvs (docs/compat.md): same fields, 
 
 
 from relay_ros.pipeline.state import (
+    DuplicateJointError,
     JointStateCache,
     JointStateError,
     MissingJointsError,
@@ -110,6 +111,32 @@ def test_malformed_message_and_config():
     assert str(info.value) == "joint_names lists ['a'] more than once"
     with pytest.raises(JointStateError, match="joint name '' must be a non-empty string"):
         JointStateCache(["a", ""])
+
+
+def test_a_joint_named_twice_refuses_the_message_until_a_clean_one_comes():
+    """Issue 21: joint1 at 0.1 and again at 1.5 in one message was used silently."""
+    cache = JointStateCache(ARM)
+    feed(cache, joint_state(ARM, [0.0, 0.0, 0.0]), 1.0)
+    with pytest.raises(DuplicateJointError) as info:
+        feed(cache, joint_state(["j1", "j2", "j1", "j3"], [0.1, 0.2, 1.5, 0.3]), 2.0)
+    assert str(info.value) == (
+        "a JointState message names 'j1' twice (at 0.1, 1.5); refusing the message (each "
+        "joint must appear once)"
+    )
+    assert info.value.joints == ("j1",) and info.value.positions == ((0.1, 1.5),)
+    # Nothing of the message was used, and the state is not known until a clean message:
+    # the node holds instead of starting a chunk from either value.
+    with pytest.raises(DuplicateJointError):
+        cache.vector(2.0, 5.0)
+    feed(cache, joint_state(["j2", "j3"], [0.2, 0.3]), 2.1)
+    with pytest.raises(DuplicateJointError):
+        cache.vector(2.1, 5.0)  # j1 still unknown
+    feed(cache, joint_state(["j1"], [0.1]), 2.2)
+    np.testing.assert_array_equal(cache.vector(2.2, 5.0), [0.1, 0.2, 0.3])
+    # A repeated joint the node does not use still makes the message malformed.
+    with pytest.raises(DuplicateJointError, match="'caster' 3 times"):
+        feed(cache, joint_state(["caster", "caster", "caster", "j1"], [0, 1, 2, 9.0]), 3.0)
+    np.testing.assert_array_equal(cache.vector(3.0, 5.0), [0.1, 0.2, 0.3])  # j1 not taken
 
 
 def test_reset_forgets_everything():

@@ -38,16 +38,24 @@ def test_build_points_selects_dims_in_controller_order() -> None:
         points.positions[0, 0] = 1.0
 
 
-def test_velocities_central_differences_and_zero_last() -> None:
-    # p = t^2 on points spaced 0.02 s: central differences are exact for quadratics.
+def test_velocities_are_monotone_finite_differences_with_zero_last() -> None:
+    # p = t^2 on points spaced 0.02 s: inside, the harmonic mean of the two secants.
     t = 0.02 + np.arange(6) * 0.02
     positions = np.stack([t**2, -3 * t], axis=1)
     points = build_points(publication(positions), [0, 1])
     v = points.velocities
-    np.testing.assert_allclose(v[1:-1, 0], 2 * t[1:-1], rtol=1e-9)
+    secants = np.diff(t**2) / 0.02
+    harmonic = 2 * secants[:-1] * secants[1:] / (secants[:-1] + secants[1:])
+    np.testing.assert_allclose(v[1:-1, 0], harmonic[:4], rtol=1e-12)
     np.testing.assert_allclose(v[0, 0], (t[1] ** 2 - t[0] ** 2) / 0.02)  # forward on first
-    np.testing.assert_allclose(v[:-1, 1], -3.0)
+    np.testing.assert_allclose(v[:-1, 1], -3.0)  # a straight line keeps its slope
     assert (v[-1] == 0.0).all()
+
+
+def test_velocity_is_zero_where_the_motion_stops_or_reverses() -> None:
+    positions = np.array([[0.0], [0.5], [1.0], [1.0], [0.2], [0.4]])
+    points = build_points(publication(positions), [0])
+    np.testing.assert_array_equal(points.velocities[2:5, 0], [0.0, 0.0, 0.0])
 
 
 def test_single_point_has_zero_velocity() -> None:

@@ -33,6 +33,7 @@ import numpy as np
 import yaml
 
 from relay_ros.bag.reader import BagReader
+from relay_ros.node.param_spec import flatten_parameters
 from relay_ros.node.topic_names import expand_topic_name
 
 __all__ = [
@@ -148,19 +149,8 @@ def read_params_file(path: str | os.PathLike[str], node_name: str = "policy_node
     for key in ("/**", "**", node_name, f"/{node_name}"):
         section = data.get(key)
         if isinstance(section, dict) and isinstance(section.get("ros__parameters"), dict):
-            merged.update(_flatten(section["ros__parameters"]))
+            merged.update(flatten_parameters(section["ros__parameters"]))
     return merged
-
-
-def _flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in params.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            out.update(_flatten(value, f"{name}."))
-        else:
-            out[name] = value
-    return out
 
 
 def default_output_path(bag: str | os.PathLike[str], directory: Path | None = None) -> Path:
@@ -230,11 +220,10 @@ def _typed(name: str, value: Any) -> Any:
     rclpy refuses both for a declared double or string parameter, while a params
     file would write ``50.0`` and ``"123"``.
     """
-    from relay_ros.node.params import PARAMETERS
+    from relay_ros.node.params import spec_for
 
-    kind = next((spec.type for spec in PARAMETERS if spec.name == name), None)
-    if name.startswith("joint_limits."):
-        kind = "double_array"
+    spec = spec_for(name)
+    kind = spec.type if spec is not None else None
     is_int = isinstance(value, int) and not isinstance(value, bool)
     if kind in ("double", "string_or_double") and is_int:
         return float(value)
@@ -253,8 +242,8 @@ def check_joint_names(
     """Every joint the configuration names must be in the bag's joint states.
 
     Checked: ``state_joints``, ``outputs.<name>.joints`` and every
-    ``joint_limits.<joint>`` in ``given`` (the params file and overrides). Joints the
-    bag records but the configuration does not name are ignored.
+    ``joint_limits.<joint>.<field>`` in ``given`` (the params file and overrides).
+    Joints the bag records but the configuration does not name are ignored.
 
     Raises:
         ReplayError: one line naming each unknown joint with where it is configured,
@@ -269,11 +258,15 @@ def check_joint_names(
         for joint in output.joints:
             if joint not in recorded:
                 unknown.setdefault(joint, []).append(f"outputs.{output.name}.joints")
+    from relay_ros.node.limit_params import limit_name
+
     for name in given:
-        if name.startswith("joint_limits."):
-            joint = name[len("joint_limits.") :]
-            if joint not in recorded:
-                unknown.setdefault(joint, []).append(name)
+        parts = limit_name(name)
+        if parts is not None and parts[0] not in recorded:
+            where = unknown.setdefault(parts[0], [])
+            label = f"joint_limits.{parts[0]}.*"
+            if label not in where:
+                where.append(label)
     if unknown:
         listed = ", ".join(f"'{j}' ({', '.join(where)})" for j, where in unknown.items())
         raise ReplayError(

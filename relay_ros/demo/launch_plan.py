@@ -134,7 +134,8 @@ def demo_node_parameters(
     for controller, output in zip(controllers, config.outputs):
         initial = []
         for joint in output.joints:
-            lower, upper = config.joint_limits[joint]
+            limit = config.joint_limits[joint]
+            lower, upper = limit.min_position, limit.max_position
             initial.append(0.0 if lower <= 0.0 <= upper else (lower + upper) / 2.0)
         arm_params[f"controllers.{controller}.joints"] = list(output.joints)
         arm_params[f"controllers.{controller}.topic"] = output.topic

@@ -16,6 +16,7 @@ import yaml
 
 from relay_ros.demo.errors import DemoArgumentError, DemoError
 from relay_ros.models import MODEL_IDS
+from relay_ros.node.param_spec import flatten_parameters
 from relay_ros.node.params import NodeConfig, config_from_parameters
 from relay_ros.paths import config_dir, config_file
 
@@ -59,7 +60,7 @@ def _read_ros_parameters(path: Path) -> dict[str, Any]:
         raise DemoError(f"parameter file {str(path)!r} is not a mapping of node names")
     for entry in data.values():
         if isinstance(entry, Mapping) and isinstance(entry.get("ros__parameters"), Mapping):
-            return dict(entry["ros__parameters"])
+            return flatten_parameters(entry["ros__parameters"])
     raise DemoError(f"parameter file {str(path)!r} has no 'ros__parameters' section")
 
 

@@ -195,7 +195,10 @@ def result_from_snapshot(
         rejected=sum(m.rejected for m in metrics.values()),
         rejection_reasons=reasons,
         joint_names=joints,
-        joint_limits={j: tuple(config.joint_limits[j]) for j in joints},
+        joint_limits={
+            j: (config.joint_limits[j].min_position, config.joint_limits[j].max_position)
+            for j in joints
+        },
         times=times,
         commanded=commanded,
         followed=followed,

@@ -32,9 +32,27 @@ from pathlib import Path
 from typing import Any
 
 from relay_ros.models import MODEL_IDS, family_of
+from relay_ros.node.limit_params import (
+    LIMITS_PREFIX,
+    ROBOT_DESCRIPTION_PARAMETERS,
+    check_given_names,
+    limit_name,
+    limit_parameter_specs,
+    limit_params_from_values,
+    robot_description_from,
+    with_limit_change,
+)
+from relay_ros.node.param_spec import ParameterError, ParamSpec, is_list
 from relay_ros.node.thread_priority import MAX_PRIORITY
 from relay_ros.paths import config_dir
 from relay_ros.pipeline.image_encoding import ImageEncodingError, check_image_encoding
+from relay_ros.pipeline.joint_limits import (
+    JointLimit,
+    JointLimitsError,
+    LimitParams,
+    resolve_joint_limits,
+)
+from relay_ros.pipeline.urdf_limits import RobotDescription
 
 __all__ = [
     "LIVE_PARAMETERS",
@@ -56,138 +74,8 @@ __all__ = [
 
 MODELS = MODEL_IDS
 
-#: Parameter types, as ROS names them (``string_or_double``: dynamically typed).
-TYPES = (
-    "string",
-    "int",
-    "double",
-    "bool",
-    "string_array",
-    "int_array",
-    "double_array",
-    "string_or_double",
-)
-
 _MAX_SEED = 2**31 - 1
 _MAX_LEAD_S = 10.0
-
-
-class ParameterError(ValueError):
-    """A node parameter is missing or has a value the node cannot use."""
-
-
-def _type_error(name: str, value: Any, expected: str) -> ParameterError:
-    return ParameterError(
-        f"parameter '{name}' is {value!r} ({type(value).__name__}); expected {expected}"
-    )
-
-
-def _is_list(value: Any) -> bool:
-    """A list, tuple or array.array (what rclpy returns for numeric arrays)."""
-    return isinstance(value, Sequence) and not isinstance(value, (str, bytes))
-
-
-def _check_type(name: str, kind: str, value: Any) -> Any:
-    """``value`` if it has ROS type ``kind`` (no conversions: ROS makes none either)."""
-    if kind == "bool":
-        if not isinstance(value, bool):
-            raise _type_error(name, value, "true or false")
-    elif kind == "int":
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise _type_error(name, value, "an integer")
-    elif kind == "double":
-        if not isinstance(value, float):
-            hint = f", e.g. {float(value)!r}" if isinstance(value, int) else ""
-            raise _type_error(name, value, f"a double (with a decimal point{hint})")
-    elif kind == "string":
-        if not isinstance(value, str):
-            raise _type_error(name, value, "a string")
-    elif kind == "string_or_double":
-        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-            raise _type_error(name, value, "a string or a number")
-    else:
-        item = {"string_array": str, "int_array": int, "double_array": float}[kind]
-        if not _is_list(value) or any(
-            isinstance(v, bool) or not isinstance(v, item) for v in value
-        ):
-            label = {str: "strings", int: "integers", float: "doubles"}[item]
-            raise _type_error(name, value, f"a list of {label}")
-        return list(value)
-    return value
-
-
-@dataclass(frozen=True)
-class ParamSpec:
-    """One ROS parameter and its validator.
-
-    Attributes:
-        name: Parameter name (the NodeConfig field of the same name, for the scalars).
-        type: One of :data:`TYPES`.
-        default: Value when unset; ``None``: no default (declared by type only).
-        required: A value must be given (only for rows without a default).
-        description: One or two sentences, shown by ``ros2 param describe`` and docs/node.md.
-        live: ``True``: a ``ros2 param set`` takes effect at once. ``False``: read-only,
-            the value is read at start only.
-        minimum: Smallest allowed number (inclusive), also the descriptor's range.
-        maximum: Largest allowed number (inclusive), also the descriptor's range.
-        choices: The allowed strings, if only some are.
-        convert: Turns the checked value into the NodeConfig field value (e.g. -1 ->
-            None); may raise :class:`ParameterError` for rules a range cannot say.
-    """
-
-    name: str
-    type: str
-    default: Any
-    description: str
-    required: bool = False
-    live: bool = False
-    minimum: float | None = None
-    maximum: float | None = None
-    choices: Sequence[str] = ()
-    convert: Callable[[ParamSpec, Any], Any] | None = None
-
-    def __post_init__(self) -> None:
-        if self.type not in TYPES:
-            raise ValueError(f"ParamSpec '{self.name}': type {self.type!r} is not one of {TYPES}")
-
-    @property
-    def read_only(self) -> bool:
-        """Read at start only: ROS refuses a ``ros2 param set`` for it."""
-        return not self.live
-
-    @property
-    def has_range(self) -> bool:
-        return self.minimum is not None and self.maximum is not None
-
-    def expected(self) -> str:
-        """What a valid value looks like, in words (for error messages and the docs)."""
-        if self.choices:
-            return f"one of {list(self.choices)}"
-        if self.has_range:
-            kind = "an integer" if self.type == "int" else "a number"
-            return f"{kind} from {self.minimum!r} to {self.maximum!r}"
-        return {
-            "string": "a string",
-            "bool": "true or false",
-            "string_array": "a list of strings",
-            "int_array": "a list of integers",
-            "double_array": "a list of doubles",
-        }.get(self.type, "a value")
-
-    def check(self, value: Any) -> Any:
-        """The NodeConfig value for ``value``, or :class:`ParameterError` naming what is wrong."""
-        value = _check_type(self.name, self.type, value)
-        if self.choices and value not in self.choices:
-            raise ParameterError(
-                f"parameter '{self.name}' is {value!r}; expected {self.expected()}"
-            )
-        if self.has_range and self.type in ("int", "double"):
-            assert self.minimum is not None and self.maximum is not None
-            if not (math.isfinite(value) and self.minimum <= value <= self.maximum):
-                raise ParameterError(
-                    f"parameter '{self.name}' is {value!r}; expected {self.expected()}"
-                )
-        return value if self.convert is None else self.convert(self, value)
 
 
 # ---------------------------------------------------------------- converters
@@ -229,15 +117,6 @@ def _names(spec: ParamSpec, value: list[str]) -> tuple[str, ...]:
 
 def _lead(spec: ParamSpec, value: Any) -> float | None:
     return parse_lead(value)
-
-
-def _limits(spec: ParamSpec, value: list[float]) -> tuple[float, float]:
-    if len(value) != 2:
-        raise ParameterError(f"parameter '{spec.name}' is {value!r}; expected [lower, upper]")
-    lower, upper = value
-    if not (math.isfinite(lower) and math.isfinite(upper) and lower < upper):
-        raise ParameterError(f"parameter '{spec.name}' is {value!r}; expected finite lower < upper")
-    return (lower, upper)
 
 
 def _unique(name: str, items: Sequence[str]) -> tuple[str, ...]:
@@ -328,7 +207,7 @@ PARAMETERS: tuple[ParamSpec, ...] = (
         convert=_names,
     ),
     ParamSpec(
-        "outputs",
+        "output_names",
         "string_array",
         None,
         "Names of the output controllers; each has outputs.<name>.topic, .joints and "
@@ -340,8 +219,9 @@ PARAMETERS: tuple[ParamSpec, ...] = (
         "limits_mode",
         "string",
         "refuse",
-        "What to do with actions outside joint_limits: 'refuse' the whole chunk and hold "
-        "(default), or 'clamp' them into the limits.",
+        "What to do with a chunk outside the joint limits (position, velocity or acceleration "
+        "anywhere on the published trajectory): 'refuse' it and hold (default), or 'clamp' "
+        "it: positions clipped into the limits, motion slowed to the velocity limit.",
         live=True,
         choices=("refuse", "clamp"),
     ),
@@ -494,7 +374,7 @@ PARAMETERS: tuple[ParamSpec, ...] = (
         minimum=0.25,
         maximum=300.0,
     ),
-)
+) + ROBOT_DESCRIPTION_PARAMETERS
 
 _BY_NAME = {spec.name: spec for spec in PARAMETERS}
 
@@ -527,6 +407,7 @@ def output_parameter_specs(name: str) -> tuple[ParamSpec, ...]:
             "Action dimensions driving the joints, in joint order (pi0/pi05: required, "
             "indices into the action vector; groot: indices within action_key's group, "
             "default all).",
+            only_if_given=True,
         ),
         ParamSpec(
             prefix + "action_key",
@@ -534,22 +415,6 @@ def output_parameter_specs(name: str) -> tuple[ParamSpec, ...]:
             "",
             "groot: the action group, e.g. action.gripper (required for groot).",
         ),
-    )
-
-
-def limit_parameter_specs(joints: Sequence[str]) -> tuple[ParamSpec, ...]:
-    """One live ``joint_limits.<joint>`` = [lower, upper] per commanded joint."""
-    return tuple(
-        ParamSpec(
-            f"joint_limits.{joint}",
-            "double_array",
-            None,
-            "[lower, upper] position limits (rad or m); every commanded joint needs one.",
-            required=True,
-            live=True,
-            convert=_limits,
-        )
-        for joint in joints
     )
 
 
@@ -562,8 +427,9 @@ def spec_for(name: str) -> ParamSpec | None:
         return next(
             (s for s in output_parameter_specs(output) if s.name.endswith("." + field)), None
         )
-    if name.startswith("joint_limits.") and len(name) > len("joint_limits."):
-        return limit_parameter_specs([name[len("joint_limits.") :]])[0]
+    parts = limit_name(name)
+    if parts is not None:
+        return next(s for s in limit_parameter_specs([parts[0]]) if s.name == name)
     return None
 
 
@@ -590,7 +456,12 @@ class OutputSpec:
 
 @dataclass(frozen=True)
 class NodeConfig:
-    """Validated policy_node settings. Values that need the server metadata stay optional."""
+    """Validated policy_node settings. Values that need the server metadata stay optional.
+
+    ``joint_limits`` are the limits each commanded joint runs under, from the URDF
+    (``robot``) and the ``joint_limits.<joint>.*`` parameters (``limit_params``,
+    kept to apply a live change on top of the same URDF).
+    """
 
     model: str
     policy_url: str | None
@@ -600,7 +471,7 @@ class NodeConfig:
     joint_states_topic: str
     state_joints: tuple[str, ...]
     outputs: tuple[OutputSpec, ...]
-    joint_limits: Mapping[str, tuple[float, float]]
+    joint_limits: Mapping[str, JointLimit]
     limits_mode: str
     control_hz: float | None
     execute_horizon: int | None
@@ -618,6 +489,10 @@ class NodeConfig:
     image_encoding: str = "raw"
     jpeg_quality: int = 90
     thread_priority: int = 0
+    robot_description: str = ""
+    robot_description_file: str = ""
+    limit_params: Mapping[str, LimitParams] = dataclasses.field(default_factory=dict)
+    robot: RobotDescription | None = None
 
     @property
     def commanded_joints(self) -> tuple[str, ...]:
@@ -629,21 +504,22 @@ def collect_values(lookup: Callable[[ParamSpec], Any]) -> dict[str, Any]:
     """Raw value of every node parameter (name -> value, unset = None), asked of ``lookup``.
 
     ``lookup`` gets each :class:`ParamSpec` once, in declaration order: first
-    :data:`PARAMETERS`, then ``outputs.<name>.*`` for every listed output, then
-    ``joint_limits.<joint>`` for every joint those outputs drive (their names
-    depend on the values before). policy_node's lookup declares the parameter and
-    reads it; :func:`config_from_parameters` reads a mapping.
+    :data:`PARAMETERS`, then ``outputs.<name>.*`` for every name in ``output_names``,
+    then ``joint_limits.<joint>.*`` for every joint those outputs drive (their
+    names depend on the values before). policy_node's lookup declares the
+    parameter (the ``only_if_given`` ones only when given) and reads it;
+    :func:`config_from_parameters` reads a mapping.
     """
     values = {spec.name: lookup(spec) for spec in PARAMETERS}
-    outputs = values.get("outputs")
-    output_names = [str(n) for n in outputs] if _is_list(outputs) else []
+    outputs = values.get("output_names")
+    output_names = [str(n) for n in outputs] if is_list(outputs) else []
     for name in output_names:
         for spec in output_parameter_specs(name):
             values[spec.name] = lookup(spec)
     commanded: list[str] = []
     for name in output_names:
         joints = values.get(f"outputs.{name}.joints")
-        if _is_list(joints):
+        if is_list(joints):
             commanded.extend(str(j) for j in joints)
     for spec in limit_parameter_specs(list(dict.fromkeys(commanded))):
         values[spec.name] = lookup(spec)
@@ -657,8 +533,10 @@ def config_from_parameters(
 ) -> NodeConfig:
     """The NodeConfig for parameters given as a mapping (e.g. a params file plus overrides).
 
-    Resolved like policy_node resolves them: declared defaults, then ``given``.
+    Resolved like policy_node resolves them: declared defaults, then ``given``;
+    names of earlier releases are refused (:func:`check_given_names`).
     """
+    check_given_names(given)
     values = collect_values(lambda spec: given.get(spec.name, spec.default))
     return build_config(values, default_config_dir=default_config_dir)
 
@@ -697,6 +575,15 @@ def _output(values: Mapping[str, Any], name: str, model: str) -> OutputSpec:
     return OutputSpec(name, topic, joints, dims, action_key)
 
 
+def _resolve(
+    joints: Sequence[str], params: Mapping[str, LimitParams], robot: RobotDescription | None
+) -> dict[str, JointLimit]:
+    try:
+        return resolve_joint_limits(joints, params, robot)
+    except JointLimitsError as exc:
+        raise ParameterError(str(exc)) from None
+
+
 def build_config(
     values: Mapping[str, Any],
     *,
@@ -705,27 +592,19 @@ def build_config(
     """Validate raw parameter values (name -> value, unset = None) into a NodeConfig.
 
     ``values`` holds the :data:`PARAMETERS`, the ``outputs.<name>.*`` parameters of
-    every listed output and ``joint_limits.<joint>`` of every commanded joint
+    every listed output and ``joint_limits.<joint>.*`` of every commanded joint
     (what :func:`collect_values` returns). Each value passes its row's validator;
-    then the rules that tie parameters together (outputs, limits, model) apply.
+    then the rules that tie parameters together (outputs, limits, model) apply:
+    every commanded joint needs position (unless continuous) and velocity limits
+    from the URDF or the parameters (:mod:`relay_ros.pipeline.joint_limits`).
     """
     fields = {spec.name: _check(values, spec) for spec in PARAMETERS}
     model = fields["model"]
-    outputs = tuple(_output(values, name, model) for name in fields["outputs"])
+    outputs = tuple(_output(values, name, model) for name in fields.pop("output_names"))
     commanded = [joint for output in outputs for joint in output.joints]
     _unique("outputs.*.joints", commanded)
-    limits: dict[str, tuple[float, float]] = {}
-    missing = []
-    for spec in limit_parameter_specs(commanded):
-        if not values.get(spec.name):
-            missing.append(spec.name[len("joint_limits.") :])
-            continue
-        limits[spec.name[len("joint_limits.") :]] = spec.check(values[spec.name])
-    if missing:
-        raise ParameterError(
-            f"joints {missing} have no 'joint_limits.<joint>' parameter; every commanded "
-            "joint needs [lower, upper] limits"
-        )
+    robot = robot_description_from(fields["robot_description"], fields["robot_description_file"])
+    limit_params = limit_params_from_values(values, commanded)
     camera_map = fields["camera_map"]
     fields["camera_map"] = (
         Path(camera_map).expanduser()
@@ -737,7 +616,9 @@ def build_config(
     except ImageEncodingError as exc:
         raise ParameterError(f"parameter {exc}") from None
     fields["outputs"] = outputs
-    fields["joint_limits"] = limits
+    fields["joint_limits"] = _resolve(commanded, limit_params, robot)
+    fields["limit_params"] = limit_params
+    fields["robot"] = robot
     return NodeConfig(**fields)
 
 
@@ -745,25 +626,41 @@ def validate_change(config: NodeConfig, name: str, value: Any) -> NodeConfig:
     """``config`` with parameter ``name`` set to ``value`` while the node runs.
 
     The value passes the same validator as at start. Only the parameters in
-    :data:`LIVE_PARAMETERS` and ``joint_limits.<joint>`` change live; the others
-    are read at start. Whether the running node can use the value (e.g. an
-    ``execute_horizon`` within the server's ``action_horizon``) is checked by the
-    node when it applies the new configuration.
+    :data:`LIVE_PARAMETERS` and ``joint_limits.<joint>.*`` change live; the others
+    are read at start. A limit change is combined with the URDF as at start, so a
+    joint can never be left without limits. Whether the running node can use the
+    value (e.g. an ``execute_horizon`` within the server's ``action_horizon``) is
+    checked by the node when it applies the new configuration.
 
     Raises:
         ParameterError: ``name`` is not live (or unknown) or ``value`` is invalid;
             the message names the parameter, the value and what is expected.
     """
-    if name.startswith("joint_limits."):
-        joint = name[len("joint_limits.") :]
+    parts = limit_name(name)
+    if parts is not None:
+        joint, field = parts
         if joint not in config.joint_limits:
             raise ParameterError(
                 f"parameter '{name}': no output drives joint {joint!r}; limits are set for "
                 f"{list(config.joint_limits)}"
             )
-        (spec,) = limit_parameter_specs([joint])
-        limits = {**config.joint_limits, joint: spec.check(value)}
-        return dataclasses.replace(config, joint_limits=limits)
+        spec = spec_for(name)
+        assert spec is not None
+        params = dict(config.limit_params)
+        params[joint] = with_limit_change(
+            params.get(joint, LimitParams()), field, spec.check(value)
+        )
+        limit = _resolve([joint], params, config.robot)[joint]
+        return dataclasses.replace(
+            config, joint_limits={**config.joint_limits, joint: limit}, limit_params=params
+        )
+    if name.startswith(LIMITS_PREFIX):
+        raise ParameterError(
+            f"parameter '{name}' is not a joint limit; expected "
+            f"{LIMITS_PREFIX}<joint>.<field> with a field of ros2_control's convention "
+            "(has_position_limits, min_position, max_position, has_velocity_limits, "
+            "max_velocity, has_acceleration_limits, max_acceleration)"
+        )
     spec = _BY_NAME.get(name)
     if spec is None:
         if spec_for(name) is not None:

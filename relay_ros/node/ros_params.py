@@ -35,6 +35,7 @@ from rclpy.exceptions import (
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
+from relay_ros.node.limit_params import LIMITS_PREFIX, check_given_names
 from relay_ros.node.params import (
     NodeConfig,
     ParameterError,
@@ -89,15 +90,23 @@ def descriptor(spec: ParamSpec) -> ParameterDescriptor:
     return result
 
 
+def _overrides(node: Node) -> dict[str, Parameter]:
+    """What the params files and ``-p`` / ``parameter_overrides`` give the node."""
+    return dict(getattr(node, "_parameter_overrides", {}))
+
+
 def _declare(node: Node, spec: ParamSpec) -> Any:
-    """Declare ``spec`` on ``node``; its value (None if unset and required)."""
+    """Declare ``spec`` on ``node``; its value (None if unset and required, or not
+    given for an ``only_if_given`` row, which is then not declared)."""
+    if spec.only_if_given and spec.name not in _overrides(node):
+        return None
     initial = _PARAM_TYPES[spec.type] if spec.default is None else spec.default
     try:
         node.declare_parameter(spec.name, initial, descriptor(spec))
     except (InvalidParameterTypeException, InvalidParameterValueException) as exc:
         # rclpy refused the value from the params file or an override (wrong type or out
         # of range): say it the way the validator says it, with what is expected.
-        overrides = getattr(node, "_parameter_overrides", {})
+        overrides = _overrides(node)
         given = overrides[spec.name].value if spec.name in overrides else None
         if given is not None:
             spec.check(given)  # raises ParameterError with the sentence
@@ -117,20 +126,35 @@ def declare_parameters(node: Node) -> NodeConfig:
     (not an error: a ``/**`` section may hold other nodes' parameters).
 
     Raises:
-        ParameterError: A value is missing or invalid (the message names it).
+        ParameterError: A value is missing or invalid, or a name of an earlier
+            release is given (the message names it and what to write instead).
     """
+    overrides = _overrides(node)
+    check_given_names({name: _plain(p.value) for name, p in overrides.items()})
     config = build_config(collect_values(lambda spec: _declare(node, spec)))
     unknown = sorted(
         name
-        for name in getattr(node, "_parameter_overrides", {})
+        for name in overrides
         if not node.has_parameter(name) and not name.startswith(_RCLPY_PREFIXES)
     )
-    if unknown:
+    limits = [name for name in unknown if name.startswith(LIMITS_PREFIX)]
+    others = [name for name in unknown if name not in limits]
+    if others:
         node.get_logger().warning(
-            f"ignoring parameters {unknown}: not policy_node parameters (a typo? an output "
-            "not in 'outputs'?); see docs/node.md"
+            f"ignoring parameters {others}: not policy_node parameters (a typo? an output "
+            "not in 'output_names'?); see docs/node.md"
+        )
+    if limits:
+        node.get_logger().warning(
+            f"ignoring parameters {limits}: policy_node reads has_position_limits, "
+            "min_position, max_position, has_velocity_limits, max_velocity, "
+            "has_acceleration_limits and max_acceleration of the commanded joints only"
         )
     return config
+
+
+def _plain(value: Any) -> Any:
+    return value.tolist() if isinstance(value, array.array) else value
 
 
 class LiveParameters:

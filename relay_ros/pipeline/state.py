@@ -27,6 +27,7 @@ import numpy as np
 
 __all__ = [
     "HISTORY_LENGTH",
+    "DuplicateJointError",
     "JointStateCache",
     "JointStateError",
     "MissingJointsError",
@@ -93,6 +94,32 @@ class NonFiniteStateError(JointStateError):
         super().__init__(f"joint positions are not finite: {{{pairs}}}")
 
 
+class DuplicateJointError(JointStateError):
+    """A ``JointState`` message names a joint more than once.
+
+    Which of its positions is the joint's cannot be known, so the whole message is
+    refused, and the repeated configured joints count as unknown until a message
+    without repeats gives them again.
+
+    Attributes:
+        joints: The repeated names, in message order.
+        positions: For each, the positions the message gave it.
+    """
+
+    def __init__(self, joints: Sequence[str], positions: Sequence[Sequence[float]]) -> None:
+        self.joints: tuple[str, ...] = tuple(joints)
+        self.positions: tuple[tuple[float, ...], ...] = tuple(tuple(p) for p in positions)
+        listed = "; ".join(
+            f"{name!r} {'twice' if len(values) == 2 else f'{len(values)} times'} "
+            f"(at {', '.join(f'{v:g}' for v in values)})"
+            for name, values in zip(self.joints, self.positions)
+        )
+        super().__init__(
+            f"a JointState message names {listed}; refusing the message (each joint must "
+            "appear once)"
+        )
+
+
 class JointStateCache:
     """Latest position and stamp per configured joint.
 
@@ -122,6 +149,8 @@ class JointStateCache:
         self._history: list[deque[tuple[float, float]]] = [
             deque(maxlen=HISTORY_LENGTH) for _ in names
         ]
+        # Joints whose latest message was refused (named twice): unknown until a good one.
+        self._refused: dict[int, DuplicateJointError] = {}
         self._lock = threading.Lock()
 
     @property
@@ -133,7 +162,9 @@ class JointStateCache:
         """Record positions from one ``JointState`` message.
 
         Joints that are not configured are ignored; a message may carry any subset in
-        any order. An older message never overwrites a newer value of a joint.
+        any order. An older message never overwrites a newer value of a joint. A
+        message that names a joint twice is refused whole, and the repeated joints
+        then count as unknown (:meth:`vector` raises) until a message gives them once.
 
         Args:
             names: ``JointState.name``.
@@ -146,12 +177,16 @@ class JointStateCache:
 
         Raises:
             JointStateError: ``names`` and ``positions`` differ in length.
+            DuplicateJointError: A name appears more than once (names it and its
+                positions).
         """
         if len(names) != len(positions):
             raise JointStateError(
                 f"JointState has {len(names)} names but {len(positions)} positions; "
                 "expected one position per name"
             )
+        if len(set(names)) != len(names):
+            self._refuse_duplicates(names, positions)
         updated = 0
         with self._lock:
             for name, position in zip(names, positions):
@@ -162,8 +197,22 @@ class JointStateCache:
                 self._stamps[i] = float(stamp)
                 self._seen[i] = True
                 self._history[i].append((float(stamp), float(position)))
+                self._refused.pop(i, None)
                 updated += 1
         return updated
+
+    def _refuse_duplicates(self, names: Sequence[str], positions: Sequence[float]) -> None:
+        values: dict[str, list[float]] = {}
+        for name, position in zip(names, positions):
+            values.setdefault(name, []).append(float(position))
+        repeated = {name: v for name, v in values.items() if len(v) > 1}
+        error = DuplicateJointError(list(repeated), list(repeated.values()))
+        with self._lock:
+            for name in repeated:
+                i = self._index.get(name)
+                if i is not None:
+                    self._refused[i] = error
+        raise error
 
     def reset(self) -> None:
         """Forget every joint (e.g. after the driver restarted)."""
@@ -172,6 +221,7 @@ class JointStateCache:
             self._stamps[:] = -math.inf
             for history in self._history:
                 history.clear()
+            self._refused.clear()
 
     def vector(self, now: float, timeout_s: float) -> np.ndarray:
         """Return the state vector in configured order.
@@ -184,6 +234,8 @@ class JointStateCache:
             A new float64 array of length ``len(joint_names)``.
 
         Raises:
+            DuplicateJointError: The latest message for some joint named it twice
+                and no message without repeats has come since.
             MissingJointsError: Joints never received (lists all of them).
             StaleInputError: The oldest joint older than ``timeout_s`` (names it and
                 its age).
@@ -193,6 +245,9 @@ class JointStateCache:
             seen = self._seen.copy()
             positions = self._positions.copy()
             stamps = self._stamps.copy()
+            refused = next(iter(self._refused.values()), None)
+        if refused is not None:
+            raise refused
         if not seen.all():
             raise MissingJointsError([n for n, ok in zip(self._names, seen) if not ok])
         ages = now - stamps

@@ -7,13 +7,13 @@ dimensions, computes finite-difference velocities and converts float seconds to
 exact ``(sec, nanosec)`` integers, without rclpy; the node copies the result into
 ``trajectory_msgs`` messages.
 
-Velocity choice: ``numpy.gradient`` over the points' times, i.e. central
-differences ``(p[j+1] - p[j-1]) / (t[j+1] - t[j-1])`` inside the trajectory and a
-forward difference on the first point. Central differences are second-order
-accurate and give a smooth (C1, Catmull-Rom-like) cubic through the actions,
-without the half-step lag of forward differences. The last velocity is exactly
-zero so the controller accepts the message and, if no next chunk arrives, stops
-at the last point.
+Velocity choice (:func:`~relay_ros.pipeline.interpolation.finite_difference_velocities`):
+monotone finite differences, the weighted harmonic mean of the two neighbouring
+secant slopes inside (0 where the motion stops or reverses) and a forward
+difference on the first point, so the controller's cubic segments never overshoot
+the published positions (a trajectory inside the position limits at its points is
+inside them everywhere). The last velocity is exactly zero so the controller
+accepts the message and, if no next chunk arrives, stops at the last point.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from relay_ros.pipeline.interpolation import TrajectoryError, finite_difference_velocities
 from relay_ros.pipeline.scheduler import Publication
 
 __all__ = [
@@ -63,10 +64,6 @@ def parse_t_obs(frame_id: str) -> float | None:
     except ValueError:
         return None
     return value if math.isfinite(value) else None
-
-
-class TrajectoryError(ValueError):
-    """Invalid dimensions, times or positions for a trajectory."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -125,25 +122,6 @@ def times_to_sec_nanosec(times: Sequence[float] | np.ndarray) -> list[tuple[int,
                 f"{pairs[j - 1]} (sec, nanosec); times must be strictly increasing"
             )
     return pairs
-
-
-def finite_difference_velocities(positions: np.ndarray, times: np.ndarray) -> np.ndarray:
-    """Velocities (N, J) per second for ``positions`` (N, J) at ``times`` (N,)
-    seconds: central differences inside, forward on the first point, and the
-    last row exactly zero (all zero for a single point)."""
-    pos = np.asarray(positions, dtype=np.float64)
-    t = np.asarray(times, dtype=np.float64)
-    if pos.ndim != 2 or t.shape != (pos.shape[0],) or pos.shape[0] == 0:
-        raise TrajectoryError(
-            f"positions shape {pos.shape} and times shape {t.shape} must be (N, J) and (N,), N >= 1"
-        )
-    if pos.shape[0] > 1 and not (np.diff(t) > 0).all():
-        raise TrajectoryError("times must be strictly increasing for finite differences")
-    if pos.shape[0] == 1:
-        return np.zeros_like(pos)
-    velocities = np.gradient(pos, t, axis=0, edge_order=1)
-    velocities[-1] = 0.0
-    return velocities
 
 
 def build_points(publication: Publication, dims: Sequence[int]) -> TrajectoryPoints:

@@ -1,0 +1,215 @@
+"""policy_node's joint-limit and robot-description parameters, and the names they replaced.
+
+The limits follow ros2_control's ``joint_limits`` convention, so a robot's
+existing ``joint_limits.yaml`` (ros2_control, MoveIt) reads the same here::
+
+    joint_limits.joint1.has_position_limits: true
+    joint_limits.joint1.min_position: -2.9
+    joint_limits.joint1.max_position: 2.9
+    joint_limits.joint1.has_velocity_limits: true
+    joint_limits.joint1.max_velocity: 2.0
+
+Every ``joint_limits.<joint>.<field>`` is a leaf, never also a namespace, so
+``ros2 param dump`` can nest them (a parameter ``joint_limits.joint1`` next to
+``joint_limits.joint1.max_velocity`` would break it, as ``outputs`` next to
+``outputs.arm.topic`` did). They are declared only when given: an unset one
+means "the URDF's", and a declared parameter without a value would be dumped as
+``null``, which a params file cannot load back. How the URDF's limits and these
+combine: :mod:`relay_ros.pipeline.joint_limits`.
+
+:func:`check_given_names` refuses the names of earlier releases (``outputs:
+[...]``, ``joint_limits.<joint>: [lower, upper]``) with the lines to write instead,
+and the ros2_control limits this node cannot honour.
+
+Plain Python, no rclpy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from relay_ros.node.param_spec import ParameterError, ParamSpec, is_list
+from relay_ros.pipeline.joint_limits import LIMIT_FIELDS, LimitParams
+from relay_ros.pipeline.urdf_limits import RobotDescription, UrdfError, load_urdf_file, parse_urdf
+
+__all__ = [
+    "LIMITS_PREFIX",
+    "ROBOT_DESCRIPTION_PARAMETERS",
+    "check_given_names",
+    "limit_name",
+    "limit_parameter_specs",
+    "limit_params_from_values",
+    "with_limit_change",
+    "robot_description_from",
+]
+
+LIMITS_PREFIX = "joint_limits."
+
+_FIELD_DESCRIPTIONS = {
+    "has_position_limits": "true: min_position and max_position replace the URDF's position "
+    "limits; false: no position limits (as a continuous joint). Unset: the URDF's.",
+    "min_position": "Lowest position (rad or m); applies with has_position_limits: true.",
+    "max_position": "Highest position (rad or m); applies with has_position_limits: true.",
+    "has_velocity_limits": "true: max_velocity replaces the URDF's <limit velocity>. Unset: "
+    "the URDF's. Every commanded joint needs a velocity limit from one or the other.",
+    "max_velocity": "Largest speed (rad/s or m/s) anywhere on a published trajectory; "
+    "applies with has_velocity_limits: true.",
+    "has_acceleration_limits": "true: max_acceleration applies (a URDF has none). Unset or "
+    "false: no acceleration limit.",
+    "max_acceleration": "Largest acceleration (rad/s^2 or m/s^2) anywhere on a published "
+    "trajectory; applies with has_acceleration_limits: true.",
+}
+
+#: ros2_control limit flags this node cannot honour: given true, they are refused.
+_UNSUPPORTED_FLAGS = {
+    "has_jerk_limits": "jerk",
+    "has_deceleration_limits": "deceleration",
+}
+
+ROBOT_DESCRIPTION_PARAMETERS: tuple[ParamSpec, ...] = (
+    ParamSpec(
+        "robot_description",
+        "string",
+        "",
+        "The robot's URDF as XML text (what robot_state_publisher takes); its joint limits "
+        "bind the commanded joints, joint_limits.<joint>.* override them per joint. Empty: "
+        "robot_description_file.",
+    ),
+    ParamSpec(
+        "robot_description_file",
+        "string",
+        "",
+        "Path of the robot's URDF file (expanded: 'xacro robot.urdf.xacro > robot.urdf'), "
+        "used like robot_description. Empty: no URDF; joint_limits.<joint>.* give every limit.",
+    ),
+)
+
+
+def limit_parameter_specs(joints: Sequence[str]) -> tuple[ParamSpec, ...]:
+    """The live ``joint_limits.<joint>.<field>`` parameters of each joint, declared when given."""
+    return tuple(
+        ParamSpec(
+            f"{LIMITS_PREFIX}{joint}.{field}",
+            kind,
+            None,
+            _FIELD_DESCRIPTIONS[field],
+            live=True,
+            only_if_given=True,
+        )
+        for joint in joints
+        for field, kind in LIMIT_FIELDS
+    )
+
+
+def limit_name(name: str) -> tuple[str, str] | None:
+    """``(joint, field)`` of a ``joint_limits.<joint>.<field>`` name, else None."""
+    if not name.startswith(LIMITS_PREFIX):
+        return None
+    joint, dot, field = name[len(LIMITS_PREFIX) :].rpartition(".")
+    if not dot or not joint or field not in dict(LIMIT_FIELDS):
+        return None
+    return joint, field
+
+
+def limit_params_from_values(
+    values: Mapping[str, Any], joints: Sequence[str]
+) -> dict[str, LimitParams]:
+    """Each joint's :class:`LimitParams` from raw parameter values (unset = None).
+
+    Raises:
+        ParameterError: A value of the wrong type (names the parameter).
+    """
+    result = {}
+    for joint in joints:
+        given = {}
+        for spec in limit_parameter_specs([joint]):
+            value = values.get(spec.name)
+            if value is not None:
+                _, field = spec.name.rsplit(".", 1)
+                given[field] = spec.check(value)
+        result[joint] = LimitParams(**given)
+    return result
+
+
+def with_limit_change(params: LimitParams, field: str, value: Any) -> LimitParams:
+    """``params`` with ``field`` set to ``value`` (a live ``ros2 param set``)."""
+    return dataclasses.replace(params, **{field: value})
+
+
+def robot_description_from(text: str, path: str) -> RobotDescription | None:
+    """The URDF given by the ``robot_description`` text or ``robot_description_file``.
+
+    Raises:
+        ParameterError: Both are given, or the URDF cannot be read (names the file,
+            the joint and the attribute).
+    """
+    if text and path:
+        raise ParameterError(
+            "parameters 'robot_description' and 'robot_description_file' are both set; "
+            "give the URDF one way"
+        )
+    try:
+        if text:
+            return parse_urdf(text, "parameter 'robot_description'")
+        if path:
+            return load_urdf_file(path)
+    except UrdfError as exc:
+        raise ParameterError(str(exc)) from None
+    return None
+
+
+def _format(value: Any) -> str:
+    return repr(float(value)) if isinstance(value, (int, float)) else repr(value)
+
+
+def check_given_names(given: Mapping[str, Any]) -> None:
+    """Refuse the parameter names of earlier releases and limits this node cannot honour.
+
+    ``given`` is what the params file and overrides set (name -> value).
+
+    Raises:
+        ParameterError: ``outputs: [...]`` (now ``output_names``), old-style
+            ``joint_limits.<joint>: [lower, upper]``, or ``has_jerk_limits`` /
+            ``has_deceleration_limits`` set true; the message says what to write.
+    """
+    problems = []
+    if "outputs" in given:
+        names = given["outputs"]
+        listed = list(names) if is_list(names) else names
+        problems.append(
+            f"parameter 'outputs' is now 'output_names' (a list named like the outputs.<name>.* "
+            f"namespace breaks 'ros2 param dump'): write output_names: {listed!r}"
+        )
+    old = []
+    for name, value in given.items():
+        if not name.startswith(LIMITS_PREFIX):
+            continue
+        rest = name[len(LIMITS_PREFIX) :]
+        field = rest.rpartition(".")[2]
+        if field in _UNSUPPORTED_FLAGS and value is True:
+            problems.append(
+                f"parameter '{name}' is true, but policy_node checks no "
+                f"{_UNSUPPORTED_FLAGS[field]} limits (only position, velocity and "
+                "acceleration); set it false or remove it, and bound the motion with "
+                "has_acceleration_limits/max_acceleration"
+            )
+        elif is_list(value) and limit_name(name) is None:
+            old.append((rest, value))
+    for joint, value in old:
+        prefix = f"{LIMITS_PREFIX}{joint}."
+        if len(value) == 2:
+            lines = (
+                f"{prefix}has_position_limits: true, {prefix}min_position: {_format(value[0])}, "
+                f"{prefix}max_position: {_format(value[1])}"
+            )
+        else:
+            lines = f"{prefix}has_position_limits: true with min_position and max_position"
+        problems.append(
+            f"parameter '{LIMITS_PREFIX}{joint}' = {list(value)!r} is the old [lower, upper] "
+            f"form; write {lines} (ros2_control's names; the velocity limit comes from the "
+            f"URDF or {prefix}has_velocity_limits: true with {prefix}max_velocity)"
+        )
+    if problems:
+        raise ParameterError("; ".join(problems) + "; see docs/node.md")

@@ -1,0 +1,145 @@
+"""How a trajectory controller moves between the points the node publishes.
+
+joint_trajectory_controller joins two points that both carry velocities with a
+cubic Hermite segment (``interpolate_between_points``), and the segment from
+its current state to the first point of a new trajectory likewise, starting
+with the velocity it had. So what the robot is commanded between points
+depends on the velocities published with them. This module holds both sides:
+
+- :func:`finite_difference_velocities`: the velocities the node publishes,
+  monotone (Fritsch-Butland, as SciPy's ``PchipInterpolator``): at each inner
+  point the weighted harmonic mean of the two neighbouring secant slopes, 0
+  where the motion stops or reverses; a forward difference on the first point
+  and exactly 0 on the last (Jazzy refuses a non-zero last velocity). Monotone
+  velocities make every segment between two points stay between their two
+  positions, so a trajectory whose points are inside the position limits is
+  inside them everywhere (central differences overshoot where a motion stops,
+  e.g. a gripper closing onto its limit), and each velocity is at most the
+  larger neighbouring secant, so a segment's peak speed is at most 1.5 times
+  the fastest secant next to it.
+- :func:`segment_extremes`: the exact largest speed, acceleration and position
+  range of every cubic segment, what :func:`relay_ros.pipeline.safety.check_motion`
+  holds against the joint limits.
+
+Plain NumPy; times in seconds, positions in rad or m.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["SegmentExtremes", "TrajectoryError", "finite_difference_velocities", "segment_extremes"]
+
+
+class TrajectoryError(ValueError):
+    """Invalid dimensions, times or positions for a trajectory."""
+
+
+def finite_difference_velocities(positions: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """Velocities (N, J) per second for ``positions`` (N, J) at ``times`` (N,) seconds.
+
+    Monotone: inside, ``0`` where the neighbouring secants ``d0``, ``d1`` differ in
+    sign or one is 0, else ``(w0 + w1) / (w0 / d0 + w1 / d1)`` with
+    ``w0 = 2 h1 + h0``, ``w1 = h1 + 2 h0`` (``h``: the two intervals; equal
+    intervals give the harmonic mean ``2 d0 d1 / (d0 + d1)``); a forward difference
+    on the first point; the last row exactly 0 (all 0 for a single point).
+
+    Raises:
+        TrajectoryError: Shapes that are not (N, J) and (N,) with N >= 1, or
+            times that do not strictly increase.
+    """
+    pos = np.asarray(positions, dtype=np.float64)
+    t = np.asarray(times, dtype=np.float64)
+    if pos.ndim != 2 or t.shape != (pos.shape[0],) or pos.shape[0] == 0:
+        raise TrajectoryError(
+            f"positions shape {pos.shape} and times shape {t.shape} must be (N, J) and (N,), N >= 1"
+        )
+    n = pos.shape[0]
+    velocities = np.zeros_like(pos)
+    if n == 1:
+        return velocities
+    h = np.diff(t)
+    if not (h > 0).all():
+        raise TrajectoryError("times must be strictly increasing for finite differences")
+    secants = np.diff(pos, axis=0) / h[:, None]  # (N-1, J)
+    velocities[0] = secants[0]
+    if n > 2:
+        d0, d1 = secants[:-1], secants[1:]
+        h0, h1 = h[:-1, None], h[1:, None]
+        w0, w1 = 2.0 * h1 + h0, h1 + 2.0 * h0
+        same = (d0 * d1) > 0.0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            mean = (w0 + w1) / (w0 / d0 + w1 / d1)
+        velocities[1:-1] = np.where(same, mean, 0.0)
+    velocities[-1] = 0.0
+    return velocities
+
+
+@dataclass(frozen=True, eq=False)
+class SegmentExtremes:
+    """The extremes of each cubic segment, arrays of shape (S, J).
+
+    Attributes:
+        speed: Largest ``|velocity|`` on the segment.
+        acceleration: Largest ``|acceleration|`` on the segment.
+        lowest: Lowest position on the segment.
+        highest: Highest position on the segment.
+    """
+
+    speed: np.ndarray
+    acceleration: np.ndarray
+    lowest: np.ndarray
+    highest: np.ndarray
+
+
+def segment_extremes(
+    p0: np.ndarray, v0: np.ndarray, p1: np.ndarray, v1: np.ndarray, duration: np.ndarray
+) -> SegmentExtremes:
+    """Extremes of the cubic Hermite segments from ``(p0, v0)`` to ``(p1, v1)``.
+
+    ``p0, v0, p1, v1`` are (S, J); ``duration`` is (S,) seconds > 0. The segment is
+    ``p(τ) = p0 + v0 τ + c2 τ² + c3 τ³`` on ``0 <= τ <= T``, as
+    joint_trajectory_controller interpolates; its speed peaks at an end or where
+    the acceleration ``2 c2 + 6 c3 τ`` is 0, its acceleration at an end, its
+    position at an end or where the velocity is 0. Exact, not sampled.
+    """
+    p0 = np.asarray(p0, dtype=np.float64)
+    p1 = np.asarray(p1, dtype=np.float64)
+    v0 = np.asarray(v0, dtype=np.float64)
+    v1 = np.asarray(v1, dtype=np.float64)
+    T = np.asarray(duration, dtype=np.float64).reshape(-1, 1)
+    delta = p1 - p0
+    c2 = (3.0 * delta - (2.0 * v0 + v1) * T) / T**2
+    c3 = (-2.0 * delta + (v0 + v1) * T) / T**3
+
+    def velocity(tau: np.ndarray) -> np.ndarray:
+        return v0 + 2.0 * c2 * tau + 3.0 * c3 * tau**2
+
+    def position(tau: np.ndarray) -> np.ndarray:
+        return p0 + v0 * tau + c2 * tau**2 + c3 * tau**3
+
+    speed = np.maximum(np.abs(v0), np.abs(v1))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tau_peak = np.where(c3 != 0.0, -c2 / (3.0 * c3), -1.0)
+    inside = (tau_peak > 0.0) & (tau_peak < T)
+    speed = np.where(inside, np.maximum(speed, np.abs(velocity(np.clip(tau_peak, 0.0, T)))), speed)
+    acceleration = np.maximum(np.abs(2.0 * c2), np.abs(2.0 * c2 + 6.0 * c3 * T))
+
+    lowest = np.minimum(p0, p1)
+    highest = np.maximum(p0, p1)
+    # Velocity roots: 3 c3 τ² + 2 c2 τ + v0 = 0 (a linear equation when c3 = 0).
+    a, b, c = 3.0 * c3, 2.0 * c2, v0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        disc = b * b - 4.0 * a * c
+        root = np.sqrt(np.maximum(disc, 0.0))
+        quadratic = a != 0.0
+        r1 = np.where(quadratic, (-b + root) / (2.0 * a), np.where(b != 0.0, -c / b, -1.0))
+        r2 = np.where(quadratic, (-b - root) / (2.0 * a), -1.0)
+    for r in (r1, r2):
+        valid = (r > 0.0) & (r < T) & (~quadratic | (disc >= 0.0))
+        value = position(np.where(valid, r, 0.0))
+        lowest = np.where(valid, np.minimum(lowest, value), lowest)
+        highest = np.where(valid, np.maximum(highest, value), highest)
+    return SegmentExtremes(speed, acceleration, lowest, highest)
