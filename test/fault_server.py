@@ -27,6 +27,12 @@ Open faults (what the server does with a new connection):
 - ``bad_metadata``: metadata as a text frame that is not valid UTF-8.
 - ``frozen_open``: completes the upgrade, then stops reading (no metadata, no pongs),
   like a server busy loading its model.
+- ``garbage_metadata``: binary metadata that is not msgpack, then stops reading (it
+  never answers the client's close).
+- ``wrong_model_metadata``: valid metadata of another model family (GR00T for a π0
+  server, π0.5 for a GR00T one), then stops reading.
+- ``freeze_after_metadata``: sends its metadata, then stops reading (a proxy that
+  offers a direct route and never answers the client's close).
 
 Usable from any test module (client, connection, node): ``with FaultServer([...]) as
 server: server.url_template``.
@@ -62,7 +68,17 @@ REQUEST_FAULTS = frozenset(
         "slow",
     }
 )
-OPEN_FAULTS = frozenset({"stall_open", "no_metadata", "bad_metadata", "frozen_open"})
+OPEN_FAULTS = frozenset(
+    {
+        "stall_open",
+        "no_metadata",
+        "bad_metadata",
+        "frozen_open",
+        "garbage_metadata",
+        "wrong_model_metadata",
+        "freeze_after_metadata",
+    }
+)
 AMPLIFY_COUNT = 16 * 2**20
 
 
@@ -192,7 +208,16 @@ class FaultServer:
                 ws.transport.write(_server_frame(0x1, b"\xff\xfe not utf-8"))
                 await ws.wait_closed()
                 return
+            if fault in ("garbage_metadata", "wrong_model_metadata"):
+                await ws.send(b"\xc1 not msgpack" if fault == "garbage_metadata" else self._other())
+                ws.transport.pause_reading()
+                await ws.wait_closed()
+                return
             await ws.send(packb(self.metadata))
+            if fault == "freeze_after_metadata":
+                ws.transport.pause_reading()
+                await ws.wait_closed()
+                return
             async for message in ws:
                 with self._lock:
                     self.requests += 1
@@ -231,6 +256,12 @@ class FaultServer:
         with self._lock:
             self.replies += 1
         return True
+
+    def _other(self) -> bytes:
+        """Metadata of a model of the other family."""
+        if self.model == "groot":
+            return packb(build_metadata("pi05"))
+        return packb(build_metadata("groot", embodiment=load_embodiment(None)))
 
     def _actions(self) -> Any:
         meta = self.metadata

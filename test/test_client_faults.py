@@ -20,6 +20,7 @@ from websockets.exceptions import ConnectionClosed
 from relay_ros import PolicyClient
 from relay_ros.wire.codec import REPLY_LIMITS, packb
 from relay_ros.wire.errors import PolicyServerError, RequestTimeout
+from relay_ros.wire.metadata import check_metadata
 
 OBS = {"state": np.zeros(32, np.float32), "prompt": "wave"}
 SECRET_URL = "ws://robot:hunter2@127.0.0.1:{port}/{{model}}?token=s3cr3t"
@@ -207,6 +208,90 @@ def test_open_timeout_covers_the_direct_route_too() -> None:
         with pytest.raises(TimeoutError):
             PolicyClient("pi05", url=proxy.url_template, open_timeout=2.0)
         assert time.monotonic() - started < 2.0 + 1.5
+
+
+# A server that never answers the client's close frame: the close of a failed open must
+# not wait for it. With the closing handshake allowed 30 s here, an open that ended by its
+# deadline (or at once) is told apart from one that waited, on any machine load.
+LONG_CLOSE_S = 30.0
+
+
+@pytest.mark.parametrize("fault", ["stall_open", "no_metadata", "frozen_open"])
+def test_a_failed_open_ends_by_its_deadline_with_no_close_wait_after_it(
+    fault: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("relay_ros.wire.transport._CLOSE_TIMEOUT_S", LONG_CLOSE_S)
+    with FaultServer([fault]) as server:
+        started = time.monotonic()
+        with pytest.raises(TimeoutError, match="timed out after 1.0 s"):
+            PolicyClient("pi05", url=server.url_template, open_timeout=1.0)
+        elapsed = time.monotonic() - started
+    assert 0.95 <= elapsed < LONG_CLOSE_S / 3
+
+
+@pytest.mark.parametrize(
+    ("fault", "match"),
+    [
+        ("garbage_metadata", "sent undecodable metadata"),
+        (
+            "wrong_model_metadata",
+            r"serves model 'groot' \(family groot\); this client is for 'pi05' \(family pi\)",
+        ),
+    ],
+)
+def test_bad_metadata_fails_the_open_at_once(
+    fault: str, match: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No deadline at all (the default): the error comes when the metadata does, not
+    after a closing handshake with a server that stopped reading."""
+    monkeypatch.setattr("relay_ros.wire.transport._CLOSE_TIMEOUT_S", LONG_CLOSE_S)
+    with FaultServer([fault]) as server:
+        started = time.monotonic()
+        with pytest.raises(PolicyServerError, match=match):
+            PolicyClient("pi05", url=server.url_template)
+        elapsed = time.monotonic() - started
+    assert elapsed < LONG_CLOSE_S / 3
+
+
+def test_closing_the_proxied_connection_stays_within_the_open_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The direct route is taken and the proxy never answers the close of the proxied
+    connection: the open still returns by its deadline, on the direct connection."""
+    monkeypatch.setattr("relay_ros.wire.transport._CLOSE_TIMEOUT_S", LONG_CLOSE_S)
+    with FaultServer() as direct, FaultServer(["freeze_after_metadata"]) as proxy:
+        direct_url = direct.url_template.format(model="pi05")
+        proxy.metadata = {**proxy.metadata, "direct_url": direct_url}
+        started = time.monotonic()
+        with PolicyClient("pi05", url=proxy.url_template, open_timeout=1.0) as client:
+            elapsed = time.monotonic() - started
+            assert client.url == direct_url
+            assert isinstance(client.infer(OBS), np.ndarray)
+    assert elapsed < LONG_CLOSE_S / 3
+
+
+@pytest.mark.parametrize(
+    ("metadata", "message"),
+    [
+        ({"model": "pi0"}, "server serves model 'pi0' (family pi); this client is for 'pi05'"),
+        ({"model": 5}, "server serves model 5; this client is for 'pi05' (family pi)"),
+        ({"model": "pi05", "protocol": "1"}, "server sent metadata protocol '1'; expected an int"),
+        ({"protocol": True}, "server sent metadata protocol True; expected an int >= 0"),
+        ({"protocol": -1}, "server sent metadata protocol -1; expected an int >= 0"),
+        ({"direct_url": 7}, "server sent metadata direct_url 7; expected a ws:// or wss:// URL"),
+    ],
+)
+def test_metadata_fields_the_client_relies_on_are_checked(
+    metadata: dict[str, object], message: str
+) -> None:
+    with pytest.raises(PolicyServerError) as info:
+        check_metadata(metadata, "pi05")
+    assert str(info.value).startswith(message)
+
+
+def test_openpi_and_relay_metadata_pass_the_check() -> None:
+    check_metadata({"action_horizon": 50}, "pi05")  # openpi: no model, no protocol
+    check_metadata({"model": "pi05", "protocol": 1, "direct_url": "ws://h/pi05"}, "pi05")
 
 
 def test_no_pings_fail_the_open_of_a_loading_server() -> None:

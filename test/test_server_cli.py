@@ -93,3 +93,17 @@ def test_parser_defaults_map_to_options() -> None:
     options = options_from_args(args)
     assert options.models == ("pi0",) and options.needs_session_id
     assert options.policy == "pkg.mod:make"
+
+
+def test_max_sessions_flag_maps_to_options_and_bad_values_exit_2() -> None:
+    assert options_from_args(build_parser().parse_args([])).max_sessions == 256
+    args = build_parser().parse_args(["--max-sessions", "16"])
+    assert options_from_args(args).max_sessions == 16
+    proc = subprocess.run(
+        [sys.executable, "-m", "relay_ros.server", "--max-sessions", "0", "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert proc.returncode == 2
+    assert "max_sessions=0; expected an integer >= 1" in proc.stderr

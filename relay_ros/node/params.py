@@ -370,7 +370,9 @@ PARAMETERS: tuple[ParamSpec, ...] = (
         "reconnect_max_backoff_s",
         "double",
         5.0,
-        "Longest wait between reconnection attempts (s); the backoff doubles from 0.25 s.",
+        "Longest wait between reconnection attempts (s); the backoff doubles from 0.25 s. "
+        "While it waits, the server's port is probed (a TCP connect every 0.25 s) and a "
+        "server that is back is reconnected at once.",
         minimum=0.25,
         maximum=300.0,
     ),

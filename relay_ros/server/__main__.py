@@ -21,7 +21,12 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from relay_ros.server.app import PolicyServer, ServerOptions, ServerStartError
+from relay_ros.server.app import (
+    DEFAULT_MAX_SESSIONS,
+    PolicyServer,
+    ServerOptions,
+    ServerStartError,
+)
 from relay_ros.server.metadata import MODELS
 from relay_ros.server.recorded import recorded_factory
 
@@ -116,6 +121,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="advertise needs_session_id and refuse observations without session_id",
     )
     p.add_argument(
+        "--max-sessions",
+        type=int,
+        default=DEFAULT_MAX_SESSIONS,
+        metavar="N",
+        help="sessions kept per connection; a new session_id beyond N evicts the least "
+        "recently used one (default %(default)s)",
+    )
+    p.add_argument(
         "--synthetic",
         choices=["flow", "visual"],
         default="flow",
@@ -184,6 +197,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         chunk_noise=args.chunk_noise,
         action_prefix=args.action_prefix,
         seed=args.seed,
+        max_sessions=args.max_sessions,
     )
 
 

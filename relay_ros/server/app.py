@@ -33,7 +33,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
 from urllib.parse import urlsplit
@@ -47,6 +47,7 @@ from relay_ros.models import family_of
 from relay_ros.server.chunk_noise import ChunkNoise
 from relay_ros.server.embodiment import Embodiment, load_embodiment
 from relay_ros.server.metadata import MODELS, PI_CAMERA_KEYS, build_metadata
+from relay_ros.server.sessions import Session, SessionTable
 from relay_ros.server.synthetic import POLICY_KINDS, ReferencePolicy
 from relay_ros.server.validation import (
     INTERNAL_ERROR,
@@ -61,6 +62,7 @@ from relay_ros.wire.codec import OBSERVATION_LIMITS, CodecError, packb, unpackb
 from relay_ros.wire.logsafe import shorten
 
 __all__ = [
+    "DEFAULT_MAX_SESSIONS",
     "PolicyServer",
     "ServerHandle",
     "ServerOptions",
@@ -76,6 +78,9 @@ logger = logging.getLogger(__name__)
 MIB = 1024 * 1024
 #: Threads that decode and validate frames off the event loop.
 DECODE_THREADS = 4
+#: Sessions kept per connection by default (one robot uses one per episode, or one
+#: per arm; a client multiplexing a fleet over one connection stays far below it).
+DEFAULT_MAX_SESSIONS = 256
 
 
 class ServerStartError(RuntimeError):
@@ -123,6 +128,10 @@ class ServerOptions:
             (built-in policy only).
         seed: seeds the random streams of observations without ``seed`` (session k
             of the server gets ``[seed, k]``); None = fresh OS entropy.
+        max_sessions: sessions kept per connection; a new ``session_id`` beyond it
+            evicts the least recently used session of that connection (its random
+            stream starts afresh if it comes back), so a client can never grow the
+            server's memory without bound. The default session counts as one.
         observation_hook: called as ``hook(model, observation)`` with every
             observation that passed validation, before the policy runs, on the
             server's loop (so it must be quick); ``relay-ros replay
@@ -147,6 +156,7 @@ class ServerOptions:
     action_prefix: bool = False
     seed: int | None = None
     observation_hook: Callable[[str, dict[str, Any]], None] | None = None
+    max_sessions: int = DEFAULT_MAX_SESSIONS
 
     def __post_init__(self) -> None:
         if self.synthetic not in POLICY_KINDS:
@@ -168,6 +178,12 @@ class ServerOptions:
                 raise ValueError(f"{name}={value!r}; expected a finite number >= 0")
         if not math.isfinite(self.max_message_mib) or self.max_message_mib <= 0:
             raise ValueError(f"max_message_mib={self.max_message_mib!r}; expected a number > 0")
+        if (
+            isinstance(self.max_sessions, bool)
+            or not isinstance(self.max_sessions, int)
+            or self.max_sessions < 1
+        ):
+            raise ValueError(f"max_sessions={self.max_sessions!r}; expected an integer >= 1")
 
     @property
     def max_message_bytes(self) -> int:
@@ -210,6 +226,7 @@ class ServerStats:
         self.connections_closed = 0
         self.frames = 0
         self.errors = 0
+        self.sessions_evicted = 0
 
     @property
     def open_connections(self) -> int:
@@ -233,14 +250,6 @@ class ServerStats:
                 return self._cond.wait_for(lambda: predicate(self), timeout)
             finally:
                 self._waiting -= 1
-
-
-@dataclass
-class _Session:
-    """Per-session state: the random stream of unseeded requests and a step count."""
-
-    rng: np.random.Generator = field(default_factory=np.random.default_rng)
-    steps: int = 0
 
 
 @dataclass(frozen=True)
@@ -270,7 +279,7 @@ class _Accepted:
 class _Connection:
     model: str
     peer: str
-    sessions: dict[str | None, _Session] = field(default_factory=dict)
+    sessions: SessionTable
 
 
 class _IdleWatchdog:
@@ -543,7 +552,14 @@ class PolicyServer:
 
     async def _handler(self, ws: ServerConnection) -> None:
         assert ws.request is not None
-        conn = _Connection(model=_model_from_path(ws.request.path), peer=str(ws.remote_address))
+        model, peer = _model_from_path(ws.request.path), str(ws.remote_address)
+        sessions = SessionTable(
+            self.options.max_sessions,
+            self._new_session,
+            f"{peer} {model}",
+            functools.partial(self.stats._bump, "sessions_evicted"),
+        )
+        conn = _Connection(model=model, peer=peer, sessions=sessions)
         self.stats._bump("connections_opened")
         watchdog: _IdleWatchdog | None = None
         try:
@@ -624,8 +640,6 @@ class PolicyServer:
             return await self._control(conn, verdict.frame)
         obs, request = verdict.obs, verdict.request
         session = conn.sessions.get(request.session_id)
-        if session is None:
-            session = conn.sessions[request.session_id] = self._new_session()
         session.steps += 1
         if self.options.observation_hook is not None:
             self.options.observation_hook(conn.model, obs)
@@ -649,12 +663,12 @@ class PolicyServer:
         reply["server_timing"] = timing
         return packb(reply)
 
-    def _new_session(self) -> _Session:
+    def _new_session(self) -> Session:
         """A session whose random stream is seeded from ``options.seed`` when set."""
         if self.options.seed is None:
-            return _Session()
+            return Session()
         self._sessions_made += 1
-        return _Session(rng=np.random.default_rng([self.options.seed, self._sessions_made]))
+        return Session(rng=np.random.default_rng([self.options.seed, self._sessions_made]))
 
     def _refuse(self, conn: _Connection, message: str, detail: str | None) -> bytes:
         self.stats._bump("errors")
@@ -677,7 +691,7 @@ class PolicyServer:
         )
 
     def _synthetic_actions(
-        self, model: str, request: Request, session: _Session
+        self, model: str, request: Request, session: Session
     ) -> np.ndarray | dict[str, np.ndarray]:
         """The built-in policy's chunk: an array (π0/π0.5) or action groups (GR00T)."""
         rng = (
@@ -697,8 +711,7 @@ class PolicyServer:
     async def _control(self, conn: _Connection, frame: dict[str, Any]) -> bytes:
         kind = frame.get("type")
         if kind == "reset":
-            cleared = len(conn.sessions)
-            conn.sessions.clear()
+            cleared = conn.sessions.clear()
             reset = getattr(self._policy, "reset", None)
             if callable(reset):
                 await asyncio.to_thread(reset)

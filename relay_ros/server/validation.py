@@ -36,6 +36,7 @@ __all__ = [
     "INVALID_PAYLOAD",
     "JPEG_MAGIC",
     "MAX_JPEG_PIXELS",
+    "MAX_SESSION_ID_CHARS",
     "ObservationError",
     "PublicRequestError",
     "Request",
@@ -54,6 +55,9 @@ INVALID_PAYLOAD = "Invalid request payload"
 JPEG_MAGIC = b"\xff\xd8\xff"
 #: Largest JPEG frame decoded, in pixels (16.8 MP; a 4K camera frame is 8.3 MP).
 MAX_JPEG_PIXELS = 4096 * 4096
+#: Longest ``session_id`` accepted (a UUID has 36): the server keeps each session's id,
+#: so its memory per connection is bounded by this times ``max_sessions``.
+MAX_SESSION_ID_CHARS = 256
 # Markers that start a frame header (SOF0..SOF15 except DHT, JPG and DAC).
 _SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 
@@ -239,6 +243,10 @@ def _common(obs: Mapping[str, Any], needs_session_id: bool) -> tuple[str, str | 
     session_id = obs.get("session_id")
     if session_id is not None and not isinstance(session_id, str):
         raise ObservationError(f"session_id is {type(session_id).__name__}; expected str")
+    if session_id is not None and len(session_id) > MAX_SESSION_ID_CHARS:
+        raise ObservationError(
+            f"session_id has {len(session_id)} characters; expected at most {MAX_SESSION_ID_CHARS}"
+        )
     if session_id is None and needs_session_id:
         raise ObservationError("observation has no session_id; this server needs_session_id")
     seed = obs.get("seed")

@@ -39,13 +39,14 @@ from urllib.parse import urlsplit
 
 import numpy as np
 from websockets.exceptions import ConnectionClosed
-from websockets.frames import Close
+from websockets.frames import Close, CloseCode
 
 from relay_ros.models import family_of
 from relay_ros.wire.codec import REPLY_LIMITS, CodecError, DecodeLimits, unpackb
 from relay_ros.wire.env import check_model, direct_enabled, redact_url, resolve_url
 from relay_ros.wire.errors import OpenCancelled, PolicyServerError, RequestTimeout
 from relay_ros.wire.logsafe import shorten
+from relay_ros.wire.metadata import read_metadata
 from relay_ros.wire.request_timing import RequestTiming, server_seconds
 from relay_ros.wire.transport import Deadline, Transport
 
@@ -70,8 +71,6 @@ DEFAULT_MAX_REPLY_BYTES = 8 * 2**20
 DEFAULT_PING_INTERVAL_S = 20.0
 #: Default seconds a ping may go unanswered before the connection is failed.
 DEFAULT_PING_TIMEOUT_S = 20.0
-# Largest metadata frame, bytes (the reference server's is well under 1 kB).
-_MAX_METADATA_BYTES = 2**20
 # How often the keep-alive thread services an idle connection, seconds.
 _KEEPALIVE_POLL_S = 0.5
 
@@ -107,6 +106,16 @@ def _keepalive_loop(
             return
         finally:
             lock.release()
+
+
+def _abandon(transport: Transport, exc: BaseException) -> None:
+    """Close the connection of an open that failed with ``exc``, at once: no closing
+    handshake, so the open ends by its deadline and bad metadata fails right away.
+    The close frame tells the server why (1002 for metadata the client refused)."""
+    if isinstance(exc, PolicyServerError):
+        transport.abandon(CloseCode.PROTOCOL_ERROR, "unusable metadata")
+    else:
+        transport.abandon(CloseCode.NORMAL_CLOSURE, "open abandoned")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -278,7 +287,7 @@ class PolicyClient:
 
         transport = self._connect(target, deadline, cancel)
         try:
-            metadata = self._read_metadata(transport, deadline, cancel)
+            metadata = read_metadata(transport, deadline, cancel, self.model)
             direct_url = metadata.get("direct_url")
             if isinstance(direct_url, str) and direct_url and follow_direct:
                 if self._downgrades(target, direct_url):
@@ -296,11 +305,13 @@ class PolicyClient:
                     )
                     direct = self._connect(direct_url, deadline, cancel)
                     try:
-                        direct_metadata = self._read_metadata(direct, deadline, cancel)
-                    except BaseException:
-                        direct.close()
+                        direct_metadata = read_metadata(direct, deadline, cancel, self.model)
+                    except BaseException as exc:
+                        _abandon(direct, exc)
                         raise
-                    transport.close()  # the proxied connection is no longer needed
+                    # The proxied connection is no longer needed: a closing handshake,
+                    # within what is left of the open's deadline.
+                    transport.close(deadline)
                     transport = direct
                     metadata = {**direct_metadata, "direct_url": direct_url}
             elif direct_url:
@@ -308,8 +319,8 @@ class PolicyClient:
                     "direct route %s offered but WALLE_DIRECT=0",
                     shorten(redact_url(str(direct_url))),
                 )
-        except BaseException:
-            transport.close()
+        except BaseException as exc:
+            _abandon(transport, exc)
             raise
         self._transport = transport
         self._metadata: dict[str, Any] = metadata
@@ -348,33 +359,6 @@ class PolicyClient:
         except ValueError:
             return False  # the transport refuses it with InvalidURI
         return urlsplit(target).scheme.lower() == "wss" and direct_scheme != "wss"
-
-    @staticmethod
-    def _read_metadata(
-        transport: Transport, deadline: Deadline, cancel: threading.Event | None
-    ) -> dict[str, Any]:
-        # No keepalive here: a server (or its proxy) that is loading its model may not
-        # answer pings, and the wait for metadata has no limit unless open_timeout.
-        message = transport.recv(deadline, cancel, keepalive=False)
-        if isinstance(message, str):
-            raise PolicyServerError(
-                f"{transport.display_url} sent a text frame as metadata "
-                f"({shorten(message, 80)}); expected a binary msgpack map"
-            )
-        try:
-            metadata = unpackb(
-                message, dataclasses.replace(REPLY_LIMITS, max_bytes=_MAX_METADATA_BYTES)
-            )
-        except CodecError as exc:
-            raise PolicyServerError(
-                f"{transport.display_url} sent undecodable metadata: {exc}"
-            ) from exc
-        if not isinstance(metadata, dict):
-            raise PolicyServerError(
-                f"{transport.display_url} sent metadata of type {type(metadata).__name__}; "
-                "expected a map"
-            )
-        return metadata
 
     # Public API.
 

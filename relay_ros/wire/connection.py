@@ -7,7 +7,9 @@ non-blocking front:
 
 - A worker thread owns the :class:`~relay_ros.wire.client.PolicyClient`. It connects
   in the background (the node starts even when the server is not up), and after
-  a failed attempt or a lost connection it reconnects with exponential backoff.
+  a failed attempt or a lost connection it reconnects with exponential backoff;
+  while it waits, a cheap TCP probe of the server's port ends the wait as soon as a
+  server that was down is back (:mod:`relay_ros.wire.reconnect`).
 - :meth:`PolicyConnection.submit` hands over one observation and returns at
   once; at most one request is in flight. The worker delivers exactly one
   :class:`InferOutcome` per accepted request through ``on_result``, called on
@@ -46,6 +48,7 @@ from relay_ros.wire.client import PolicyClient
 from relay_ros.wire.codec import CodecError
 from relay_ros.wire.env import check_model, redact_text, redact_url, resolve_url
 from relay_ros.wire.errors import OpenCancelled, PolicyServerError, RequestTimeout
+from relay_ros.wire.reconnect import DEFAULT_PROBE_S, Backoff, RetryWait, WaitEnd
 from relay_ros.wire.request_timing import RequestTiming
 
 __all__ = ["InferOutcome", "PolicyConnection"]
@@ -117,9 +120,13 @@ class PolicyConnection:
         open_timeout: Seconds allowed for each connection attempt, including the
             metadata wait (a loading server is retried after it). None: no limit.
         reconnect_initial_s: Delay before retrying after the first failed attempt,
-            seconds; doubles (``reconnect_factor``) per failure.
+            seconds; doubles (``reconnect_factor``) per failure. Each delay is
+            jittered down by up to 20 %.
         reconnect_max_s: Upper bound of the retry delay, seconds.
         reconnect_factor: Growth factor of the retry delay.
+        reconnect_probe_s: While waiting to retry, probe the server's port with a TCP
+            connect this often (seconds); the first probe that connects after the port
+            was closed ends the wait. None: no probes, the delay alone decides.
         idle_poll_s: How often an idle worker services the socket (pings, close
             detection), seconds.
         request_timeout_s: Seconds one request may take (send and reply), a
@@ -150,6 +157,7 @@ class PolicyConnection:
         reconnect_initial_s: float = 0.5,
         reconnect_max_s: float = 10.0,
         reconnect_factor: float = 2.0,
+        reconnect_probe_s: float | None = DEFAULT_PROBE_S,
         idle_poll_s: float = 1.0,
         request_timeout_s: RequestTimeoutSetting = None,
         ping_interval: float | None = 20.0,
@@ -159,8 +167,6 @@ class PolicyConnection:
     ) -> None:
         check_model(model)
         for name, value in (
-            ("reconnect_initial_s", reconnect_initial_s),
-            ("reconnect_max_s", reconnect_max_s),
             ("idle_poll_s", idle_poll_s),
             ("open_timeout", 1.0 if open_timeout is None else open_timeout),
         ):
@@ -172,18 +178,17 @@ class PolicyConnection:
                     f"request_timeout_s={request_timeout_s!r} must be a positive number of "
                     "seconds, a function returning one, or None"
                 )
-        if not reconnect_factor >= 1:
-            raise ValueError(f"reconnect_factor={reconnect_factor!r} must be >= 1")
+        self._backoff = Backoff(reconnect_initial_s, reconnect_max_s, reconnect_factor)
         self.model = model
         self.url = resolve_url(model) if url is None else url.replace("{model}", model)
-        parse_uri(self.url)  # a bad URL is a configuration error: fail now, not in the loop
+        ws_uri = parse_uri(self.url)  # a bad URL is a configuration error: fail now
+        self._stop = threading.Event()
+        self._retry = RetryWait(ws_uri.host, ws_uri.port, self._stop, probe_s=reconnect_probe_s)
+        self._attempts = 0
         self._on_result = on_result
         self._on_connect = on_connect
         self._on_disconnect = on_disconnect
         self._open_timeout = open_timeout
-        self._reconnect_initial_s = reconnect_initial_s
-        self._reconnect_max_s = reconnect_max_s
-        self._reconnect_factor = reconnect_factor
         self._idle_poll_s = idle_poll_s
         self._request_timeout = request_timeout_s
         self._client_options: dict[str, Any] = {
@@ -196,7 +201,6 @@ class PolicyConnection:
         self._idle_closes = 0
 
         self._lock = threading.Lock()
-        self._stop = threading.Event()
         self._work = threading.Event()
         self._sent = threading.Event()  # the pending observation is written (or failed)
         self._client: PolicyClient | None = None
@@ -238,6 +242,17 @@ class PolicyConnection:
     def busy(self) -> bool:
         """True while a request is in flight."""
         return self._in_flight
+
+    @property
+    def connect_attempts(self) -> int:
+        """Connections the worker tried to open so far (each a full open: TCP, TLS,
+        upgrade, metadata), successful or not."""
+        return self._attempts
+
+    @property
+    def probes(self) -> int:
+        """TCP probes of the server's port sent while waiting to reconnect."""
+        return self._retry.probes
 
     # Commands, callable from any thread.
 
@@ -311,8 +326,8 @@ class PolicyConnection:
     # Worker thread.
 
     def _run(self) -> None:
-        delay = self._reconnect_initial_s
         while not self._stop.is_set():
+            self._attempts += 1
             try:
                 client = PolicyClient(
                     self.model,
@@ -326,18 +341,21 @@ class PolicyConnection:
                 break
             except Exception as exc:  # every failure to connect is retried
                 self._last_error = _describe(exc)
+                delay = self._backoff.next()
                 self._log.warning(
                     "cannot connect to %s (%s); retrying in %.1f s",
                     self.display_url,
                     self._last_error,
                     delay,
                 )
-                if self._stop.wait(delay):
+                end = self._retry.wait(delay)
+                if end == WaitEnd.STOPPED:
                     break
-                delay = min(delay * self._reconnect_factor, self._reconnect_max_s)
+                if end == WaitEnd.REACHABLE:
+                    self._log.info("%s accepts connections again; reconnecting", self.display_url)
                 continue
 
-            delay = self._reconnect_initial_s
+            self._backoff.reset()
             metadata = client.get_server_metadata()
             with self._lock:
                 self._client = client

@@ -26,9 +26,7 @@ docs/benchmarks.md).
 
 from __future__ import annotations
 
-import errno
 import logging
-import os
 import secrets
 import select
 import socket
@@ -49,8 +47,10 @@ from websockets.uri import WebSocketURI, parse_uri
 
 from relay_ros import __version__
 from relay_ros.wire.codec import pack_parts
+from relay_ros.wire.deadline import CANCEL_POLL_S, Deadline, timeout_error
 from relay_ros.wire.env import redact_url
 from relay_ros.wire.errors import OpenCancelled, PolicyServerError
+from relay_ros.wire.tcp import open_tcp, wait_socket
 
 __all__ = ["Deadline", "FrameWriter", "Transport"]
 
@@ -78,35 +78,10 @@ _protocol_logger.addFilter(_RedactingFilter())
 # Bytes read from the socket per recv() call. Below glibc's mmap threshold so
 # that each read is a cheap heap allocation.
 _RECV_BYTES = 64 * 1024
-# While a cancel event applies, blocking waits are cut into slices this long
-# (seconds) so that cancellation is noticed promptly.
-_CANCEL_POLL_S = 0.05
-# How long close() waits for the server to answer the closing handshake, seconds.
+# How long close() waits for the server to answer the closing handshake, seconds
+# (never past the deadline of the operation it is part of).
 _CLOSE_TIMEOUT_S = 2.0
 _USER_AGENT = f"relay_ros/{__version__}"
-
-
-class Deadline:
-    """An absolute deadline on the monotonic clock; ``timeout=None`` means none.
-
-    One deadline is shared by every step of an operation (all steps of an open, or
-    the send and the wait of one request), so the steps together take at most
-    ``timeout`` seconds.
-    """
-
-    def __init__(self, timeout: float | None) -> None:
-        self._end = None if timeout is None else time.monotonic() + timeout
-        self.timeout = timeout
-
-    def remaining(self) -> float | None:
-        """Seconds left (<= 0 once passed); None without a deadline."""
-        if self._end is None:
-            return None
-        return self._end - time.monotonic()
-
-
-def _timeout_error(deadline: Deadline, what: str) -> TimeoutError:
-    return TimeoutError(errno.ETIMEDOUT, f"timed out after {deadline.timeout} s waiting for {what}")
 
 
 class Transport:
@@ -168,7 +143,7 @@ class Transport:
         self.bytes_received = 0
         self.first_rx_at: float | None = None
         try:
-            self._sock = _open_tcp(ws_uri, deadline, cancel, self.display_url)
+            self._sock = open_tcp(ws_uri.host, ws_uri.port, deadline, cancel, self.display_url)
             if ws_uri.secure:
                 self._sock = _start_tls(self._sock, ws_uri, deadline, cancel, self.display_url)
             self._handshake(deadline, cancel)
@@ -220,7 +195,7 @@ class Transport:
         try:
             if remaining is not None:
                 if remaining <= 0:
-                    raise _timeout_error(deadline, self.display_url)  # type: ignore[arg-type]
+                    raise timeout_error(deadline, self.display_url)  # type: ignore[arg-type]
                 sock.settimeout(remaining)
             sock.sendall(frame)
             self.bytes_sent += len(frame)
@@ -228,7 +203,7 @@ class Transport:
             self._log.debug("send to %s failed: %s", self.display_url, exc)
             self._connection_lost()
             if isinstance(exc, (socket.timeout, TimeoutError)) and deadline is not None:
-                raise _timeout_error(deadline, self.display_url) from exc
+                raise timeout_error(deadline, self.display_url) from exc
             raise self.closed_error() from exc
         finally:
             frame.release()
@@ -335,13 +310,13 @@ class Transport:
                 raise OpenCancelled(self.display_url)
             timeout = None if deadline is None else deadline.remaining()
             if timeout is not None and timeout <= 0:
-                raise _timeout_error(deadline, self.display_url)  # type: ignore[arg-type]
+                raise timeout_error(deadline, self.display_url)  # type: ignore[arg-type]
             if keepalive:
                 next_event = self._keepalive(time.monotonic())
                 if next_event is not None:
                     timeout = next_event if timeout is None else min(timeout, next_event)
             if cancel is not None:
-                timeout = _CANCEL_POLL_S if timeout is None else min(timeout, _CANCEL_POLL_S)
+                timeout = CANCEL_POLL_S if timeout is None else min(timeout, CANCEL_POLL_S)
             if timeout is None:
                 return  # block in recv()
             readable, _, _ = select.select([sock], [], [], max(timeout, 0.0))
@@ -482,19 +457,45 @@ class Transport:
             except OSError:
                 pass
 
-    def close(self) -> None:
-        """Run the closing handshake (at most 2 s) and close the socket."""
+    def close(self, deadline: Deadline | None = None) -> None:
+        """Run the closing handshake and close the socket.
+
+        Waits for the server's answer at most 2 s, and never past ``deadline`` (the
+        deadline of the operation this close is part of, e.g. an open): when it has
+        passed, the close frame is sent and the socket closed at once.
+        """
         if self._closed:
             return
+        wait = Deadline(_CLOSE_TIMEOUT_S) if deadline is None else deadline.capped(_CLOSE_TIMEOUT_S)
         try:
             if self._protocol.state is State.OPEN:
                 self._protocol.send_close(CloseCode.NORMAL_CLOSURE)
                 self._flush()
-                deadline = Deadline(_CLOSE_TIMEOUT_S)
                 # The server answers with its close frame, then closes TCP.
                 while not self._closed:
-                    self._receive_some(deadline, None, keepalive=False)
+                    self._receive_some(wait, None, keepalive=False)
         except (ConnectionClosed, PolicyServerError, TimeoutError, OSError):
+            pass
+        finally:
+            if not self._closed:
+                self._connection_lost()
+
+    def abandon(self, code: int = CloseCode.NORMAL_CLOSURE, reason: str = "") -> None:
+        """Close without waiting for anything: send a close frame (``code``, ``reason``)
+        if the socket takes it at once, then close the socket.
+
+        For an open that failed (bad metadata, deadline passed, cancelled): the
+        server learns why, and the caller's error is raised now, not after a
+        closing handshake with a server that may never answer.
+        """
+        if self._closed:
+            return
+        try:
+            if self._protocol.state is State.OPEN and self._sock is not None:
+                self._protocol.fail(code, reason)
+                self._sock.setblocking(False)  # a full send buffer must not block us
+                self._flush()
+        except (ConnectionClosed, OSError):
             pass
         finally:
             if not self._closed:
@@ -562,118 +563,6 @@ class FrameWriter:
         return memoryview(buffer)[start:needed]
 
 
-def _wait_socket(
-    sock: socket.socket,
-    *,
-    write: bool,
-    deadline: Deadline,
-    cancel: threading.Event | None,
-    what: str,
-) -> None:
-    """Block until ``sock`` is readable (or writable), the deadline passes or
-    ``cancel`` is set (TimeoutError / OpenCancelled)."""
-    if not write and isinstance(sock, ssl.SSLSocket) and sock.pending():
-        return
-    while True:
-        if cancel is not None and cancel.is_set():
-            raise OpenCancelled(what)
-        timeout = deadline.remaining()
-        if timeout is not None and timeout <= 0:
-            raise _timeout_error(deadline, what)
-        if cancel is not None:
-            timeout = _CANCEL_POLL_S if timeout is None else min(timeout, _CANCEL_POLL_S)
-        if write:
-            _, ready, _ = select.select([], [sock], [], timeout)
-        else:
-            ready, _, _ = select.select([sock], [], [], timeout)
-        if ready:
-            return
-
-
-def _resolve(
-    host: str, port: int, deadline: Deadline, cancel: threading.Event | None, what: str
-) -> list[tuple[Any, ...]]:
-    """``getaddrinfo`` under the deadline and cancel event.
-
-    An IP literal resolves at once. Otherwise, with a deadline or cancel event,
-    the lookup runs on a daemon thread that is abandoned (it finishes on its own)
-    when the wait ends first: the C resolver cannot be interrupted.
-
-    Raises:
-        socket.gaierror: the name does not resolve.
-        TimeoutError, OpenCancelled: as for :func:`_wait_socket`.
-    """
-    try:
-        return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST)
-    except socket.gaierror:
-        pass
-    if deadline.timeout is None and cancel is None:
-        return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    result: list[Any] = []
-    done = threading.Event()
-
-    def lookup() -> None:
-        try:
-            result.append(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
-        except BaseException as exc:  # handed to the waiting thread
-            result.append(exc)
-        finally:
-            done.set()
-
-    threading.Thread(target=lookup, name="relay-resolve", daemon=True).start()
-    while not done.is_set():
-        if cancel is not None and cancel.is_set():
-            raise OpenCancelled(what)
-        timeout = deadline.remaining()
-        if timeout is not None and timeout <= 0:
-            raise _timeout_error(deadline, what)
-        wait = _CANCEL_POLL_S if timeout is None else min(timeout, _CANCEL_POLL_S)
-        done.wait(wait)
-    outcome = result[0]
-    if isinstance(outcome, BaseException):
-        raise outcome
-    return outcome
-
-
-def _open_tcp(
-    ws_uri: WebSocketURI, deadline: Deadline, cancel: threading.Event | None, what: str
-) -> socket.socket:
-    """Connect to the URI's host and port (every address it resolves to, in order,
-    all under the one deadline). Sets TCP_NODELAY: requests are single large writes
-    and replies must not wait for Nagle's algorithm.
-
-    Raises:
-        OSError: name resolution failed, every address refused or timed out.
-    """
-    host, port = ws_uri.host, ws_uri.port
-    last_exc: OSError | None = None
-    for family, type_, proto, _, address in _resolve(host, port, deadline, cancel, what):
-        sock = socket.socket(family, type_, proto)
-        try:
-            sock.setblocking(False)
-            err = sock.connect_ex(address)
-            if err in (errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EAGAIN):
-                _wait_socket(sock, write=True, deadline=deadline, cancel=cancel, what=what)
-                err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-            if err:
-                # OSError(errno, ...) becomes ConnectionRefusedError etc.
-                raise OSError(err, f"{os.strerror(err)}: cannot connect to {host}:{port}")
-            sock.setblocking(True)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            return sock
-        except OSError as exc:
-            sock.close()
-            last_exc = exc
-            if isinstance(exc, TimeoutError):
-                raise
-        except BaseException:
-            sock.close()
-            raise
-    if last_exc is None:  # getaddrinfo returned nothing (it raises gaierror otherwise)
-        last_exc = OSError(errno.EHOSTUNREACH, f"no address for {host}:{port}")
-    raise last_exc
-
-
 def _start_tls(
     sock: socket.socket,
     ws_uri: WebSocketURI,
@@ -695,8 +584,8 @@ def _start_tls(
             tls.do_handshake()
             break
         except ssl.SSLWantReadError:
-            _wait_socket(tls, write=False, deadline=deadline, cancel=cancel, what=what)
+            wait_socket(tls, write=False, deadline=deadline, cancel=cancel, what=what)
         except ssl.SSLWantWriteError:
-            _wait_socket(tls, write=True, deadline=deadline, cancel=cancel, what=what)
+            wait_socket(tls, write=True, deadline=deadline, cancel=cancel, what=what)
     tls.setblocking(True)
     return tls
