@@ -118,6 +118,17 @@ class CoreRig:
     on_demand: bool = False
     read_cost_s: float = 0.0
     idle_tick_s: float = 0.1
+    # The measured joint states follow what the controllers were sent (a perfect
+    # joint_trajectory_controller); False: the arm stands still at ``state``.
+    follow: bool = False
+    # Latency of each request in turn (then latency_s); None: always latency_s.
+    latency_schedule: list[float] | None = None
+    # Seconds between camera frames (both cameras at once); None: every step.
+    camera_period_s: float | None = None
+    # StreamingCore's observation_timing: "request" (the newest of each when due)
+    # keeps the request times independent of the ticking; test_observation_timing.py
+    # tests the others.
+    observation_timing: str = "request"
 
     def __post_init__(self) -> None:
         base = load_model_config(self.model)
@@ -150,17 +161,39 @@ class CoreRig:
         self.ticks = 0
         self._event = False
         self._last_tick = -math.inf
+        self._following: dict[str, tuple[list[int], np.ndarray, Any]] = {}
         self.sources = {key: _TimedSource(self, key) for key in self.camera_keys}
         self.core = StreamingCore(
             self.config,
             camera_keys=self.camera_keys,
             submit=self._submit,
-            publish=lambda msg: self.published.append((self.now, msg)),
+            publish=self._published,
             request_reset=self._reset,
             log=self.log,
             perf_clock=lambda: self.now + self.perf_extra,
             frame_sources=self.sources if self.on_demand else None,
+            **(
+                {}
+                if self.observation_timing is None
+                else {"observation_timing": self.observation_timing}
+            ),
         )
+        self._next_frame = 0.0
+
+    def _published(self, msg: TrajectoryMessage) -> None:
+        self.published.append((self.now, msg))
+        if self.follow and msg.output is not None:
+            index = [self.joints.index(j) for j in msg.joint_names]
+            self._following[msg.output] = (index, self.state[index].copy(), msg.points)
+
+    def _follow(self) -> None:
+        """As joint_trajectory_controller: from the position at arrival to the first
+        point, then linear between points, the last one held."""
+        for index, start, points in self._following.values():
+            times = np.concatenate(([points.stamp], points.stamp + points.time_from_start))
+            positions = np.vstack((start[None, :], points.positions))
+            for column, joint in enumerate(index):
+                self.state[joint] = np.interp(self.now, times, positions[:, column])
 
     # ------------------------------------------------------------ the connection
     def _submit(self, obs: dict[str, Any], tag: RequestTag) -> bool:
@@ -169,8 +202,11 @@ class CoreRig:
         self.observations.append(obs)
         self.sent.append(tag.t_obs)
         timeout = self.core.request_timeout()
+        latency = self.latency_s
+        if self.latency_schedule:
+            latency = self.latency_schedule.pop(0)
         self.in_flight = _InFlight(
-            obs, tag, self.now + self.latency_s, self.now + timeout, self.now + self.perf_extra
+            obs, tag, self.now + latency, self.now + timeout, self.now + self.perf_extra
         )
         return True
 
@@ -198,7 +234,10 @@ class CoreRig:
     # ------------------------------------------------------------ the clock
     def feed(self) -> None:
         size = self.core.image_size
-        if self.cameras_on and size is not None:
+        frame_due = self.camera_period_s is None or self.now >= self._next_frame - 1e-9
+        if frame_due and self.camera_period_s is not None:
+            self._next_frame = self.now + self.camera_period_s
+        if self.cameras_on and size is not None and frame_due:
             for key in self.camera_keys:
                 frame = np.zeros((*size, 3), np.uint8)
                 if self.on_demand:
@@ -210,6 +249,8 @@ class CoreRig:
 
     def step(self) -> None:
         self.now = round(self.now + self.tick_s, 9)
+        if self.follow:
+            self._follow()
         self.feed()
         if not self.connected and self.reconnect_at is not None and self.now >= self.reconnect_at:
             self.reconnect_at = None
@@ -225,9 +266,8 @@ class CoreRig:
         elif flight is not None and self.now >= flight.arrival - 1e-9:
             assert self.policy is not None
             reply = self.policy(flight.obs)
-            self._deliver(
-                InferOutcome(flight.tag, reply, self.latency_s, None, None, flight.sent_perf)
-            )
+            roundtrip = flight.arrival - flight.tag.t_obs
+            self._deliver(InferOutcome(flight.tag, reply, roundtrip, None, None, flight.sent_perf))
         if self.on_demand:
             deadline = self.core.next_deadline(self._last_tick)
             due = (

@@ -111,10 +111,12 @@ def test_apply_prefix_keeps_the_committed_rows_and_blends_smoothly():
     weights = out[4:14, 0]
     assert np.all(np.diff(weights) > 0) and 0 < weights[0] < 0.05 and 0.95 < weights[-1] < 1
     np.testing.assert_array_equal(out[14:], 1.0)
-    # Without soft rows beyond the prefix, the continuation keeps the last velocity.
-    ramp = np.arange(4, dtype=np.float64)[:, None] * np.array([[0.1, 0.0]])
+    # Without soft rows beyond the prefix, the continuation holds its last row (as a
+    # controller does at a trajectory's end; never zeros).
+    ramp = np.arange(4, dtype=np.float64)[:, None] * np.array([[0.1, 0.0]]) + 1.0
     out = apply_prefix(np.zeros((20, 2)), ramp, committed_steps=4, soft_steps=1)
-    assert out[4, 0] == pytest.approx(0.5 * 0.4)
+    assert out[4, 0] == pytest.approx(0.5 * 1.3)
+    assert out[4, 1] == pytest.approx(0.5 * 1.0)
     assert default_soft_steps(50) == 20 and default_soft_steps(16) == 6
     assert default_soft_steps(2) == 1
     with pytest.raises(ValueError, match=r"committed_steps 7 is not in \[0, 6\]"):
@@ -126,27 +128,69 @@ def test_apply_prefix_keeps_the_committed_rows_and_blends_smoothly():
 def test_committed_prefix_follows_the_published_chunk():
     config = SchedulerConfig(dt=0.02, horizon=50, execute_horizon=25, request_lead_s=0.1)
     scheduler = ChunkScheduler(config)
-    assert committed_prefix(scheduler, 0.0) is None
     chunk = np.stack([np.arange(50) * 0.01, -np.arange(50) * 0.02], axis=1)
     scheduler.request_sent(0.0)
+    scheduler.latencies.add(0.08)
     scheduler.chunk_received(chunk, 0.0, 0.08)
     publication = scheduler.poll(0.08)
     assert publication is not None
     t_obs = publication.switch_time - scheduler.request_lead()
-    rows, committed = committed_prefix(scheduler, t_obs)
+    prefix = committed_prefix(scheduler, t_obs, np.zeros(2))
+    committed = prefix.committed_steps
     # Taken over at the switch, first point min_lead (one dt) later.
     assert committed == round((publication.switch_time + 0.02 - t_obs) / 0.02)
+    # Up to the end of the published trajectory (further than committed + E here).
+    rows = prefix.rows
     assert rows.shape == (round((publication.end_time - t_obs) / 0.02) + 1, 2)
+    assert rows.shape[0] >= committed + 25
     for i in (0, committed - 1, rows.shape[0] - 1):
         np.testing.assert_allclose(
             rows[i], scheduler.last_commanded(t_obs + i * 0.02), rtol=1e-6, atol=1e-6
         )
+    # The robot runs the reply's delay (80 ms, 4 steps) of them while the server infers.
+    assert prefix.inference_delay == 4 and prefix.execute_horizon == 25
     spread = to_action_space(rows, [6, 0], 32)
     assert spread.shape == (rows.shape[0], 32)
     np.testing.assert_array_equal(spread[:, 6], rows[:, 0])
     np.testing.assert_array_equal(spread[:, 1:6], 0.0)
     with pytest.raises(ValueError, match="do not map 2 columns into 4 dimensions"):
         to_action_space(rows, [0, 9], 4)
+
+
+def test_a_still_arm_gets_a_prefix_of_its_held_state():
+    config = SchedulerConfig(dt=0.02, horizon=50, execute_horizon=25)
+    scheduler = ChunkScheduler(config)
+    held = np.array([0.3, -0.2])
+    # Nothing measured yet: the reply is expected at once, one slot ahead.
+    first = committed_prefix(scheduler, 0.0, held)
+    assert (first.committed_steps, first.inference_delay) == (1, 0)
+    assert first.rows.shape == (1 + 25, 2)
+    np.testing.assert_allclose(first.rows, np.tile(held, (26, 1)), atol=1e-7)
+    # With a measured latency of 0.2 s: 11 committed rows (0.2 s + one slot), of
+    # which the robot "runs" 10 while the server infers.
+    scheduler.latencies.add(0.2)
+    prefix = committed_prefix(scheduler, 5.0, held)
+    assert (prefix.committed_steps, prefix.inference_delay) == (11, 10)
+    assert prefix.rows.shape == (36, 2)
+    np.testing.assert_allclose(prefix.rows, np.tile(held, (36, 1)), atol=1e-7)
+
+
+def test_the_delay_is_at_most_the_committed_rows():
+    config = SchedulerConfig(dt=0.02, horizon=50, execute_horizon=10)
+    scheduler = ChunkScheduler(config)
+    scheduler.request_sent(0.0)
+    scheduler.chunk_received(np.zeros((50, 1)), 0.0, 0.0)
+    assert scheduler.poll(0.0) is not None
+    scheduler.latencies.add(0.5)
+    prefix = committed_prefix(scheduler, 0.1, np.zeros(1))
+    assert prefix.committed_steps == 26 and prefix.inference_delay == 25
+    # Slower than the whole chunk (1.2 s > 50 steps): a chunk has only 50 rows to
+    # commit, and the robot cannot run more of them than that.
+    scheduler.latencies.add(1.2)
+    scheduler.latencies.add(1.2)
+    prefix = committed_prefix(scheduler, 0.1, np.zeros(1))
+    assert prefix.inference_delay == prefix.committed_steps == 50
+    assert prefix.rows.shape == (50, 1)
 
 
 def _ask(url: str, obs: dict[str, Any]) -> tuple[dict[str, Any], Any]:

@@ -91,7 +91,7 @@ def test_config_defaults() -> None:
 # --------------------------------------------------------------- timeline
 
 
-def test_first_chunk_drops_stale_actions_by_measured_latency() -> None:
+def test_first_chunk_joins_the_still_arm_instead_of_dropping_actions() -> None:
     sched = make()
     assert sched.next_request_time() == -math.inf
     assert sched.wants_request(10.0)
@@ -102,18 +102,64 @@ def test_first_chunk_drops_stale_actions_by_measured_latency() -> None:
     assert receive(sched, chunk, 10.0, 10.08)  # L = 0.08 s
     pub = sched.poll(10.08)
     assert pub is not None
-    # First kept index: 10.0 + i*0.02 >= 10.08 + min_lead 0.02  ->  i = 5.
-    assert pub.first_index == 5
+    # The first slot: 10.0 + i*0.02 >= 10.08 + min_lead 0.02 -> i = 5, at 10.10. The
+    # arm stood still since t_obs (nothing was published): actions 0..4 never ran, so
+    # they are not dropped; the chunk runs from action 0, 5 slots (0.1 s) later.
+    assert pub.first_index == 0
+    assert pub.shift_s == pytest.approx(5 * DT)
+    assert pub.origin == pytest.approx(10.1)
     assert pub.stamp == 10.08
     assert pub.time_from_start[0] == pytest.approx(0.02, abs=1e-9)
-    assert pub.time_from_start.shape == (H - 5,)
+    assert pub.time_from_start.shape == (H,)
     np.testing.assert_allclose(np.diff(pub.time_from_start), DT, atol=1e-12)
-    np.testing.assert_array_equal(pub.positions, chunk[5:])
-    # Executed part: actions 5..14; the switch is at action 14's time.
+    np.testing.assert_array_equal(pub.positions, chunk)
+    # Executed part: actions 0..9, in the slots 5..14 would have had; the switch is
+    # at the last of them, where it would be without the shift.
     assert pub.switch_time == pytest.approx(10.0 + 14 * DT)
     assert pub.chunk_seq == 1
     assert sched.latencies.values() == [pytest.approx(0.08)]
     assert sched.poll(10.09) is None
+
+
+def test_without_join_still_arm_every_chunk_keeps_its_timeline() -> None:
+    # A dry run: the publications move nothing, so the old rule applies throughout.
+    sched = make(join_still_arm=False)
+    sched.request_sent(10.0)
+    receive(sched, ramp_chunk(10.0), 10.0, 10.08)
+    pub = sched.poll(10.08)
+    assert pub is not None and pub.first_index == 5 and pub.shift_s == 0.0
+    with pytest.raises(SchedulerConfigError, match="join_still_arm 1 must be a bool"):
+        SchedulerConfig(dt=DT, horizon=H, execute_horizon=E, join_still_arm=1)  # type: ignore[arg-type]
+
+
+def test_a_still_arm_joins_the_committed_rows_of_a_prefix() -> None:
+    # The server was asked to start with 3 rows of the held state (committed_steps=3):
+    # a reply later than that starts at row 3; an earlier one in its own slot.
+    late = make()
+    late.request_sent(10.0, committed_steps=3)
+    receive(late, ramp_chunk(10.0), 10.0, 10.08)
+    pub = late.poll(10.08)
+    assert pub is not None and pub.first_index == 3
+    assert pub.shift_s == pytest.approx(2 * DT) and pub.first_time == pytest.approx(10.10)
+    on_time = make()
+    on_time.request_sent(10.0, committed_steps=8)
+    receive(on_time, ramp_chunk(10.0), 10.0, 10.08)
+    pub = on_time.poll(10.08)
+    assert pub is not None and pub.first_index == 5 and pub.shift_s == 0.0
+
+
+def test_a_reply_after_the_trajectory_ended_joins_where_the_arm_stopped() -> None:
+    # The old trajectory ran until 0.20 s; its successor, observed at 0.05, arrives at
+    # 0.30: its rows for 0.05..0.19 ran on the old one (the arm moved), the rest not.
+    sched = make(horizon=10, execute_horizon=5, request_lead_s=0.05)
+    pub1 = first_publication(sched, 0.0, 0.0)
+    assert pub1.end_time == pytest.approx(0.20)
+    sched.request_sent(0.05)
+    receive(sched, ramp_chunk(0.05, horizon=10), 0.05, 0.30)
+    pub2 = sched.poll(0.30)
+    assert pub2 is not None
+    assert pub2.first_index == 8  # 0.05 + 8*0.02 = 0.21, the first row after 0.20
+    assert pub2.first_time == pytest.approx(0.33) and pub2.shift_s == pytest.approx(0.12)
 
 
 def test_early_request_at_switch_minus_lead_and_switch_after_e_actions() -> None:
@@ -186,24 +232,28 @@ def test_late_chunk_is_published_at_once() -> None:
 
 def test_too_late_chunk_is_dropped_counted_and_requested_again() -> None:
     sched = make(horizon=10, execute_horizon=5)
+    pub1 = first_publication(sched, 0.0, 0.0)
+    assert pub1.end_time == pytest.approx(0.20)
     sched.request_sent(0.0)
-    # Last action at 0.18; at 0.17 the first point must be >= 0.19: none left.
-    assert not receive(sched, ramp_chunk(0.0, horizon=10), 0.0, 0.17)
+    # Its actions are for 0.00..0.18, all while the old trajectory still moved the
+    # arm; at 0.25 none is left after it.
+    assert not receive(sched, ramp_chunk(0.0, horizon=10), 0.0, 0.25)
     assert sched.chunks_dropped_late == 1
-    assert sched.poll(0.17) is None
-    assert sched.wants_request(0.17)
-    assert sched.latencies.count == 1
+    assert sched.poll(0.25) is None
+    assert sched.wants_request(0.25)
+    assert sched.latencies.count == 2
 
 
-def test_held_chunk_dropped_when_polled_too_late() -> None:
+def test_held_chunk_polled_too_late_joins_where_the_arm_stopped() -> None:
     sched = make(horizon=10, execute_horizon=5, request_lead_s=0.05)
     pub1 = first_publication(sched, 0.0, 0.0)
-    assert pub1.switch_time == pytest.approx(0.10)  # actions 1..5
+    assert pub1.switch_time == pytest.approx(0.10)  # actions 0..4 in slots 1..5
     sched.request_sent(0.05)
     assert receive(sched, ramp_chunk(0.05, horizon=10), 0.05, 0.07)
-    assert sched.poll(5.0) is None  # the node stalled for seconds
-    assert sched.chunks_dropped_late == 1
-    assert sched.wants_request(5.0)
+    pub = sched.poll(5.0)  # the node stalled for seconds; the arm stopped at 0.20
+    assert pub is not None and pub.first_index == 8 and pub.stamp == 5.0
+    assert DT <= pub.time_from_start[0] < 2 * DT
+    assert sched.chunks_dropped_late == 0
 
 
 def test_auto_lead_is_p95_of_measured_latency_plus_margin() -> None:
@@ -235,7 +285,7 @@ def test_lead_is_capped_so_a_held_reply_keeps_an_action() -> None:
 def test_sync_mode_publishes_only_executed_part_and_requests_when_used_up() -> None:
     sched = make(mode="sync", request_lead_s=0.3)
     pub = first_publication(sched, 10.0, 0.08)
-    assert pub.first_index == 5
+    assert pub.first_index == 0  # nothing ran before: from action 0 (openpi's broker)
     assert pub.positions.shape == (E, 3)
     assert pub.switch_time == pytest.approx(pub.end_time)
     assert sched.next_request_time() == pytest.approx(10.28)
@@ -244,17 +294,19 @@ def test_sync_mode_publishes_only_executed_part_and_requests_when_used_up() -> N
     sched.request_sent(10.28)
     assert receive(sched, ramp_chunk(10.28), 10.28, 10.36)
     pub2 = sched.poll(10.36)
-    assert pub2 is not None and pub2.first_index == 5
+    # The arm stood still at the end of the executed part since t_obs: from action 0.
+    assert pub2 is not None and pub2.first_index == 0
+    assert pub2.shift_s == pytest.approx(0.1)
     assert sched.stall_time(10.36) == pytest.approx(0.08)  # held still while waiting
 
 
 def test_sync_mode_truncates_at_chunk_end() -> None:
     sched = make(mode="sync", horizon=10, execute_horizon=8)
-    sched.request_sent(0.0)
+    sched.request_sent(0.0, committed_steps=4)  # rows 0..3 repeat the held state
     receive(sched, ramp_chunk(0.0, horizon=10), 0.0, 0.05)
     pub = sched.poll(0.05)
     assert pub is not None
-    assert pub.first_index == 4  # 0.08 >= 0.07
+    assert pub.first_index == 4  # 0.08 >= 0.07, and no earlier than the committed rows
     assert pub.positions.shape[0] == 6
     assert pub.switch_time == pytest.approx(0.18)
 
@@ -273,7 +325,9 @@ def test_blending_cross_fades_from_old_to_new() -> None:
     pub2 = sched.poll(pub1.switch_time)
     assert pub2 is not None
     assert pub2.blended == 3
-    np.testing.assert_allclose(pub2.positions[:5, 0], [0.25, 0.5, 0.75, 1.0, 1.0])
+    # Smoothstep weights s(j/4), j = 1..3: the fade leaves the old chunk and joins the
+    # new one with zero slope.
+    np.testing.assert_allclose(pub2.positions[:5, 0], [0.15625, 0.5, 0.84375, 1.0, 1.0])
 
 
 def test_blending_uses_old_actions_at_same_times_and_its_last_beyond_end() -> None:
@@ -282,7 +336,7 @@ def test_blending_uses_old_actions_at_same_times_and_its_last_beyond_end() -> No
     sched.request_sent(0.0)
     receive(sched, old, 0.0, 0.0)
     pub1 = sched.poll(0.0)
-    assert pub1 is not None and pub1.first_index == 1
+    assert pub1 is not None and pub1.first_index == 0 and pub1.origin == pytest.approx(DT)
     assert pub1.switch_time == pytest.approx(0.08)
     sched.request_sent(0.03)
     new = np.full((10, 1), 100.0)
@@ -290,23 +344,26 @@ def test_blending_uses_old_actions_at_same_times_and_its_last_beyond_end() -> No
     pub2 = sched.poll(0.08)
     assert pub2 is not None
     # 0.03 + i*0.02 >= 0.10 -> k = 4: points at 0.11, 0.13, 0.15, 0.17 s, between old
-    # actions (old action i = i at i*0.02 s, so the old value at time t is t/0.02).
+    # actions (old action i = i runs at 0.02 + i*0.02 s, so the old value at time t
+    # is t/0.02 - 1).
     assert pub2.first_index == 4
     times = pub2.times[:4]
-    old_at = times / DT
-    w = np.array([1, 2, 3, 4]) / 5
+    old_at = times / DT - 1
+    x = np.array([1, 2, 3, 4]) / 5
+    w = x * x * (3 - 2 * x)
     np.testing.assert_allclose(pub2.positions[:4, 0], (1 - w) * old_at + w * 100.0)
-    # Beyond the old chunk's end (0.18 s) the old chunk contributes its last action.
+    # Beyond the old chunk's end (0.08 s) the old chunk contributes its last action.
     sched2 = make(horizon=4, execute_horizon=4, request_lead_s=0.0, blend_steps=2)
     sched2.request_sent(0.0)
     sched2.chunk_received(np.arange(4, dtype=float)[:, None], 0.0, 0.0)
     first = sched2.poll(0.0)
-    assert first is not None and first.end_time == pytest.approx(0.06)
-    sched2.request_sent(0.06)
-    sched2.chunk_received(np.full((4, 1), 10.0), 0.06, 0.06)
-    second = sched2.poll(0.06)
+    assert first is not None and first.end_time == pytest.approx(0.08)
+    sched2.request_sent(0.08)
+    sched2.chunk_received(np.full((4, 1), 10.0), 0.08, 0.08)
+    second = sched2.poll(0.08)
     assert second is not None
-    np.testing.assert_allclose(second.positions[:2, 0], [3 + (10 - 3) / 3, 3 + 2 * (10 - 3) / 3])
+    x = np.array([1, 2]) / 3
+    np.testing.assert_allclose(second.positions[:2, 0], 3 + (10 - 3) * x * x * (3 - 2 * x))
 
 
 def boundary_step(prev: Publication, sched: ChunkScheduler, pub: Publication) -> float:
@@ -350,14 +407,14 @@ def test_last_commanded_interpolates_from_previous_command() -> None:
     pub1 = first_publication(sched, 10.0, 0.08)
     # Before the first point (no previous command): the first point itself.
     np.testing.assert_allclose(sched.last_commanded(10.08), pub1.positions[0])
-    # Between points 0 and 1 (times 10.10 and 10.12).
-    np.testing.assert_allclose(sched.last_commanded(10.11), ramp_chunk(10.0)[5] + 0.01)
+    # Between points 0 and 1 (times 10.10 and 10.12: actions 0 and 1, shifted 0.1 s).
+    np.testing.assert_allclose(sched.last_commanded(10.11), ramp_chunk(10.0)[0] + 0.01)
     np.testing.assert_allclose(sched.last_commanded(20.0), pub1.positions[-1])
     sched.request_sent(10.18)
     receive(sched, ramp_chunk(10.18) + 1.0, 10.18, 10.2)
     pub2 = sched.poll(10.28)
     assert pub2 is not None
-    start = ramp_chunk(10.0)[14]  # old command at the stamp (old action 14 at 10.28)
+    start = ramp_chunk(10.0)[9]  # old command at the stamp (old action 9 at 10.28)
     np.testing.assert_allclose(sched.last_commanded(10.28), start)
     np.testing.assert_allclose(sched.last_commanded(10.29), 0.5 * start + 0.5 * pub2.positions[0])
 
@@ -470,15 +527,15 @@ def test_reset_forgets_chunks_and_discards_reply_in_flight() -> None:
 def test_stall_time_counts_time_without_future_points() -> None:
     sched = make(horizon=10, execute_horizon=5, request_lead_s=0.0)
     pub1 = first_publication(sched, 0.0, 0.0)
-    assert pub1.end_time == pytest.approx(0.18)
+    assert pub1.end_time == pytest.approx(0.20)
     sched.request_sent(pub1.switch_time)
-    assert sched.stall_time(0.18) == 0.0
-    assert sched.stall_time(0.30) == pytest.approx(0.12)
+    assert sched.stall_time(0.20) == pytest.approx(0.0, abs=1e-12)
+    assert sched.stall_time(0.30) == pytest.approx(0.10)
     receive(sched, ramp_chunk(pub1.switch_time, horizon=10), pub1.switch_time, 0.25)
     assert sched.poll(0.25) is not None
-    assert sched.stall_time(0.25) == pytest.approx(0.07)
+    assert sched.stall_time(0.25) == pytest.approx(0.05)
     sched.reset()
-    assert sched.stall_time(9.0) == pytest.approx(0.07)
+    assert sched.stall_time(9.0) == pytest.approx(0.05)
 
 
 def test_publication_arrays_are_read_only() -> None:
@@ -534,9 +591,11 @@ def check_invariants(cfg: SchedulerConfig, pubs: list[Publication]) -> None:
         assert tfs[0] < cfg.min_lead_s + cfg.dt + 1e-9
         np.testing.assert_allclose(np.diff(tfs), cfg.dt, rtol=0, atol=1e-9)
         assert (np.diff(tfs) > 0).all()
-        # Each point is the chunk's action for its own time (ramp chunk: value = time).
-        np.testing.assert_allclose(pub.positions[:, 0], pub.times, atol=1e-6)
-        assert pub.t_obs + pub.first_index * cfg.dt == pytest.approx(pub.first_time)
+        # Each point is the chunk's action for its own time (ramp chunk: value = time),
+        # later by the time the arm stood still (a whole number of slots).
+        np.testing.assert_allclose(pub.positions[:, 0], pub.times - pub.shift_s, atol=1e-6)
+        assert pub.origin + pub.first_index * cfg.dt == pytest.approx(pub.first_time)
+        assert pub.shift_s / cfg.dt == pytest.approx(round(pub.shift_s / cfg.dt), abs=1e-6)
     for prev, pub in zip(pubs, pubs[1:]):
         assert pub.stamp >= prev.stamp
         assert pub.chunk_seq > prev.chunk_seq
@@ -569,7 +628,7 @@ def test_property_zero_stall_when_replies_arrive_within_the_lead() -> None:
             assert pub.stamp <= prev.end_time + 1e-9
             # The old chunk ran exactly E actions; the new one starts in the next slot.
             assert prev.switch_time == pytest.approx(
-                prev.t_obs + (prev.first_index + execute - 1) * dt
+                prev.origin + (prev.first_index + execute - 1) * dt
             )
         assert sched.stall_time(duration - 0.001) == pytest.approx(0.0, abs=1e-9)
         assert sched.chunks_dropped_late == 0
@@ -579,11 +638,17 @@ def test_property_zero_stall_latency_bound() -> None:
     """Replies slower than an executed part: one chunk per L seconds; zero stall while
     2L <= (H-1)*dt (one request in flight), for any E."""
     rng = np.random.default_rng(11)
-    for _ in range(25):
+    runs = 0
+    while runs < 25:
         dt = float(rng.choice([0.01, 0.02, 0.05]))
         horizon = int(rng.integers(5, 60))
         execute = int(rng.integers(1, horizon + 1))
-        latency = float(rng.uniform(0.0, ((horizon - 1) * dt - 0.002) / 2))
+        # Latency-bound: every reply comes after the switch (L > (E-1)*dt + min_lead).
+        lo, hi = (execute - 1) * dt + dt + 0.002, ((horizon - 1) * dt - 0.002) / 2
+        if lo >= hi:
+            continue
+        runs += 1
+        latency = float(rng.uniform(lo, hi))
         cfg = SchedulerConfig(dt=dt, horizon=horizon, execute_horizon=execute)
         sched, pubs, received = simulate(cfg, np.array([latency]), tick=0.001, duration=3.0)
         check_invariants(cfg, pubs)

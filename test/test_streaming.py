@@ -55,15 +55,22 @@ def test_chunks_go_to_each_controller_with_timing_and_velocities() -> None:
     assert rig.core.counts["chunks_published"] == 3
 
 
-def test_stale_actions_are_dropped_by_measured_latency() -> None:
+def test_first_chunk_joins_the_still_arm_then_stale_actions_are_dropped() -> None:
     rig = streaming_rig(latency_s=0.15)
-    rig.run_until(lambda: rig.chunks())
-    msg = rig.chunks()[0]
-    first_index = round((first_time(msg) - parse_t_obs(msg.frame_id)) / DT)
+    rig.run_until(lambda: len(rig.chunks()) >= 2)
+    first, second = rig.chunks()[:2]
     # The reply takes 150 ms; the first point must be at least one period (20 ms)
-    # ahead: actions 0..8 (0..160 ms) are too early, action 9 (180 ms) comes first.
-    assert first_index == 9
-    assert len(msg.points.time_from_start) == H - first_index
+    # ahead: the first slot is action 9's (180 ms). The arm stood still since the
+    # observation, so the chunk starts with action 0 (the state) in that slot
+    # instead of jumping to action 9.
+    assert first_time(first) - parse_t_obs(first.frame_id) == pytest.approx(9 * DT)
+    assert len(first.points.time_from_start) == H
+    np.testing.assert_allclose(first.points.positions[0], rig.state[:6], atol=1e-6)
+    # The next one arrives while the first runs: its stale actions are dropped.
+    index = round((first_time(second) - parse_t_obs(second.frame_id)) / DT)
+    assert index >= 9
+    assert len(second.points.time_from_start) == H - index
+    np.testing.assert_allclose(second.points.positions[0], rig.state[:6] + index * 0.002, atol=1e-6)
 
 
 def test_switch_after_execute_horizon_and_early_requests() -> None:

@@ -2,21 +2,35 @@
 
 When the server advertises ``action_prefix`` (docs/protocol.md, "Action prefix"), an
 observation taken at ``t_obs`` carries the actions the robot will follow from
-``t_obs`` on, on the new chunk's time grid ``t_obs + i*dt``, and how many of them
-execute before the new chunk takes over (``committed_steps``). The server then
-returns a chunk that starts with them and blends into its own plan: real-time
-chunking (Black et al. 2025) over the wire.
+``t_obs`` on, on the new chunk's time grid ``t_obs + i*dt``, how many of them
+execute before the new chunk takes over (``committed_steps``), how many the robot
+runs while the server infers (``inference_delay``) and how many rows of the new
+chunk run after the committed ones (``execute_horizon``, where the server's soft
+region ends). The server then returns a chunk that starts with the committed
+actions and blends into its own plan: real-time chunking (Black et al. 2025) over
+the wire.
 
-`committed_prefix` reads both from the `ChunkScheduler` that will publish the reply:
+`committed_prefix` reads them from the `ChunkScheduler` that will publish the reply:
 
-- the rows are its current publication (what the controller follows: linear
-  between points, the last point held after its end) at ``t_obs + i*dt`` for every
-  slot up to the end of that publication (at least ``committed_steps`` rows, at
-  most ``H``); rows after the committed ones are the old chunk's remaining plan,
-  which the server uses as soft guidance;
-- ``committed_steps`` is the first index the scheduler will keep when it publishes
-  the reply: at the switch time (early requests) or, if the reply is expected
-  later, at ``t_obs`` plus the median measured latency; both plus ``min_lead_s``.
+- **rows**: what the controller follows from ``t_obs`` on: the current publication
+  (linear between points, its last point held after its end), or, when nothing of
+  ours moves the arm (the first chunk after a start, a hold or a reset), the held
+  state; at least up to the end of the soft region (``committed_steps +
+  execute_horizon``) and the end of the current publication, at most ``H`` rows.
+  Rows beyond what is published repeat the last action (never zeros: a zero is a
+  real position, lerobot #4454);
+- **committed_steps** ``d``: the first index the scheduler will keep when it
+  publishes the reply: at the switch time (early requests) or, if the reply is
+  expected later, at ``t_obs`` plus the median measured latency; both plus
+  ``min_lead_s``. With the arm still, the reply joins the arm at any of these rows
+  (``ChunkScheduler.request_sent(committed_steps=d)``), so it starts without a jump
+  even when it comes later than expected;
+- **inference_delay**: the steps from ``t_obs`` until the reply is expected (the
+  request's time plus the median latency, the warm-up reply excluded,
+  ``RequestClock.estimate``), at most ``d``: the robot cannot run more of the prefix
+  before the new chunk takes over than the committed rows;
+- **execute_horizon** ``E``: the new chunk's rows ``d .. d+E-1`` run before the next
+  chunk takes over; its soft region must end by row ``d + E``.
 
 Pure (time is passed in), no rclpy; the rows are in the scheduler's chunk columns
 (`to_action_space` spreads them into the server's action vector).
@@ -26,34 +40,71 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from relay_ros.pipeline.scheduler import TIME_EPS_S, ChunkScheduler
 
-__all__ = ["committed_prefix", "to_action_space"]
+__all__ = ["CommittedPrefix", "committed_prefix", "to_action_space"]
 
 
-def committed_prefix(scheduler: ChunkScheduler, t_obs: float) -> tuple[np.ndarray, int] | None:
-    """``(rows (P, D) float32, committed_steps)`` for an observation at ``t_obs``, or None.
+@dataclass(frozen=True, eq=False)
+class CommittedPrefix:
+    """The ``action_prefix`` keys of one observation (see the module docstring).
 
-    None when nothing is published yet (the first chunk has no prefix to continue).
+    Attributes:
+        rows: (P, D) float32, the scheduler's columns.
+        committed_steps: Rows certain to execute before the new chunk takes over.
+        inference_delay: Rows the robot runs while the server infers (estimated).
+        execute_horizon: Rows of the new chunk after the committed ones that run
+            before the next chunk takes over.
     """
-    current = scheduler.current
-    if current is None:
-        return None
+
+    rows: np.ndarray
+    committed_steps: int
+    inference_delay: int
+    execute_horizon: int
+
+
+def committed_prefix(
+    scheduler: ChunkScheduler,
+    t_obs: float,
+    held: np.ndarray,
+    *,
+    requested_at: float | None = None,
+) -> CommittedPrefix:
+    """The prefix for an observation at ``t_obs``, requested at ``requested_at``
+    (default ``t_obs``; later when the observation shows its frames' moment: the
+    scheduler's latencies count from the request); ``held`` (D,) is where the arm
+    stands (the measured state of the commanded joints), used when nothing of ours
+    moves it."""
     cfg = scheduler.config
-    takeover = current.switch_time - cfg.publish_early_s
+    current = scheduler.current
     latency = scheduler.latencies.percentile(50.0)
-    if latency is not None:
-        takeover = max(takeover, t_obs + latency)
+    sent = t_obs if requested_at is None else max(t_obs, requested_at)
+    reply = sent if latency is None else sent + latency
+    takeover = reply
+    if current is not None:
+        takeover = max(takeover, current.switch_time - cfg.publish_early_s)
     target = takeover + cfg.min_lead_s - TIME_EPS_S
     committed = min(cfg.horizon, max(0, math.ceil((target - t_obs) / cfg.dt - 1e-9)))
-    covered = math.floor((current.end_time - t_obs) / cfg.dt + 1e-9) + 1
-    rows = min(cfg.horizon, max(committed, covered, 1))
-    times = t_obs + np.arange(rows, dtype=np.float64) * cfg.dt
-    prefix = np.stack([scheduler.last_commanded(float(t)) for t in times])
-    return prefix.astype(np.float32), committed
+    execute = cfg.execute_horizon
+    wanted = min(cfg.horizon, max(committed + execute, 1))
+    if current is None:
+        rows = np.repeat(np.asarray(held, dtype=np.float64)[None, :], wanted, axis=0)
+    else:
+        covered = math.floor((current.end_time - t_obs) / cfg.dt + 1e-9) + 1
+        count = min(cfg.horizon, max(wanted, covered))
+        times = t_obs + np.arange(count, dtype=np.float64) * cfg.dt
+        rows = np.stack([scheduler.last_commanded(float(t)) for t in times])
+    delay = math.ceil((reply - t_obs) / cfg.dt - 1e-9) if latency is not None else 0
+    return CommittedPrefix(
+        rows=rows.astype(np.float32),
+        committed_steps=committed,
+        inference_delay=min(delay, committed),
+        execute_horizon=execute,
+    )
 
 
 def to_action_space(rows: np.ndarray, dims: Sequence[int], action_dim: int) -> np.ndarray:

@@ -219,6 +219,11 @@ class CameraFrames:
         window = min(_PREPARE_WINDOW_MAX_S, max(_PREPARE_WINDOW_MIN_S, _PREPARE_PERIODS * period))
         return now >= request_at - window
 
+    def period(self, key: str) -> float | None:
+        """Camera ``key``'s last interval between two messages (s), None before two came
+        close enough together (at most 0.2 s) to tell."""
+        return self._period.get(key)
+
     def stamps(self) -> dict[str, float]:
         """Camera key -> arrival time of its newest message (cameras with one only)."""
         return {key: latest.received for key, latest in self._latest.items()}

@@ -16,6 +16,26 @@
   that stops it (a camera without a frame, a stale input, bad joint states, a frame
   that does not convert).
 
+**Which moment an observation shows** (:data:`OBSERVATION_TIMINGS`): a frame is up
+to a camera period old when a request goes out (67 ms at 15 Hz), and the arm moves
+meanwhile, so the newest joint state does not show the arm the frames show.
+
+- ``"frame_arrival"`` (the default): the streaming core sends the request as soon as
+  every camera has a new frame in the camera period before the request is due (at
+  the latest when it is due), with the newest state: frames and state both fresh;
+- ``"frame"``: the observation is taken at its newest frame's arrival: the state is
+  the joint states' history interpolated at that time
+  (:meth:`~relay_ros.pipeline.state.JointStateCache.vector_at`) and ``t_obs`` is that
+  time, so the chunk's action ``i`` is meant for ``t_obs + i*dt`` from then (the
+  request still goes when due; the request lead counts from the request);
+- ``"request"``: the newest state and the newest frames at the request, each as old
+  as it is (what relay_ros did before; kept for the paired benchmark).
+
+Times are reception times on the node clock for both frames and joint states (the
+middleware's reception stamp, ``node.polled``), not header stamps: those come from
+the camera driver's and the controller's clocks, which need not agree with each
+other or with the node's, and some drivers leave them zero.
+
 Time is passed in (node clock); the frame work is timed on the :class:`RequestClock`'s
 ``perf_clock``. Not thread-safe: call it from the node's executor thread.
 """
@@ -36,7 +56,19 @@ from relay_ros.pipeline.request_clock import RequestClock
 from relay_ros.pipeline.safety import check_fresh
 from relay_ros.pipeline.state import JointStateCache, JointStateError
 
-__all__ = ["InputProblem", "ObservationInputs", "Snapshot"]
+__all__ = [
+    "DEFAULT_OBSERVATION_TIMING",
+    "OBSERVATION_TIMINGS",
+    "InputProblem",
+    "ObservationInputs",
+    "ObservationTiming",
+    "Snapshot",
+]
+
+ObservationTiming = Literal["frame", "frame_arrival", "request"]
+#: Which moment an observation shows (module docstring).
+OBSERVATION_TIMINGS: tuple[str, ...] = ("frame", "frame_arrival", "request")
+DEFAULT_OBSERVATION_TIMING: ObservationTiming = "frame_arrival"
 
 ProblemKind = Literal["missing_input", "stale_input", "joint_states", "frame_conversion"]
 
@@ -194,11 +226,14 @@ class ObservationInputs:
         timeout_s: float,
         *,
         timed_after: int | None = None,
+        at_frames: bool = False,
     ) -> Snapshot | InputProblem:
         """The inputs of an observation taken at ``now``, or why there is none.
 
         ``timed_after``: a value of ``frames.stored`` from when the request's timing
         began (frames stored after it are inside that timing already).
+        ``at_frames``: the observation is taken at its newest frame's arrival (the
+        ``"frame"`` timing): the state then, interpolated, and that ``t_obs``.
         """
         missing = self.frames.missing()
         if missing:
@@ -207,8 +242,12 @@ class ObservationInputs:
         stale = check_fresh(stamps, now, timeout_s)
         if stale is not None:
             return InputProblem("stale_input", f"stale observation: {stale.reason}")
+        t_obs = min(now, max(self.frames.stamps().values())) if at_frames else now
         try:
-            state = self.joints.vector(now, timeout_s)
+            if at_frames:
+                state = self.joints.vector_at(t_obs, now, timeout_s)
+            else:
+                state = self.joints.vector(now, timeout_s)
         except JointStateError as exc:
             return InputProblem("joint_states", f"joint states: {exc}")
         try:
@@ -217,7 +256,21 @@ class ObservationInputs:
             return InputProblem("frame_conversion", str(exc))
         if wire.converted:
             self._clock.frames_processed(wire.conversion_s + wire.read_s, wire.converted)
-        return Snapshot(wire, state, now)
+        return Snapshot(wire, state, t_obs)
+
+    def refreshed_since(self, since: float) -> bool:
+        """Whether every camera has a frame that arrived at or after ``since``."""
+        if self.frames.missing():
+            return False
+        return all(t >= since for t in self.frames.stamps().values())
+
+    def frame_period(self) -> float | None:
+        """The longest of the cameras' frame periods (s), None until every one is known."""
+        if self.frames.missing():
+            return None
+        periods = [self.frames.period(key) for key in self.frames.stamps()]
+        known = [p for p in periods if p is not None]
+        return max(known) if len(known) == len(periods) else None
 
     def clear_frames(self) -> None:
         """Forget every frame (after a reconnect: the image size may change)."""

@@ -8,6 +8,18 @@ node clock and the upload / server / download split of each request
 the :class:`RequestStart` the clock hands out when it begins; that handle travels
 with the request (in its tag) and comes back with the outcome.
 
+The scheduler plans with :attr:`RequestClock.estimate`, the time from each request
+to its reply (for an observation that shows its frames' moment, ``t_obs`` is
+earlier than the request: the frames' age is not latency the request lead must
+cover), without the first reply of each connection: a server's first inference (loading, compiling,
+warming caches) can take seconds, and one such spike kept in the estimate sizes the
+early-request lead and the action prefix's delay for it until it leaves the window
+(lerobot #4223, #4454). It stands in only while it is the only measurement (for the
+second request: a warm server's first reply is a good guess, and a slow warm-up only
+makes that request early and its prefix long); the second reply replaces it.
+:attr:`RequestClock.latency` keeps every reply, for the diagnostics and the request
+timeout.
+
 Two clocks: ``perf_clock`` (monotonic wall time, for the node's own work) and the
 node clock (``now`` passed in, sim time or ROS time, for everything the scheduler
 plans with). Not thread-safe except the :class:`LatencyStats`, which the diagnostics
@@ -16,15 +28,17 @@ and the connection's worker may read from any thread.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from relay_ros.pipeline.stats import LatencyStats
+from relay_ros.pipeline.stats import LatencyStats, StatsError
 from relay_ros.wire.request_timing import RequestTiming
 
 __all__ = [
+    "WarmupExcluded",
     "FIRST_REQUEST_TIMEOUT_S",
     "MIN_REQUEST_TIMEOUT_S",
     "REQUEST_TIMEOUT_P99_FACTOR",
@@ -51,10 +65,48 @@ class RequestStart:
         frame_before_s: Processing time (read and conversion) of the request's
             newest frame when that was done on an earlier tick; 0 when this tick
             read or converted it (``started`` covers it then).
+        requested_at: When the request was made, node clock (s): ``t_obs``, or
+            later when the observation shows an earlier moment (its frames').
     """
 
     started: float
     frame_before_s: float
+    requested_at: float
+
+
+class WarmupExcluded(LatencyStats):
+    """:class:`LatencyStats` that leaves out the first sample after :meth:`expect_warmup`.
+
+    That sample (a connection's first reply) stands in for the statistics only while
+    the window has nothing else; the next sample replaces it.
+    """
+
+    def __init__(self, window: int = 100) -> None:
+        super().__init__(window)
+        self._expect = False
+        self._warmup: float | None = None
+
+    def expect_warmup(self) -> None:
+        """The next sample is a warm-up."""
+        self._expect = True
+
+    def add(self, seconds: float) -> None:
+        """Record one latency in seconds (finite, >= 0), unless it is the warm-up."""
+        if self._expect:
+            value = float(seconds)
+            if not math.isfinite(value) or value < 0.0:
+                raise StatsError(f"latency {seconds!r} s must be a finite number >= 0")
+            self._expect = False
+            if super().percentile(50) is None:
+                self._warmup = value
+            return  # after a reconnect the earlier samples speak for the server
+        self._warmup = None
+        super().add(seconds)
+
+    def percentile(self, q: float) -> float | None:
+        """As :meth:`LatencyStats.percentile`; the warm-up sample while it is the only one."""
+        value = super().percentile(q)
+        return self._warmup if value is None else value
 
 
 class RequestClock:
@@ -68,6 +120,8 @@ class RequestClock:
         self.perf_clock = perf_clock
         #: Observation -> reply on the node clock, every action reply (refused ones too).
         self.latency = LatencyStats()
+        #: The same without the warm-up reply: what the scheduler plans with.
+        self.estimate = WarmupExcluded()
         self.frame_processing = LatencyStats()
         self.request_to_wire = LatencyStats()
         self.image_to_wire = LatencyStats()
@@ -125,9 +179,10 @@ class RequestClock:
             for _ in range(count):
                 self.frame_processing.add(seconds / count)
 
-    def start(self, started: float, frame_before_s: float) -> RequestStart:
-        """A request begins; ``started`` is on ``perf_clock`` (see :class:`RequestStart`)."""
-        return RequestStart(started, frame_before_s)
+    def start(self, started: float, frame_before_s: float, now: float) -> RequestStart:
+        """A request begins at ``now`` (node clock); ``started`` is on ``perf_clock``
+        (see :class:`RequestStart`)."""
+        return RequestStart(started, frame_before_s, now)
 
     def sent(self, start: RequestStart, now: float) -> None:
         """The connection took the request at ``now`` (node clock)."""
@@ -152,9 +207,16 @@ class RequestClock:
         if start is self._in_flight:
             self.abandon()
 
-    def replied(self, t_obs: float, now: float) -> None:
-        """An action reply to the observation taken at ``t_obs`` arrived at ``now``."""
+    def replied(self, t_obs: float, start: RequestStart, now: float) -> None:
+        """An action reply to the observation taken at ``t_obs`` (requested as
+        ``start``) arrived at ``now``: ``latency`` from ``t_obs``, ``estimate`` from
+        the request (what the scheduler can plan with: it requests at ``now``)."""
         self.latency.add(now - t_obs)
+        self.estimate.add(now - start.requested_at)
+
+    def connected(self) -> None:
+        """A new connection: its first reply is a warm-up (see :class:`WarmupExcluded`)."""
+        self.estimate.expect_warmup()
 
     def abandon(self) -> None:
         """Nothing is in flight any more (a disconnect, a reply)."""

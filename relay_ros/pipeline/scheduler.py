@@ -23,12 +23,23 @@ that joint_trajectory_controller follows it without pauses or jumps (see
   following the current chunk instead of holding still.
 - **Sync** (mode ``"sync"``, openpi's ``ActionChunkBroker``): only the E executed
   actions are published and the next request is sent when they are used up.
-- **Latency compensation**: on publication at ``now``, actions with
-  ``t_obs + i*dt < now + min_lead_s`` are dropped; a chunk with no action left
-  is dropped and counted (``chunks_dropped_late``) and a new one requested.
+- **Latency compensation**: on publication at ``now``, the first point goes in
+  the first slot ``k`` with ``t_obs + k*dt >= now + min_lead_s``; the actions
+  before it are dropped while the arm ran them (on the previous trajectory).
+- **Joining a still arm**: actions the arm never ran are not dropped. When no
+  trajectory of ours moved the arm since ``t_obs`` (the first chunk after a
+  start, a hold or a reset; sync mode, whose trajectory ended at the request), the
+  chunk starts at action 0 in slot ``k``, re-timed by ``k`` slots
+  (``Publication.shift_s``); when the previous trajectory ended between ``t_obs``
+  and ``now``, at the first action after its end. With an action prefix the
+  server reproduces (``request_sent(committed_steps=d)``), at action
+  ``min(k, d)``: rows before ``d`` are what the arm follows anyway. A chunk is
+  dropped (``chunks_dropped_late``) only when nothing of it is left after the
+  previous trajectory, and a new one requested.
 - **Blending**: the first ``blend_steps`` published points cross-fade from the
   previous chunk's actions at the same times (linearly interpolated; its last
-  action beyond its end) to the new chunk's, with weights ``(j+1)/(B+1)``.
+  action beyond its end) to the new chunk's, with smoothstep weights
+  ``s((j+1)/(B+1))``, ``s(x) = 3x^2 - 2x^3`` (:func:`smooth_weights`).
 
 Times are float seconds on the node clock. Comparisons allow ``TIME_EPS_S``
 (1 ns, the ROS time resolution) so that float rounding never moves an action by
@@ -55,6 +66,7 @@ from relay_ros.pipeline.stats import LatencyStats
 
 __all__ = [
     "MODES",
+    "smooth_weights",
     "TIME_EPS_S",
     "ChunkError",
     "ChunkScheduler",
@@ -70,6 +82,14 @@ _log = logging.getLogger(__name__)
 SchedulerMode = Literal["early", "sync"]
 MODES: tuple[str, ...] = ("early", "sync")
 TIME_EPS_S = 1e-9
+
+
+def smooth_weights(count: int) -> np.ndarray:
+    """The new chunk's weights of a ``count``-point cross-fade: ``s((j+1)/(count+1))``
+    for ``j = 0..count-1`` with the smoothstep ``s(x) = 3x^2 - 2x^3``, so that the
+    blend leaves the old chunk and joins the new one with zero slope."""
+    x = np.arange(1, count + 1, dtype=np.float64) / (count + 1)
+    return x * x * (3.0 - 2.0 * x)
 
 
 class SchedulerConfigError(ValueError):
@@ -131,6 +151,10 @@ class SchedulerConfig:
             time (>= 0, < min_lead_s). Set it to the poll period: a poll that
             lands just after the switch would otherwise find the slot after the
             executed part less than ``min_lead_s`` ahead and skip that action.
+        join_still_arm: the publications move the arm, so a chunk that comes
+            while none does joins the still arm (module docstring); False when
+            they do not (a dry run: whatever moves the arm, it is not them, so
+            every chunk keeps its own timeline).
     """
 
     dt: float
@@ -145,6 +169,7 @@ class SchedulerConfig:
     lead_percentile: float = 95.0
     latency_window: int = 100
     publish_early_s: float = 0.0
+    join_still_arm: bool = True
 
     def __post_init__(self) -> None:
         dt = _check_number("dt", self.dt, minimum=0.0, strict=True)
@@ -158,6 +183,8 @@ class SchedulerConfig:
         min_lead = _check_number("min_lead_s", min_lead, minimum=0.0, strict=True)
         if self.mode not in MODES:
             raise SchedulerConfigError(f"mode {self.mode!r} is not one of {list(MODES)}")
+        if not isinstance(self.join_still_arm, bool):
+            raise SchedulerConfigError(f"join_still_arm {self.join_still_arm!r} must be a bool")
         values = {
             "dt": dt,
             "horizon": horizon,
@@ -204,6 +231,9 @@ class Publication:
             action), seconds.
         chunk_seq: 1-based sequence number of the chunk (order of receipt).
         blended: how many leading points were cross-faded with the old chunk.
+        shift_s: how much later than ``t_obs + i*dt`` action ``i`` runs (s): the time
+            the arm stood still between the observation and the publication, which
+            is not skipped (a multiple of dt; 0 while the arm moved).
     """
 
     stamp: float
@@ -214,6 +244,13 @@ class Publication:
     switch_time: float
     chunk_seq: int
     blended: int = 0
+    shift_s: float = 0.0
+
+    @property
+    def origin(self) -> float:
+        """When action 0 of the chunk runs on this publication's timeline (seconds):
+        ``t_obs + shift_s``; action ``i`` runs at ``origin + i*dt``."""
+        return self.t_obs + self.shift_s
 
     @property
     def times(self) -> np.ndarray:
@@ -244,6 +281,7 @@ class _Pending:
     t_obs: float
     due: float
     seq: int
+    committed_steps: int  # leading rows that repeat what the robot follows from t_obs on
 
 
 class ChunkScheduler:
@@ -272,6 +310,7 @@ class ChunkScheduler:
         self._current: _Active | None = None
         self._pending: _Pending | None = None
         self._in_flight: float | None = None
+        self._in_flight_committed = 0
         self._discard_reply = False
         self._retry_not_before = -math.inf
         self._seq = 0
@@ -376,14 +415,22 @@ class ChunkScheduler:
         return total
 
     # --------------------------------------------------------------- requests
-    def request_sent(self, t_obs: float) -> None:
-        """Record that an observation taken at ``t_obs`` was sent."""
+    def request_sent(self, t_obs: float, *, committed_steps: int = 0) -> None:
+        """Record that an observation taken at ``t_obs`` was sent.
+
+        ``committed_steps``: how many leading rows of the reply repeat what the robot
+        follows from ``t_obs`` on (the ``action_prefix`` the server honours,
+        ``action_prefix.committed_prefix``); 0 without a prefix. A reply that comes
+        while the arm stands still may start at any of them (module docstring,
+        "Joining a still arm").
+        """
         if self._in_flight is not None:
             raise SchedulerStateError(
                 f"request_sent(t_obs={t_obs}) while the request for t_obs={self._in_flight} "
                 "is still in flight; at most one request may be in flight"
             )
         self._in_flight = float(t_obs)
+        self._in_flight_committed = max(0, int(committed_steps))
 
     def request_failed(self, now: float, reason: str | None = None) -> None:
         """The request in flight failed (connection error, error reply or a chunk
@@ -434,10 +481,11 @@ class ChunkScheduler:
         due = now
         if self._current is not None:
             due = max(now, self._current.publication.switch_time - self._cfg.publish_early_s)
-        if self._first_index(float(t_obs), due) >= self._cfg.horizon:
+        pending = _Pending(arr, float(t_obs), due, self._seq, self._in_flight_committed)
+        if self._placement(pending, due)[1] >= self._cfg.horizon:
             self._drop_late(t_obs, now)
             return False
-        self._pending = _Pending(arr, float(t_obs), due, self._seq)
+        self._pending = pending
         return True
 
     # ------------------------------------------------------------- publishing
@@ -454,23 +502,24 @@ class ChunkScheduler:
         if pending is None or now < pending.due - TIME_EPS_S:
             return None
         cfg = self._cfg
-        k = self._first_index(pending.t_obs, now)
-        if k >= cfg.horizon:
+        slot, first = self._placement(pending, now)
+        if first >= cfg.horizon:
             self._pending = None
             self._drop_late(pending.t_obs, now)
             return None
-        end = cfg.horizon if cfg.mode == "early" else min(cfg.horizon, k + cfg.execute_horizon)
-        n = end - k
-        tfs0 = (pending.t_obs - now) + k * cfg.dt
+        end = cfg.horizon if cfg.mode == "early" else min(cfg.horizon, first + cfg.execute_horizon)
+        n = end - first
+        shift_s = (slot - first) * cfg.dt  # the time the arm stood still: not skipped
+        tfs0 = (pending.t_obs - now) + slot * cfg.dt
         tfs = tfs0 + np.arange(n, dtype=np.float64) * cfg.dt
-        positions = pending.chunk[k:end].copy()
+        positions = pending.chunk[first:end].copy()
         blended = 0
         if self._current is not None and cfg.blend_steps > 0:
             blended = min(cfg.blend_steps, n)
             old = self._chunk_at(self._current, now + tfs[:blended])
-            weights = (np.arange(1, blended + 1, dtype=np.float64) / (blended + 1))[:, None]
+            weights = smooth_weights(blended)[:, None]
             positions[:blended] = (1.0 - weights) * old + weights * positions[:blended]
-        switch_index = min(k + cfg.execute_horizon - 1, cfg.horizon - 1)
+        switch_index = min(first + cfg.execute_horizon - 1, cfg.horizon - 1)
         positions.setflags(write=False)
         tfs.setflags(write=False)
         return Publication(
@@ -478,10 +527,11 @@ class ChunkScheduler:
             positions=positions,
             time_from_start=tfs,
             t_obs=pending.t_obs,
-            first_index=k,
-            switch_time=pending.t_obs + switch_index * cfg.dt,
+            first_index=first,
+            switch_time=pending.t_obs + shift_s + switch_index * cfg.dt,
             chunk_seq=pending.seq,
             blended=blended,
+            shift_s=shift_s,
         )
 
     def commit(self, publication: Publication) -> None:
@@ -583,6 +633,25 @@ class ChunkScheduler:
             k += 1
         return k
 
+    def _placement(self, pending: _Pending, now: float) -> tuple[int, int]:
+        """``(slot, first)`` for publishing ``pending`` at ``now``: ``slot`` is the
+        first index whose time is ``min_lead_s`` ahead (latency compensation), and
+        ``first`` the row published there: ``slot``, or an earlier one when the arm
+        stood still since ``t_obs`` (the rows the arm never ran are not dropped)."""
+        slot = self._first_index(pending.t_obs, now)
+        if not self._cfg.join_still_arm:
+            return slot, slot
+        return slot, min(slot, max(self._moving_steps(pending.t_obs), pending.committed_steps))
+
+    def _moving_steps(self, t_obs: float) -> int:
+        """How many rows of a chunk observed at ``t_obs`` fall in the time a trajectory
+        of ours was still moving the arm: 0 before the first publication (or after a
+        reset), else up to the current publication's last point."""
+        if self._current is None:
+            return 0
+        moving = (self._current.publication.end_time - t_obs) / self._cfg.dt
+        return max(0, math.ceil(moving - 1e-6))
+
     def _drop_late(self, t_obs: float, now: float) -> None:
         self._dropped_late += 1
         _log.debug(
@@ -595,7 +664,7 @@ class ChunkScheduler:
     def _chunk_at(self, active: _Active, times: np.ndarray) -> np.ndarray:
         """The old chunk's actions (all H, not only the published ones) at ``times``."""
         chunk = active.chunk
-        f = (np.asarray(times, dtype=np.float64) - active.publication.t_obs) / self._cfg.dt
+        f = (np.asarray(times, dtype=np.float64) - active.publication.origin) / self._cfg.dt
         f = np.clip(f, 0.0, chunk.shape[0] - 1)
         i0 = np.floor(f).astype(np.int64)
         i1 = np.minimum(i0 + 1, chunk.shape[0] - 1)

@@ -132,6 +132,8 @@ def scheduler_config(cfg: StreamingSettings, spec: ServerSpec) -> SchedulerConfi
             # The timer polls every tick: publish up to one tick before the switch
             # so that no action slot is skipped at the boundary.
             publish_early_s=min(1.0 / cfg.tick_hz, 0.5 / control_hz),
+            # In dry run nothing the node publishes moves the arm.
+            join_still_arm=not cfg.dry_run,
         )
     except SchedulerConfigError as exc:
         raise StreamingConfigError(str(exc)) from None

@@ -6,6 +6,11 @@ joint with the time it was valid, and :meth:`JointStateCache.vector` assembles t
 state vector only when every joint is known, fresh and finite. Otherwise it raises,
 so the node takes no observation and can say exactly which joint is at fault.
 
+It also keeps a short history of each joint (the last ``HISTORY_LENGTH`` values), so
+that :meth:`JointStateCache.vector_at` can give the state at an earlier time, linearly
+interpolated: the time a camera frame arrived, so that an observation's state and
+frames show the same moment while the arm moves.
+
 All times are float seconds on one clock (the node's ROS clock, so sim time works).
 Thread-safe: ``update`` runs in a subscription callback, ``vector`` in the timer.
 """
@@ -15,11 +20,13 @@ from __future__ import annotations
 import logging
 import math
 import threading
+from collections import deque
 from collections.abc import Sequence
 
 import numpy as np
 
 __all__ = [
+    "HISTORY_LENGTH",
     "DuplicateJointError",
     "JointStateCache",
     "JointStateError",
@@ -29,6 +36,10 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+#: Values kept per joint for :meth:`JointStateCache.vector_at`: 1 s at 1 kHz, 10 s at
+#: 100 Hz (an observation's frames are at most ``sensor_timeout_s`` old).
+HISTORY_LENGTH = 1000
 
 
 class JointStateError(ValueError):
@@ -135,6 +146,9 @@ class JointStateCache:
         self._positions = np.zeros(len(names), dtype=np.float64)
         self._stamps = np.full(len(names), -math.inf, dtype=np.float64)
         self._seen = np.zeros(len(names), dtype=bool)
+        self._history: list[deque[tuple[float, float]]] = [
+            deque(maxlen=HISTORY_LENGTH) for _ in names
+        ]
         # Joints whose latest message was refused (named twice): unknown until a good one.
         self._refused: dict[int, DuplicateJointError] = {}
         self._lock = threading.Lock()
@@ -182,6 +196,7 @@ class JointStateCache:
                 self._positions[i] = float(position)
                 self._stamps[i] = float(stamp)
                 self._seen[i] = True
+                self._history[i].append((float(stamp), float(position)))
                 self._refused.pop(i, None)
                 updated += 1
         return updated
@@ -204,6 +219,8 @@ class JointStateCache:
         with self._lock:
             self._seen[:] = False
             self._stamps[:] = -math.inf
+            for history in self._history:
+                history.clear()
             self._refused.clear()
 
     def vector(self, now: float, timeout_s: float) -> np.ndarray:
@@ -244,3 +261,42 @@ class JointStateCache:
                 [self._names[i] for i in bad], [float(positions[i]) for i in bad]
             )
         return positions
+
+    def vector_at(self, t: float, now: float, timeout_s: float) -> np.ndarray:
+        """The state vector at time ``t`` (<= ``now``), from each joint's history.
+
+        Each joint's value is linearly interpolated between its two values around
+        ``t``; after its newest value, the newest; before its oldest kept value, the
+        oldest. The checks are those of :meth:`vector` at ``now`` (every joint known,
+        its newest value fresh and finite), and the values used must be finite.
+
+        Raises:
+            MissingJointsError, StaleInputError, NonFiniteStateError: as :meth:`vector`.
+        """
+        self.vector(now, timeout_s)
+        values = np.empty(len(self._names), dtype=np.float64)
+        with self._lock:
+            for i, history in enumerate(self._history):
+                values[i] = _value_at(history, float(t))
+        finite = np.isfinite(values)
+        if not finite.all():
+            bad = [i for i in range(len(self._names)) if not finite[i]]
+            raise NonFiniteStateError(
+                [self._names[i] for i in bad], [float(values[i]) for i in bad]
+            )
+        return values
+
+
+def _value_at(history: deque[tuple[float, float]], t: float) -> float:
+    """A joint's value at ``t`` from its ``(stamp, value)`` history (oldest first, not
+    empty), scanning back from the newest: a frame is a few samples old."""
+    newer: tuple[float, float] | None = None
+    for stamp, value in reversed(history):
+        if stamp <= t:
+            if newer is None or newer[0] == stamp:
+                return value
+            a = (t - stamp) / (newer[0] - stamp)
+            return value + a * (newer[1] - value)
+        newer = (stamp, value)
+    assert newer is not None
+    return newer[1]  # older than everything kept: the oldest value

@@ -44,7 +44,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from relay_ros.pipeline.action_prefix import committed_prefix, to_action_space
-from relay_ros.pipeline.camera_frames import FRAME_LOOKAHEAD_S, LAST_READ_LEAD_S, CameraFrames
+from relay_ros.pipeline.camera_frames import CameraFrames
 from relay_ros.pipeline.camera_map import CameraEntry
 from relay_ros.pipeline.controller_messages import (
     TrajectoryMessage,
@@ -53,7 +53,14 @@ from relay_ros.pipeline.controller_messages import (
 )
 from relay_ros.pipeline.frame_source import FrameSource
 from relay_ros.pipeline.holding import Holding
-from relay_ros.pipeline.observation_inputs import InputProblem, ObservationInputs
+from relay_ros.pipeline.observation_inputs import (
+    DEFAULT_OBSERVATION_TIMING,
+    OBSERVATION_TIMINGS,
+    InputProblem,
+    ObservationInputs,
+    ObservationTiming,
+    Snapshot,
+)
 from relay_ros.pipeline.replies import ReplyVerdict, judge_reply
 from relay_ros.pipeline.request_clock import RequestClock, RequestStart
 from relay_ros.pipeline.safety import Refusal, check_first_step
@@ -68,6 +75,7 @@ from relay_ros.pipeline.settings import (
     scheduler_config,
 )
 from relay_ros.pipeline.stats import LatencyStats, MessageCounter
+from relay_ros.pipeline.tick_plan import frames_just_came, frames_wanted, next_deadline
 
 __all__ = ["RequestTag", "StreamingCore", "TrajectoryMessage"]
 
@@ -132,6 +140,13 @@ class StreamingCore:
             frame while :meth:`wants_frames` (after a due chunk is published); on a
             tick that makes a request the reads count in ``request_to_wire``. None:
             frames are pushed with :meth:`frame_arrived` as they arrive.
+        observation_timing: Which moment an observation shows
+            (:mod:`~relay_ros.pipeline.observation_inputs`): ``"frame_arrival"``
+            (requests timed to the frames' arrival, the default), ``"frame"`` (its
+            newest frame's arrival, the state interpolated there) or ``"request"``
+            (the newest of each at the request). Not a node parameter: a choice the
+            benchmarks compare (docs/streaming.md, "Which moment an observation
+            shows").
     """
 
     def __init__(
@@ -147,8 +162,15 @@ class StreamingCore:
         cameras: Sequence[CameraEntry] | None = None,
         deserialize: Callable[[bytes], Any] | None = None,
         frame_sources: Mapping[str, FrameSource] | None = None,
+        observation_timing: ObservationTiming = DEFAULT_OBSERVATION_TIMING,
     ) -> None:
         check_live_settings(config)
+        if observation_timing not in OBSERVATION_TIMINGS:
+            raise ValueError(
+                f"observation_timing {observation_timing!r} is not one of "
+                f"{list(OBSERVATION_TIMINGS)}"
+            )
+        self._timing = observation_timing
         self._cfg = config
         self._camera_keys = tuple(camera_keys)
         self._submit = submit
@@ -284,25 +306,16 @@ class StreamingCore:
     # ------------------------------------------------------------------ inputs
     def wants_frames(self, now: float) -> bool:
         """Whether the cameras should be read now: streaming, and the next request is
-        due within ``FRAME_LOOKAHEAD_S`` (so frames can be converted as they come,
-        before it)."""
+        due within ``FRAME_LOOKAHEAD_S`` (:func:`~relay_ros.pipeline.tick_plan.frames_wanted`)."""
         session = self._session
         if session is None or not self._enabled:
             return False
-        due = session.scheduler.next_request_time()
-        return due is not None and now >= due - FRAME_LOOKAHEAD_S
+        return frames_wanted(session.scheduler, now)
 
     def next_deadline(self, now: float) -> float | None:
-        """When :meth:`tick` next has work, on the node clock.
-
-        - a held chunk: its publication time;
-        - else before the next request: ``FRAME_LOOKAHEAD_S`` before it (from then
-          on :meth:`wants_frames` is true), then one tick period (``tick_hz``) at a
-          time until the request, never past it, with one tick
-          ``LAST_READ_LEAD_S`` before it (a last read, so that the request's own
-          tick finds the frames that came before it converted);
-        - ``None`` when only an event can bring work: a reply or a failure, a
-          connection, ``set_enabled``.
+        """When :meth:`tick` next has work, on the node clock
+        (:func:`~relay_ros.pipeline.tick_plan.next_deadline`); ``None`` when only an
+        event can bring work (a reply or a failure, a connection, ``set_enabled``).
 
         A node may tick at that time instead of on a fixed period, as long as it
         also ticks after every event.
@@ -310,22 +323,7 @@ class StreamingCore:
         session = self._session
         if session is None or not self._enabled:
             return None
-        scheduler = session.scheduler
-        held = scheduler.publication_due
-        if held is not None:
-            return held
-        due = scheduler.next_request_time()
-        if due is None:
-            return None
-        if now < due - FRAME_LOOKAHEAD_S:
-            return due - FRAME_LOOKAHEAD_S
-        period = 1.0 / self._cfg.tick_hz
-        if due <= now:
-            return now + period  # a request that was due but not made (a hold): retry
-        last_read = due - LAST_READ_LEAD_S
-        if now < last_read:
-            return min(last_read, now + period)
-        return min(due, now + period)
+        return next_deadline(session.scheduler, now, 1.0 / self._cfg.tick_hz)
 
     def frame_arrived(self, key: str, msg: Any, now: float, *, read_s: float = 0.0) -> None:
         """Keep ``msg`` as camera ``key``'s newest message (a serialized or message
@@ -442,7 +440,7 @@ class StreamingCore:
                 metadata,
                 self._cfg,
                 camera_keys=self._camera_keys,
-                latencies=self._clock.latency,
+                latencies=self._clock.estimate,
                 generation=self._generation + 1,
             )
         except SessionError as exc:
@@ -455,6 +453,7 @@ class StreamingCore:
         self._inputs.clear_frames()  # the image size may have changed
         self._generation = session.generation
         self._drop_session(now)
+        self._clock.connected()  # its first reply may carry the server's warm-up
         self._session = session
         self._log.info(session.describe(self._cfg))
 
@@ -483,7 +482,7 @@ class StreamingCore:
             limits_mode=self._cfg.limits_mode,
         )
         if verdict.is_action_reply:
-            self._clock.replied(tag.t_obs, now)
+            self._clock.replied(tag.t_obs, tag.start, now)
             self._counts.chunks_received += 1
         if verdict.chunk is None:
             self._reply_failed(session.scheduler, verdict, now)
@@ -531,7 +530,10 @@ class StreamingCore:
         if self._inputs.pulls_frames and self.wants_frames(now):
             request_at = session.scheduler.next_request_time()
             self._inputs.read_sources(now, request_at, session.spec.image_size)
-        if session.scheduler.wants_request(now):
+        timed_to_frames = self._timing == "frame_arrival"
+        if session.scheduler.wants_request(now) or (
+            timed_to_frames and frames_just_came(session.scheduler, self._inputs, now)
+        ):
             self._request(session, now, started, stored_before)
 
     def _publish_due(self, session: ServerSession, now: float) -> None:
@@ -568,7 +570,11 @@ class StreamingCore:
         """Take an observation from the inputs and hand it to the connection, or hold."""
         cfg = self._cfg
         snapshot = self._inputs.snapshot(
-            now, session.spec.image_size, cfg.sensor_timeout_s, timed_after=stored_before
+            now,
+            session.spec.image_size,
+            cfg.sensor_timeout_s,
+            timed_after=stored_before,
+            at_frames=self._timing == "frame",
         )
         if isinstance(snapshot, InputProblem):
             self._input_problem(snapshot, now)
@@ -581,12 +587,13 @@ class StreamingCore:
             seed=cfg.seed,
             observation_time=snapshot.t_obs,
         )
+        committed = 0
         if session.spec.action_prefix:
-            self._add_prefix(session, observation, snapshot.t_obs)
-        start = self._clock.start(started, snapshot.frames.newest_prepared_s)
+            committed = self._add_prefix(session, observation, snapshot, now)
+        start = self._clock.start(started, snapshot.frames.newest_prepared_s, now)
         tag = RequestTag(session.generation, self._session_id, snapshot.t_obs, start)
         if self._submit(observation, tag):
-            session.scheduler.request_sent(snapshot.t_obs)
+            session.scheduler.request_sent(snapshot.t_obs, committed_steps=committed)
             self._clock.sent(start, now)
             self._counts.requests += 1
 
@@ -600,16 +607,24 @@ class StreamingCore:
             self._hold(problem.reason, problem.kind, now, refusal=True)
 
     def _add_prefix(
-        self, session: ServerSession, observation: dict[str, Any], t_obs: float
-    ) -> None:
-        """Real-time chunking: the actions committed while the server infers."""
-        committed = committed_prefix(session.scheduler, t_obs)
-        if committed is not None:
-            rows, steps = committed
-            observation["action_prefix"] = to_action_space(
-                rows, session.reader.used_dims.tolist(), session.spec.chunk_width
-            )
-            observation["committed_steps"] = steps
+        self, session: ServerSession, observation: dict[str, Any], snapshot: Snapshot, now: float
+    ) -> int:
+        """Real-time chunking: add the actions committed while the server infers (the
+        held state when nothing of ours moves the arm); returns ``committed_steps``."""
+        held = self._commanded_part(snapshot.state)
+        prefix = committed_prefix(session.scheduler, snapshot.t_obs, held, requested_at=now)
+        observation["action_prefix"] = to_action_space(
+            prefix.rows, session.reader.used_dims.tolist(), session.spec.chunk_width
+        )
+        observation["committed_steps"] = prefix.committed_steps
+        observation["inference_delay"] = prefix.inference_delay
+        observation["execute_horizon"] = prefix.execute_horizon
+        return prefix.committed_steps
+
+    def _commanded_part(self, state: np.ndarray) -> np.ndarray:
+        """The commanded joints' positions out of a state vector over the watched joints."""
+        order = {name: i for i, name in enumerate(self._inputs.joints.joint_names)}
+        return np.array([state[order[j]] for j in self._cfg.commanded_joints])
 
     def _publish_chunk(self, session: ServerSession, publication: Publication) -> None:
         cfg = self._cfg

@@ -10,9 +10,16 @@ same to its own plan, in closed form (docs/protocol.md, "Action prefix"):
 - rows ``d .. d+W-1`` (``W = soft_steps``) cross-fade from the *continuation* to the
   plan with weights ``w_j = smoothstep((j+1) / (W+1))``, ``j = 0..W-1``; the
   continuation is the prefix's own rows beyond ``d`` where given (the old chunk's
-  remaining plan, RTC's soft guidance), else the last prefix row moved on at the
-  prefix's last velocity;
+  remaining plan, RTC's soft guidance), else its last row held (what a controller
+  does at the end of a trajectory; never zeros, which are a real position:
+  lerobot #4454);
 - the remaining rows are the plan.
+
+The soft window: with the client's ``execute_horizon`` E (the new chunk's rows
+``d .. d+E-1`` run before the next chunk takes over, so the soft region must end by
+``d+E``), ``W = max(1, E // 2)``: the first half of the executed rows blends, the
+second half is the new plan at full weight (`soft_steps`). Without it, two fifths of
+the horizon (`default_soft_steps`).
 
 The cross-fade is RTC's guidance weight schedule with a smooth ramp instead of an
 exponential one: it keeps position and velocity continuous at both ends of the
@@ -24,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["apply_prefix", "default_soft_steps"]
+__all__ = ["apply_prefix", "default_soft_steps", "soft_steps"]
 
 
 def default_soft_steps(action_horizon: int) -> int:
@@ -35,6 +42,14 @@ def default_soft_steps(action_horizon: int) -> int:
     the old plan; short enough to leave most of the executed part to the new plan.
     """
     return max(1, 2 * action_horizon // 5)
+
+
+def soft_steps(execute_horizon: int | None, action_horizon: int) -> int:
+    """The soft window for a request: half the client's execute horizon (at least 1),
+    or `default_soft_steps` when the client did not send one."""
+    if execute_horizon is None:
+        return default_soft_steps(action_horizon)
+    return max(1, int(execute_horizon) // 2)
 
 
 def apply_prefix(
@@ -79,10 +94,8 @@ def apply_prefix(
 
 
 def _continuation(prefix: np.ndarray, length: int) -> np.ndarray:
-    """``length`` rows: the prefix, then its last row moved on at its last velocity."""
+    """``length`` rows: the prefix, then its last row held."""
     rows = prefix.shape[0]
     if rows >= length:
         return prefix[:length]
-    velocity = prefix[-1] - prefix[-2] if rows >= 2 else np.zeros(prefix.shape[1])
-    steps = np.arange(1, length - rows + 1, dtype=np.float64)[:, None]
-    return np.vstack([prefix, prefix[-1] + steps * velocity])
+    return np.vstack([prefix, np.repeat(prefix[-1:], length - rows, axis=0)])

@@ -9,10 +9,18 @@ policy's plan, from a random generator the caller seeds:
   deviation) plus a slow wave along the chunk (amplitude ``wave_rad`` s.d., 0.5 to
   1.5 Hz, random phase);
 - **mode switches**: with probability ``switch_probability`` per chunk, joints 1-2
-  move off by ``switch_rad`` in a random direction, ramping in over ``switch_ramp_s``.
+  move off by ``switch_rad`` in a random direction, ramping in over ``switch_ramp_s``;
+- **approach side** (:meth:`ChunkNoise.sample_side`, :meth:`ChunkNoise.turn`): the
+  plan's own mode, drawn per chunk (+1 or -1, even odds) and turned ``turn_rad`` to
+  that side (the visual plan curves in from the left or the right). Unlike the
+  variation above, which is added to a finished plan and so is no different from
+  what a client could add, the side is chosen inside the plan: a server given the
+  committed actions keeps their side (`relay_ros.server.visual_policy`), a client
+  can only blend between two sides.
 
-All magnitudes scale with ``scale`` (0 = off). The defaults put the boundary step of
-unsmoothed streaming where real VLAs put it: several times the step inside a chunk.
+All magnitudes scale with ``scale`` (0 = off; the turn is capped at 1 rad). The
+defaults put the boundary step of unsmoothed streaming where real VLAs put it:
+several times the step inside a chunk.
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ class ChunkNoise:
         switch_probability: chance per chunk of a mode switch (0..1).
         switch_rad: size of a mode switch on joints 1-2 (rad).
         switch_ramp_s: how long a mode switch takes to ramp in (s).
+        turn_rad: how far the plan's approach turns to its sampled side (rad).
     """
 
     scale: float = 1.0
@@ -44,6 +53,7 @@ class ChunkNoise:
     switch_probability: float = 0.15
     switch_rad: float = 0.08
     switch_ramp_s: float = 0.2
+    turn_rad: float = 0.7
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.scale) and self.scale >= 0):
@@ -55,6 +65,16 @@ class ChunkNoise:
     def enabled(self) -> bool:
         """Whether `apply` changes anything."""
         return self.scale > 0
+
+    @property
+    def turn(self) -> float:
+        """The approach turn of the plan's sampled side (rad): ``scale * turn_rad``, at
+        most 1 rad (the sideways pace is tan(turn) of the pace towards the goal)."""
+        return min(1.0, self.scale * self.turn_rad)
+
+    def sample_side(self, rng: np.random.Generator) -> int:
+        """The approach side of one chunk, +1 or -1 with even odds (one draw)."""
+        return 1 if rng.random() < 0.5 else -1
 
     def apply(self, chunk: np.ndarray, rng: np.random.Generator, dt: float) -> np.ndarray:
         """``chunk`` (H, D) plus one sample of the variation, as float64 (a new array).

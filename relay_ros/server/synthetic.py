@@ -44,7 +44,8 @@ from typing import Any
 
 import numpy as np
 
-from relay_ros.server.action_prefix import apply_prefix, default_soft_steps
+from relay_ros.server.action_prefix import apply_prefix
+from relay_ros.server.action_prefix import soft_steps as soft_window
 from relay_ros.server.chunk_noise import ChunkNoise
 from relay_ros.server.validation import Request
 
@@ -178,7 +179,8 @@ class ReferencePolicy:
         action_horizon: actions per chunk ``H``.
         control_hz: action rate (Hz).
         noise: chunk-to-chunk variation (None = none).
-        soft_steps: cross-fade after an action prefix (None = `default_soft_steps`).
+        soft_steps: cross-fade after an action prefix (None: from the request,
+            `relay_ros.server.action_prefix.soft_steps`).
 
     Raises:
         ValueError: an unknown kind, or a bad horizon or rate.
@@ -198,7 +200,7 @@ class ReferencePolicy:
         self.kind = kind
         self.dt = 1.0 / float(control_hz)
         self.noise = noise
-        self.soft_steps = default_soft_steps(action_horizon) if soft_steps is None else soft_steps
+        self.soft_steps = soft_steps
         self._flow = SyntheticPolicy(action_horizon=action_horizon, control_hz=control_hz)
         self._visual: Any = None
         if kind == "visual":
@@ -208,25 +210,57 @@ class ReferencePolicy:
             self._visual = VisualPolicy(action_horizon=action_horizon, control_hz=control_hz)
 
     def chunk(self, request: Request, rng: np.random.Generator, *, action_dim: int) -> np.ndarray:
-        """The float32 chunk ``(H, action_dim)`` for a validated observation."""
+        """The float32 chunk ``(H, action_dim)`` for a validated observation.
+
+        With an action prefix the visual plan keeps the approach side of the
+        committed actions; then the noise, then the prefix (hard rows and the soft
+        window). The plan starts from the observed state at ``t_obs``, on the
+        chunk's own timeline, like a policy that decided then; except when the
+        ``d = committed_steps`` committed rows hold still (the arm stands: the first
+        chunk after a start, a hold or a reset, or sync requests): then it starts
+        where they end, at row ``d - 1``, instead of catching up with a motion the
+        arm could not have begun.
+        """
+        prefix, committed = request.action_prefix, request.committed_steps
+        noisy = self.noise is not None and self.noise.enabled
+        side = self.noise.sample_side(rng) if noisy else 1  # drawn even when pinned
+        held = prefix is not None and committed > 0 and _holds_still(prefix[:committed])
+        start = prefix[committed - 1] if held else request.state
         if self._visual is not None:
-            plan = self._visual.chunk(request.state, request.images or {}, action_dim=action_dim)
+            plan = self._visual.chunk(
+                request.state,
+                request.images or {},
+                action_dim=action_dim,
+                start=start,
+                turn=self.noise.turn if noisy else 0.0,
+                side=side,
+                committed=None if prefix is None else prefix[:committed],
+            )
         else:
             plan = self._flow.chunk(
-                request.state,
+                np.asarray(start, dtype=np.float32),
                 rng,
                 prompt=request.prompt,
                 lora=request.lora,
                 lora_scale=request.lora_scale,
                 action_dim=action_dim,
             )
-        if self.noise is not None and self.noise.enabled:
+        if held:
+            # The plan's action 0 is the last committed row: shift it there.
+            plan = np.vstack([prefix[: committed - 1], plan[: len(plan) - committed + 1]])
+        if noisy:
             plan = self.noise.apply(plan, rng, self.dt)
             if self._visual is None:
                 limit = self._flow.params.limit
                 plan = np.clip(plan, -limit, limit)
-        if request.action_prefix is not None:
-            plan = apply_prefix(
-                plan, request.action_prefix, request.committed_steps, self.soft_steps
-            )
+        if prefix is not None:
+            window = self.soft_steps
+            if window is None:
+                window = soft_window(request.execute_horizon, len(plan))
+            plan = apply_prefix(plan, prefix, committed, window)
         return np.asarray(plan, dtype=np.float32)
+
+
+def _holds_still(rows: np.ndarray) -> bool:
+    """Whether committed rows all repeat the first (an arm that stands)."""
+    return bool(np.abs(rows - rows[0]).max() < 1e-6)

@@ -40,6 +40,8 @@ __all__ = [
     "ObservationError",
     "PublicRequestError",
     "Request",
+    "PREFIX_KEYS",
+    "PrefixKeys",
     "check_action_prefix",
     "check_sampling_params",
     "jpeg_size",
@@ -85,6 +87,11 @@ class Request:
             advertises ``action_prefix`` and the observation carries one; else None.
         committed_steps: how many rows of ``action_prefix`` execute before the new
             chunk takes over (0 without a prefix).
+        inference_delay: how many of them the robot runs while the server infers
+            (the client's estimate), or None when not sent.
+        execute_horizon: how many rows of the new chunk after the committed ones run
+            before the next chunk takes over (where the soft region must end), or
+            None when not sent.
     """
 
     state: np.ndarray
@@ -96,6 +103,8 @@ class Request:
     images: Mapping[str, Any] | None = None
     action_prefix: np.ndarray | None = None
     committed_steps: int = 0
+    inference_delay: int | None = None
+    execute_horizon: int | None = None
 
 
 def jpeg_size(data: bytes) -> tuple[int, int] | None:
@@ -166,35 +175,65 @@ def check_sampling_params(params: Any, adapters: Sequence[str]) -> tuple[str | N
     return name, float(scale)
 
 
-def check_action_prefix(
-    obs: Mapping[str, Any], *, width: int, horizon: int
-) -> tuple[np.ndarray | None, int]:
-    """``(action_prefix as float32 (P, width), committed_steps)``, or ``(None, 0)`` when absent.
+@dataclass(frozen=True)
+class PrefixKeys:
+    """The ``action_prefix`` keys of one observation, checked (see `check_action_prefix`)."""
+
+    action_prefix: np.ndarray | None = None
+    committed_steps: int = 0
+    inference_delay: int | None = None
+    execute_horizon: int | None = None
+
+
+#: The observation keys of the ``action_prefix`` extension besides ``action_prefix``.
+PREFIX_KEYS = ("committed_steps", "inference_delay", "execute_horizon")
+
+
+def _count(obs: Mapping[str, Any], key: str, low: int, high: int, what: str) -> int | None:
+    """``obs[key]`` as an int in ``[low, high]`` (``what`` names the upper bound), or None."""
+    if key not in obs:
+        return None
+    value = obs[key]
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ObservationError(f"{key} is {value!r}; expected an integer")
+    if not low <= int(value) <= high:
+        raise ObservationError(f"{key} {int(value)} is not in [{low}, {high}] ({what})")
+    return int(value)
+
+
+def check_action_prefix(obs: Mapping[str, Any], *, width: int, horizon: int) -> PrefixKeys:
+    """The ``action_prefix`` keys of ``obs``, checked; all defaults when absent.
 
     ``action_prefix`` must be a finite numeric (P, width) array with 1 <= P <= horizon;
-    ``committed_steps`` an integer in [0, P] (default P).
+    ``committed_steps`` an integer in [0, P] (default P); ``inference_delay`` an
+    integer in [0, committed_steps]; ``execute_horizon`` an integer in [1, horizon].
+    The other keys are refused without ``action_prefix``.
 
     Raises:
-        ObservationError: either key is malformed (detail for the log).
+        ObservationError: a key is malformed or out of range (detail for the log).
     """
     if "action_prefix" not in obs:
-        if "committed_steps" in obs:
-            raise ObservationError("committed_steps without action_prefix")
-        return None, 0
+        given = [key for key in PREFIX_KEYS if key in obs]
+        if given:
+            raise ObservationError(f"{given} without action_prefix")
+        return PrefixKeys()
     prefix = _finite_state(obs["action_prefix"], "action_prefix")
     if prefix.ndim != 2 or prefix.shape[1] != width or not 1 <= prefix.shape[0] <= horizon:
         raise ObservationError(
             f"action_prefix has shape {prefix.shape}; "
             f"expected (P, {width}) with 1 <= P <= {horizon}"
         )
-    steps = obs.get("committed_steps", prefix.shape[0])
-    if isinstance(steps, (bool, np.bool_)) or not isinstance(steps, (int, np.integer)):
-        raise ObservationError(f"committed_steps is {steps!r}; expected an integer")
-    if not 0 <= int(steps) <= prefix.shape[0]:
-        raise ObservationError(
-            f"committed_steps {int(steps)} is not in [0, {prefix.shape[0]}] (the prefix's rows)"
-        )
-    return prefix, int(steps)
+    rows = prefix.shape[0]
+    steps = _count(obs, "committed_steps", 0, rows, "the prefix's rows")
+    steps = rows if steps is None else steps
+    delay = _count(obs, "inference_delay", 0, steps, "committed_steps")
+    execute = _count(obs, "execute_horizon", 1, horizon, "the action horizon")
+    return PrefixKeys(prefix, steps, delay, execute)
+
+
+def _fields(keys: PrefixKeys) -> tuple[Any, ...]:
+    """The `Request` fields of the prefix keys, in field order."""
+    return (keys.action_prefix, keys.committed_steps, keys.inference_delay, keys.execute_horizon)
 
 
 def _common(obs: Mapping[str, Any], needs_session_id: bool) -> tuple[str, str | None, int | None]:
@@ -347,12 +386,12 @@ def validate_pi(
         raise ObservationError(
             f"state has shape {state.shape}; expected ({action_dim},) or (1, {action_dim})"
         )
-    prefix, steps = (
+    keys = (
         check_action_prefix(obs, width=action_dim, horizon=prefix_horizon)
         if prefix_horizon is not None
-        else (None, 0)
+        else PrefixKeys()
     )
-    return Request(state.reshape(-1), prompt, session_id, seed, lora, scale, images, prefix, steps)
+    return Request(state.reshape(-1), prompt, session_id, seed, lora, scale, images, *_fields(keys))
 
 
 def validate_groot(
@@ -417,11 +456,11 @@ def validate_groot(
         if group.shape != (1, width):
             raise ObservationError(f"state {key!r} has shape {group.shape}; expected (1, {width})")
         parts.append(group.reshape(-1))
-    prefix, steps = (
+    keys = (
         check_action_prefix(obs, width=embodiment.action_dim, horizon=prefix_horizon)
         if prefix_horizon is not None
-        else (None, 0)
+        else PrefixKeys()
     )
     return Request(
-        np.concatenate(parts), prompt, session_id, seed, lora, scale, video, prefix, steps
+        np.concatenate(parts), prompt, session_id, seed, lora, scale, video, *_fields(keys)
     )

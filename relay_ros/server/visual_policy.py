@@ -15,8 +15,16 @@ than errors, as on a real robot:
 - **Plan**: inverse kinematics to the estimate, then a first-order approach with a
   speed limit for joints 1-2 (time constant ``approach_s``, at most
   ``max_speed_rad_s``); every other dimension relaxes to 0 (``home_s``). Action 0 is
-  the state, action ``i`` is for ``t_obs + i / control_hz``. No target in view:
-  hold still.
+  the start (the state, or where the committed actions of an action prefix end),
+  action ``i`` is for ``t_obs + i / control_hz``. No target in view: hold still.
+- **Approach side** (a sampled mode, as a multi-modal VLA has them): the approach
+  direction in joint space is turned by ``turn`` radians to either side of the
+  straight line to the goal (``side`` = +1 or -1), so the arm curves in from the
+  left or from the right. A sampled policy draws the side per chunk; given the
+  actions the robot has committed to (an action prefix), it keeps the side those
+  are on (`approach_side`), as RTC's guided inpainting stays in the committed
+  mode. Without a prefix consecutive chunks may disagree on the side, which no
+  client-side blend can undo.
 
 Swap the base and wrist cameras and each estimate is computed in the wrong camera's
 geometry; swap red and blue and the policy chases the blue distractor. Either way
@@ -39,7 +47,19 @@ import numpy as np
 
 from relay_ros.sim.world import PlanarArm, World
 
-__all__ = ["CAMERA_KEY_ROLES", "VisualParams", "VisualPolicy", "crop_letterbox", "find_red"]
+__all__ = [
+    "CAMERA_KEY_ROLES",
+    "VisualParams",
+    "VisualPolicy",
+    "approach_side",
+    "crop_letterbox",
+    "find_red",
+]
+
+# Committed motion slower than this (rad per step on joints 1-2), or a goal nearer
+# than this (rad), says nothing about the side the arm approaches from.
+_SIDE_MIN_STEP = 1e-4
+_SIDE_MIN_DISTANCE = 1e-3
 
 #: Which model camera key is which camera, per the models' conventions.
 CAMERA_KEY_ROLES: dict[str, str] = {
@@ -96,6 +116,22 @@ def find_red(frame: np.ndarray, min_pixels: int = 6) -> tuple[float, float] | No
     return float(us.mean()) + 0.5, float(vs.mean()) + 0.5
 
 
+def approach_side(committed: np.ndarray, goal: np.ndarray) -> int | None:
+    """The side (+1: turned counter-clockwise from the straight line, -1: clockwise)
+    that committed actions ``(d, >=2)`` approach ``goal`` (joints 1-2) from, judged
+    by their last step; None when they stand (fewer than 2 rows, or no motion) or
+    are at the goal."""
+    if committed.shape[0] < 2:
+        return None
+    q = np.asarray(committed[-1, :2], dtype=np.float64)
+    step = q - np.asarray(committed[-2, :2], dtype=np.float64)
+    towards = np.asarray(goal, dtype=np.float64)[:2] - q
+    if np.hypot(*step) < _SIDE_MIN_STEP or np.hypot(*towards) < _SIDE_MIN_DISTANCE:
+        return None
+    cross = towards[0] * step[1] - towards[1] * step[0]
+    return 1 if cross > 0 else -1
+
+
 def _as_rgb(frame: Any) -> np.ndarray | None:
     """An (H, W, 3) uint8 RGB array from an observation frame (array, float array or JPEG)."""
     if isinstance(frame, (bytes, bytearray, memoryview)):
@@ -109,6 +145,14 @@ def _as_rgb(frame: Any) -> np.ndarray | None:
     if arr.dtype != np.uint8:
         arr = np.clip(arr * 255.0, 0, 255).astype(np.uint8)
     return arr
+
+
+def _widened(values: np.ndarray, width: int) -> np.ndarray:
+    """``values`` as float64 of at least ``max(width, 2)`` entries (zeros appended)."""
+    out = np.zeros(max(width, 2), dtype=np.float64)
+    n = min(width, values.shape[0])
+    out[:n] = values[:n]
+    return out
 
 
 class VisualPolicy:
@@ -178,33 +222,58 @@ class VisualPolicy:
         return estimates.get("wrist", estimates.get("base"))
 
     def chunk(
-        self, state: np.ndarray, images: Mapping[str, Any], *, action_dim: int | None = None
+        self,
+        state: np.ndarray,
+        images: Mapping[str, Any],
+        *,
+        action_dim: int | None = None,
+        start: np.ndarray | None = None,
+        turn: float = 0.0,
+        side: int = 1,
+        committed: np.ndarray | None = None,
     ) -> np.ndarray:
-        """One chunk ``(H, action_dim)`` float32 from the state and the frames by camera key."""
+        """One chunk ``(H, action_dim)`` float32 from the state and the frames by camera key.
+
+        Args:
+            state: The observed state (where the cameras saw the arm).
+            images: The frames by camera key.
+            action_dim: Width of each action (default: the state's).
+            start: Where the plan starts (action 0); default ``state``.
+            turn: How far the approach turns off the straight line (rad, 0 = none).
+            side: The sampled side of the turn (+1 or -1).
+            committed: Committed actions (rows, action space) ending at ``start``:
+                when they show a side (`approach_side`), it replaces ``side``.
+        """
         width = state.shape[0] if action_dim is None else action_dim
-        start = np.zeros(max(width, 2), dtype=np.float64)
-        n = min(width, state.shape[0])
-        start[:n] = state[:n]
-        out = np.empty((self.action_horizon, start.size), dtype=np.float64)
-        out[:, 2:] = start[2:] * self._home_decay
-        target = self.locate(start, images)
+        observed = _widened(state, width)
+        begin = observed if start is None else _widened(start, width)
+        out = np.empty((self.action_horizon, begin.size), dtype=np.float64)
+        out[:, 2:] = begin[2:] * self._home_decay
+        target = self.locate(observed, images)
         if target is None:
-            out[:, :2] = start[:2]
+            out[:, :2] = begin[:2]
         else:
             goal = np.array(self.arm.inverse(target))
-            out[:, :2] = self._approach(start[:2], goal)
+            if committed is not None:
+                side = approach_side(committed, goal) or side
+            out[:, :2] = self._approach(begin[:2], goal, side * turn)
         return out[:, :width].astype(np.float32)
 
-    def _approach(self, q0: np.ndarray, goal: np.ndarray) -> np.ndarray:
-        """First-order approach from ``q0`` to ``goal`` with a speed limit, H rows."""
+    def _approach(self, q0: np.ndarray, goal: np.ndarray, turn: float = 0.0) -> np.ndarray:
+        """First-order approach from ``q0`` to ``goal`` with a speed limit, H rows; the
+        direction turned by ``turn`` rad (counter-clockwise positive) off the line."""
         p = self.params
         alpha = 1.0 - math.exp(-self.dt / p.approach_s)
         max_step = p.max_speed_rad_s * self.dt
+        # Turned, and lengthened so the approach along the line to the goal keeps
+        # its pace: a side curves the path, it does not slow the arm down.
+        c, s = 1.0, math.tan(turn)
         rows = np.empty((self.action_horizon, 2))
         a, b = float(q0[0]), float(q0[1])
         ga, gb = float(goal[0]), float(goal[1])
         for i in range(self.action_horizon):  # plain floats: 10x faster than 2-element arrays
             rows[i, 0], rows[i, 1] = a, b
-            a += min(max((ga - a) * alpha, -max_step), max_step)
-            b += min(max((gb - b) * alpha, -max_step), max_step)
+            da, db = (ga - a) * alpha, (gb - b) * alpha
+            a += min(max(c * da - s * db, -max_step), max_step)
+            b += min(max(s * da + c * db, -max_step), max_step)
         return rows

@@ -192,17 +192,16 @@ def run_closed_loop(settings: LoopSettings | None = None) -> ClosedLoopResult:
             state[: len(_JOINTS)] = q
             prefix, committed = None, 0
             if s.smoothing == "prefix":
-                found = committed_prefix(scheduler, now)
-                if found is not None:
-                    rows, committed = found
-                    prefix = np.zeros((rows.shape[0], _ACTION_DIM), dtype=np.float32)
-                    prefix[:, : len(_JOINTS)] = rows
+                found = committed_prefix(scheduler, now, q)
+                committed = found.committed_steps
+                prefix = np.zeros((found.rows.shape[0], _ACTION_DIM), dtype=np.float32)
+                prefix[:, : len(_JOINTS)] = found.rows
             request = Request(
                 state, "", None, None, None, 1.0, dict(cameras.frames), prefix, committed
             )
             chunk = policy.chunk(request, rng, action_dim=_ACTION_DIM)[:, : len(_JOINTS)]
             latency = max(0.0, s.latency_s + rng.uniform(-s.jitter_s, s.jitter_s))
-            scheduler.request_sent(now)
+            scheduler.request_sent(now, committed_steps=committed)
             in_flight = (now, now + latency, chunk)
         publication = scheduler.poll(now)
         if publication is not None:

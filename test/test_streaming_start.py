@@ -1,0 +1,125 @@
+"""A start without jumps, on StreamingCore's synthetic clock: the first chunk after a
+start, a hold or an episode reset joins the measured state, with and without the
+action_prefix extension, at 80 ms, 200 ms and LTE-like latencies.
+
+The policy moves 1.5 rad/s from the observed state, fast enough that skipping the
+actions the still arm never ran (the first slot is 5-20 actions in) would put the
+first point 0.15-0.6 rad away: beyond ``max_joint_step`` (0.25) from 200 ms on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from streaming_rig import CoreRig
+
+from relay_ros.pipeline.trajectory import parse_t_obs
+from relay_ros.server.action_prefix import apply_prefix
+from relay_ros.server.metadata import build_metadata
+
+H = 50
+STEP = 0.03  # rad per action at 50 Hz: 1.5 rad/s
+
+
+def moving_policy(*, honour_prefix: bool) -> Any:
+    """Chunks from the state to a goal the prompt names ("left": -0.8 rad, else
+    +0.8 rad) at 1.5 rad/s, the gripper still. With ``honour_prefix`` they start with
+    the committed actions and plan from where those end, as an RTC server does."""
+    steps = np.arange(H, dtype=np.float64)[:, None] * STEP
+
+    def plan_from(start: np.ndarray, goal: float) -> np.ndarray:
+        plan = np.tile(start, (H, 1))
+        plan[:, :6] += np.clip(goal - start[:6], -steps, steps)
+        return plan
+
+    def infer(obs: dict[str, Any]) -> np.ndarray:
+        state = np.asarray(obs["state"], dtype=np.float64).reshape(-1)
+        goal = -0.8 if obs["prompt"] == "left" else 0.8
+        if not (honour_prefix and "action_prefix" in obs):
+            return plan_from(state, goal).astype(np.float32)
+        prefix, d = np.asarray(obs["action_prefix"], np.float64), obs["committed_steps"]
+        plan = np.tile(state, (H, 1))
+        if d > 0:
+            plan[d - 1 :] = plan_from(prefix[d - 1], goal)[: H - d + 1]
+        else:
+            plan = plan_from(state, goal)
+        return apply_prefix(plan, prefix, d, 10).astype(np.float32)
+
+    return infer
+
+
+def started_rig(latency_s: float, prefix: bool) -> CoreRig:
+    rig = CoreRig(
+        latency_s=latency_s,
+        policy=moving_policy(honour_prefix=prefix),
+        metadata=build_metadata("pi05", action_prefix=prefix),
+        follow=True,
+    )
+    rig.connect()
+    return rig
+
+
+def first_chunk_after(rig: CoreRig, since: float) -> tuple[float, Any]:
+    """(publication time, message) of the first arm chunk published after ``since``."""
+    rig.run_until(lambda: any(t > since and m.frame_id for t, m in rig.published))
+    return next((t, m) for t, m in rig.published if t > since and m.output == "arm" and m.frame_id)
+
+
+def assert_joins(rig: CoreRig, since: float, latency_s: float) -> None:
+    """The first chunk after ``since`` comes from the first request after it, one
+    round trip plus at most a tick later, and starts at the measured state."""
+    held = rig.state[:6].copy()  # the arm stands still from ``since`` (now) on
+    published_at, msg = first_chunk_after(rig, since)
+    requested = next(t for t in rig.sent if t > since)
+    assert parse_t_obs(msg.frame_id) == pytest.approx(requested)
+    assert published_at - requested <= latency_s + rig.tick_s + 1e-9
+    # The state itself, or the first row of a prefix server's cross-fade out of it.
+    assert np.abs(msg.points.positions[0] - held).max() <= STEP
+    # No step inside it is a jump either.
+    assert np.abs(np.diff(msg.points.positions, axis=0)).max() <= 2 * STEP
+
+
+@pytest.mark.parametrize("prefix", [False, True], ids=["no-prefix", "prefix"])
+@pytest.mark.parametrize("latency_s", [0.08, 0.2, 0.4], ids=["80ms", "200ms", "lte-like"])
+def test_first_chunk_after_start_hold_and_reset_joins_the_state(
+    latency_s: float, prefix: bool
+) -> None:
+    rig = started_rig(latency_s, prefix)
+    assert_joins(rig, -1.0, latency_s)
+    rig.run_until(lambda: rig.state[0] > 0.79)  # at the goal
+    # A hold (the cameras stall) with the arm standing, a new goal, streaming again.
+    rig.cameras_on = False
+    rig.run_until(lambda: rig.core.hold_reason is not None)
+    rig.core.set_prompt("left")
+    rig.cameras_on = True
+    resumed = rig.now
+    assert_joins(rig, resumed, latency_s)
+    # An episode reset while the arm moves, with the first goal again.
+    rig.run(0.5)
+    reset_at = rig.now
+    rig.core.reset_episode(reset_at)
+    rig.core.set_prompt("right")
+    assert_joins(rig, reset_at, latency_s)
+    rig.run(2.0)
+    assert rig.core.counts["refusals"] == 1  # the stale cameras' observation, only
+    assert "stale" in (rig.core.last_refusal or "")
+
+
+def test_without_the_join_the_first_point_would_jump_past_max_joint_step() -> None:
+    # The instrument: the same world with the old latency compensation (skip the
+    # actions before the first slot) refuses the first chunk at 200 ms.
+    rig = started_rig(0.2, prefix=False)
+    _, msg = first_chunk_after(rig, -1.0)
+    slot = round((msg.points.stamp + msg.points.time_from_start[0] - rig.sent[0]) / 0.02)
+    assert slot == 11
+    assert slot * STEP > rig.config.max_joint_step  # where action 11 is, from the state
+
+
+def test_a_warm_up_reply_later_than_the_whole_chunk_still_starts_the_robot() -> None:
+    # The server's first inference takes 1.5 s (H*dt = 1 s): nothing of the chunk is
+    # "in the future" any more, but the arm never ran any of it.
+    rig = started_rig(1.5, prefix=False)
+    assert_joins(rig, -1.0, 1.5)
+    assert rig.core.counts["chunks_dropped_late"] == 0
