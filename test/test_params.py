@@ -160,6 +160,7 @@ def test_defaults_apply_when_unset():
 )
 def test_bad_values_are_named(change, message):
     values = _flat("pi05")
+    values["robot_description_topic"] = ""  # no URDF can come to give a missing limit
     values.update(change)
     with pytest.raises(ParameterError) as info:
         build_config(values)
@@ -433,6 +434,7 @@ def test_read_only_parameters_are_what_the_streaming_core_cannot_change_live():
         "thread_priority",
         "robot_description",
         "robot_description_file",
+        "robot_description_topic",
     }
 
 
@@ -539,10 +541,19 @@ def test_the_robot_description_as_text_and_its_errors(tmp_path: Path):
     with pytest.raises(ParameterError, match=r"broken.urdf' is not valid XML"):
         config_from_parameters(_ur5e_values(robot_description_file=str(broken)))
     # Without the URDF the arm has no limits, and the message lists the joints.
-    with pytest.raises(ParameterError) as info:
-        config_from_parameters(_ur5e_values(robot_description_file=""))
-    assert str(info.value).startswith(
+    expected = (
         "joints ['shoulder_pan_joint', 'shoulder_lift_joint', 'elbow_joint', 'wrist_1_joint', "
         "'wrist_2_joint', 'wrist_3_joint'] have no position limit: no robot description was "
         "given"
     )
+    with pytest.raises(ParameterError) as info:
+        config_from_parameters(_ur5e_values(robot_description_file="", robot_description_topic=""))
+    assert str(info.value).startswith(expected)
+    # With the robot_description topic (the default) the node starts and waits for it,
+    # commanding nothing: those joints are named in limits_problem.
+    waiting = config_from_parameters(_ur5e_values(robot_description_file=""))
+    assert waiting.limits_problem is not None and waiting.limits_problem.startswith(expected)
+    assert waiting.limits_problem.endswith(
+        "the URDF on topic 'robot_description' has not come (yet)"
+    )
+    assert list(waiting.joint_limits) == ["finger"]

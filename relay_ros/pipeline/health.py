@@ -74,6 +74,7 @@ def assess(
         "latency_p99_ms": _ms(core.latency.percentile(99), 1),
         "stall_time_s": f"{core.stall_time(now):.3f}",
         "last_refusal": core.last_refusal or "",
+        "last_clamp": core.last_clamp or "",
         "hold_reason": hold or "",
         **{key: str(value) for key, value in core.counts.items()},
     }

@@ -16,9 +16,11 @@ them in order:
 - **replies** (:mod:`~relay_ros.pipeline.replies`): classified, decoded and checked
   (error replies, malformed replies, NaN/Inf, joint limits), then scheduled; a
   refusal holds position and backs off ``retry_delay_s``;
-- **publication**: the scheduler's due publication is peeked, checked (the first
-  step against the measured state: :meth:`StreamingCore._publication_refusal`, the
-  one place publication checks go), then committed and sent per controller
+- **publication**: the scheduler's due publication is peeked, checked as a whole
+  (:func:`~relay_ros.pipeline.publication_check.check_publication`, from
+  :meth:`StreamingCore._publication_refusal`, the one place publication checks
+  go: limits known, first step, position/velocity/acceleration on every segment),
+  then committed (clamped in ``limits_mode`` clamp) and sent per controller
   (:mod:`~relay_ros.pipeline.controller_messages`) or refused;
 - **holding** (:mod:`~relay_ros.pipeline.holding`): the current commanded position
   is sent once per hold, the reason logged when its kind changes and always shown
@@ -47,6 +49,7 @@ from relay_ros.pipeline.action_prefix import committed_prefix, to_action_space
 from relay_ros.pipeline.camera_frames import CameraFrames
 from relay_ros.pipeline.camera_map import CameraEntry
 from relay_ros.pipeline.controller_messages import (
+    HOLD_TIME_S,
     TrajectoryMessage,
     chunk_messages,
     hold_messages,
@@ -61,9 +64,9 @@ from relay_ros.pipeline.observation_inputs import (
     ObservationTiming,
     Snapshot,
 )
+from relay_ros.pipeline.publication_check import PublicationGate
 from relay_ros.pipeline.replies import ReplyVerdict, judge_reply
 from relay_ros.pipeline.request_clock import RequestClock, RequestStart
-from relay_ros.pipeline.safety import Refusal, check_first_step
 from relay_ros.pipeline.scheduler import ChunkScheduler, Publication
 from relay_ros.pipeline.server_session import ServerSession, SessionError
 from relay_ros.pipeline.server_spec import ServerSpec
@@ -75,7 +78,12 @@ from relay_ros.pipeline.settings import (
     scheduler_config,
 )
 from relay_ros.pipeline.stats import LatencyStats, MessageCounter
-from relay_ros.pipeline.tick_plan import frames_just_came, frames_wanted, next_deadline
+from relay_ros.pipeline.tick_plan import (
+    frames_just_came,
+    frames_wanted,
+    next_deadline,
+    stall_message,
+)
 
 __all__ = ["RequestTag", "StreamingCore", "TrajectoryMessage"]
 
@@ -201,7 +209,9 @@ class StreamingCore:
         self._generation = 0
         self._config_error: str | None = None
         self._holding = Holding()
+        self._gate = PublicationGate()  # what the controllers follow: accepted only
         self._last_refusal: str | None = None
+        self._clamp_warned_at = -math.inf
         self._error_messages = MessageCounter()  # bounded: each distinct error logged once
         self._input_warned_at = -math.inf
         self._counts = _Counts()
@@ -250,6 +260,7 @@ class StreamingCore:
             dropped += self._session.scheduler.chunks_dropped_late
         counts = vars(self._counts).copy()
         counts["frames_received"] = self._inputs.frames_received
+        counts["chunks_clamped"] = self._gate.clamped
         counts["chunks_dropped_late"] = dropped
         return counts
 
@@ -259,6 +270,11 @@ class StreamingCore:
         state message was refused, in a sentence; it changes exactly when
         ``counts["refusals"]`` grows."""
         return self._last_refusal
+
+    @property
+    def last_clamp(self) -> str | None:
+        """What clamp mode last changed in a published trajectory, in a sentence."""
+        return self._gate.last_clamp
 
     @property
     def hold_reason(self) -> str | None:
@@ -430,6 +446,7 @@ class StreamingCore:
         if not config.dry_run and old.dry_run:
             # What was published went to ~/preview: a hold must not move the robot there.
             self._holding.forget_motion()
+            self._gate.motion.forget()
         self._log.info("configuration changed")
 
     # ------------------------------------------------------------------ connection events
@@ -537,32 +554,22 @@ class StreamingCore:
             self._request(session, now, started, stored_before)
 
     def _publish_due(self, session: ServerSession, now: float) -> None:
-        """Peek at the due publication, check it, then commit and send it, or refuse it."""
-        scheduler = session.scheduler
-        publication = scheduler.peek(now)
-        if publication is None:
-            return
-        refusal = self._publication_refusal(publication, now)
-        if refusal is not None:
-            scheduler.refuse(publication, now, refusal.reason)
-            self._refuse(refusal.reason, refusal.kind, now)
-            return
-        scheduler.commit(publication)
-        self._publish_chunk(session, publication)
-
-    def _publication_refusal(self, publication: Publication, now: float) -> Refusal | None:
-        """The checks a publication must pass before it goes out, in order; the first
-        that refuses it wins. Today: the first point against the measured state
-        (``max_joint_step``)."""
+        """Publish the due publication if it passes the checks (the one check point,
+        :class:`~relay_ros.pipeline.publication_check.PublicationGate`), else refuse it."""
         cfg = self._cfg
         measured = self._inputs.measured(now, cfg.sensor_timeout_s, cfg.commanded_joints)
-        if measured is not None:
-            refusal = check_first_step(
-                measured, publication.positions[0], cfg.max_joint_step, cfg.commanded_joints
-            )
-            if refusal is not None:
-                return Refusal(refusal.reason, "first_step")
-        return None
+        verdict = self._gate.publish_due(session.scheduler, now, settings=cfg, measured=measured)
+        if verdict is None:
+            return
+        refusal = verdict.refusal
+        if refusal is not None or verdict.publication is None:
+            assert refusal is not None
+            self._refuse(refusal.reason, refusal.kind, now)
+            return
+        if verdict.note is not None and now - self._clamp_warned_at >= _INPUT_WARNING_PERIOD_S:
+            self._clamp_warned_at = now
+            self._log.warning(verdict.note)
+        self._publish_chunk(session, verdict.publication)
 
     def _request(
         self, session: ServerSession, now: float, started: float, stored_before: int
@@ -681,6 +688,7 @@ class StreamingCore:
         position = np.asarray(commanded, dtype=float)
         for message in hold_messages(position, cfg.outputs, dt=dt, now=now, dry_run=cfg.dry_run):
             self._publish_message(message)
+        self._gate.motion.hold(position, now, max(dt, HOLD_TIME_S))
 
     def _drop_session(self, now: float) -> None:
         """Forget the server; keep the stall and drop totals of its scheduler."""
@@ -703,17 +711,4 @@ class StreamingCore:
         session = self._session
         if session is None:
             return None
-        current = session.scheduler.current
-        if current is not None and now <= current.end_time:
-            return None
-        if current is None:
-            message = "waiting for a chunk: nothing to follow yet"
-        else:
-            message = (
-                f"stalled, waiting for a chunk: the last trajectory ended "
-                f"{now - current.end_time:.2f} s ago"
-            )
-        in_flight = self._clock.in_flight_for(now)
-        if in_flight is not None:
-            message += f"; a request has been in flight for {in_flight:.2f} s"
-        return message
+        return stall_message(session.scheduler, self._clock.in_flight_for(now), now)
