@@ -97,6 +97,7 @@ class Rig:
         state: list[float] | None = None,
         camera_hz: float = 30.0,
         follow: bool = True,
+        without_limits: bool = False,
         tmp_path: Path,
     ) -> None:
         self.context = context
@@ -143,19 +144,34 @@ class Rig:
             "prompt": "stack the blocks",
         }
         params.update(overrides or {})
+        params_file = config_dir() / f"{model}.yaml"
+        if without_limits:  # the shipped file without its joint_limits: the URDF gives them
+            data = yaml.safe_load(params_file.read_text())
+            data["/**"]["ros__parameters"].pop("joint_limits")
+            params_file = tmp_path / f"params_{n}.yaml"
+            params_file.write_text(yaml.safe_dump(data))
         self.node = PolicyNode(
             self.node_name,
             context=context,
-            cli_args=["--ros-args", "--params-file", str(config_dir() / f"{model}.yaml")],
+            cli_args=["--ros-args", "--params-file", str(params_file)],
             parameter_overrides=[Parameter(k, value=v) for k, v in params.items()],
         )
         # Every trajectory a controller receives is checked against the configured
         # velocity limits as the controller would run it; close() asserts it.
+        shipped = yaml.safe_load((config_dir() / f"{model}.yaml").read_text())
+        limits = shipped["/**"]["ros__parameters"]["joint_limits"]
         self.checker = VelocityChecker(
-            {joint: limit.max_velocity for joint, limit in self.node.config.joint_limits.items()},
+            {
+                joint: self.node.config.joint_limits[joint].max_velocity
+                if joint in self.node.config.joint_limits
+                else limits[joint]["max_velocity"]  # the sim URDF's (test_sim_urdf.py)
+                for joint in limits
+            },
             lambda: dict(zip(self.joints, self.state.tolist())),
         )
-        self.feeder = Node(f"feeder_{n}", context=context)
+        # On the node's clock (the arm follows the trajectories' stamps).
+        sim_time = [Parameter("use_sim_time", value=True)] if params.get("use_sim_time") else []
+        self.feeder = Node(f"feeder_{n}", context=context, parameter_overrides=sim_time)
         self._image_pub = self.feeder.create_publisher(
             Image, self.raw_topic, qos_profile_sensor_data
         )
@@ -232,6 +248,8 @@ class Rig:
         now = self.feeder.get_clock().now().nanoseconds * 1e-9
         with self._lock:
             for index, start, times, positions in self._following.values():
+                if now < times[0]:
+                    continue  # the clock jumped back: the arm stays where it is
                 points = np.vstack((start[None, :], positions))
                 for column, joint in enumerate(index):
                     self.state[joint] = np.interp(now, times, points[:, column])

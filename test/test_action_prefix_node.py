@@ -125,7 +125,6 @@ def test_a_server_that_honours_the_prefix_makes_chunks_join() -> None:
     prefix = CoreRig(
         metadata=build_metadata("pi05", action_prefix=True),
         policy=disagreeing_policy(honour_prefix=True),
-        follow=False,
     )
     prefix.connect()
     prefix.run_until(lambda: len(prefix.chunks()) >= 6)

@@ -1,8 +1,10 @@
 """A subscriber-side check that no published trajectory exceeds a velocity limit.
 
 :class:`VelocityChecker` sees what a controller would see: each trajectory as it
-arrives (per controller topic), its points with their velocities, and where the
-previous trajectory had the controller at the new one's stamp. It computes the
+arrives (per controller topic), its points with their velocities, and where it
+starts: the previous trajectory's state at the new stamp while the measured state
+is within TRACKING_TOLERANCE of it, else the measured state (moving at the
+previous trajectory's velocity), the rule the node checks by. It computes the
 largest speed of every cubic segment the controller interpolates (the one from
 the controller's state to the first point included) and keeps the worst ratio to
 each joint's velocity limit. The fault tests of the node rig and the streaming rig
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from relay_ros.pipeline.interpolation import segment_extremes
+from relay_ros.pipeline.publication_check import TRACKING_TOLERANCE
 
 #: Rounding slack on the limit (float32 positions on the wire, ns stamps).
 SLACK = 1e-6
@@ -52,15 +55,15 @@ class VelocityChecker:
 
     Args:
         max_velocity: Joint name -> velocity limit (rad/s or m/s).
-        initial: Returns joint name -> where the controllers are before the first
-            trajectory (the measured state), asked at the first one of each topic.
+        measured: Returns joint name -> the measured state, asked as each trajectory
+            arrives (where the controller starts it from).
     """
 
     def __init__(
-        self, max_velocity: Mapping[str, float], initial: Callable[[], Mapping[str, float]]
+        self, max_velocity: Mapping[str, float], measured: Callable[[], Mapping[str, float]]
     ) -> None:
         self._vmax = dict(max_velocity)
-        self._initial = initial
+        self._measured = measured
         self._last: dict[str, _Last] = {}
         self._lock = threading.Lock()
         self.trajectories = 0
@@ -82,12 +85,13 @@ class VelocityChecker:
         vel = np.asarray(velocities, dtype=np.float64)
         with self._lock:
             last = self._last.get(topic)
-            if last is None:
-                initial = self._initial()
-                start = np.array([initial[j] for j in joint_names])
-                start_velocity = np.zeros(len(joint_names))
-            else:
-                start, start_velocity = _sample(last, stamp)
+            state = self._measured()
+            start = np.array([state[j] for j in joint_names], dtype=np.float64)
+            start_velocity = np.zeros(len(joint_names))
+            if last is not None and stamp >= last.times[0]:  # (else the clock jumped back)
+                commanded, start_velocity = _sample(last, stamp)
+                if np.abs(commanded - start).max() <= TRACKING_TOLERANCE:
+                    start = commanded  # following: the controller is where commanded
             points = np.vstack((start[None], pos))
             speeds = np.vstack((start_velocity[None], vel))
             times = np.concatenate(([stamp], stamp + tfs))

@@ -50,6 +50,7 @@ __all__ = [
     "robot_description_from",
     "with_limit_change",
     "with_robot",
+    "with_robot_text",
 ]
 
 LIMITS_PREFIX = "joint_limits."
@@ -219,6 +220,25 @@ def with_robot(config: Any, robot: RobotDescription | None, problem: str | None 
         resolved = resolve_available_limits(joints, config.limit_params, robot)
         limits, reason = resolved.limits, resolved.problem
     return dataclasses.replace(config, robot=robot, joint_limits=limits, limits_problem=reason)
+
+
+def with_robot_text(config: Any, text: str, topic: str) -> tuple[Any, str]:
+    """``config`` with the URDF ``text`` received on ``topic`` (:func:`with_robot`), and
+    the sentence to log: which limits it gave, or why a joint is not commanded."""
+    source = f"topic '{topic}'"
+    try:
+        robot = parse_urdf(text, source)
+    except UrdfError as exc:
+        changed = with_robot(config, None, f"the URDF on {source} cannot be read: {exc}")
+        return changed, f"cannot command: {changed.limits_problem}"
+    changed = with_robot(config, robot)
+    if changed.limits_problem is not None:
+        return changed, f"cannot command: {changed.limits_problem}"
+    named = ", ".join(
+        f"{joint} ({limit.min_position:g}..{limit.max_position:g}, {limit.max_velocity:g}/s)"
+        for joint, limit in changed.joint_limits.items()
+    )
+    return changed, f"joint limits with the URDF of robot '{robot.name}' on {source}: {named}"
 
 
 def _format(value: Any) -> str:

@@ -14,12 +14,15 @@ controller will run it (:func:`check_publication`):
    robot runs when the next chunk is late. ``limits_mode`` ``"refuse"`` refuses a
    violation, ``"clamp"`` publishes a slowed and clipped copy and says so.
 
-Where the controller is comes from :class:`CommandedMotion`: the trajectory of the
-last accepted publication (from the state the controller had when it arrived) or
-the last hold, sampled as joint_trajectory_controller interpolates it (cubic
-Hermite segments with the published velocities). Before anything was accepted,
-the measured state at rest. Only accepted publications enter it, so neither a
-hold nor the next check ever starts from a value of a refused chunk.
+The first segment starts where the controller is at the stamp: the commanded state
+and velocity (:class:`CommandedMotion`: the trajectory of the last accepted
+publication or the last hold, sampled as the controller interpolates it, cubic
+Hermite segments with the published velocities) while the measured state is within
+:data:`TRACKING_TOLERANCE` of it; otherwise (a robot that did not follow, nothing
+commanded yet) the measured state, where joint_trajectory_controller starts a new
+trajectory by default, moving at the commanded velocity. Only accepted publications enter
+:class:`CommandedMotion`, so neither a hold nor the next check ever starts from a
+value of a refused chunk.
 
 Plain NumPy, no rclpy, no clock of its own.
 """
@@ -33,6 +36,12 @@ from typing import Any, cast
 
 import numpy as np
 
+from relay_ros.pipeline.controller_messages import (
+    HOLD_TIME_S,
+    Output,
+    TrajectoryMessage,
+    hold_messages,
+)
 from relay_ros.pipeline.interpolation import finite_difference_velocities
 from relay_ros.pipeline.joint_limits import JointLimit
 from relay_ros.pipeline.safety import (
@@ -44,7 +53,19 @@ from relay_ros.pipeline.safety import (
 )
 from relay_ros.pipeline.scheduler import ChunkScheduler, Publication
 
-__all__ = ["CommandedMotion", "PublicationGate", "PublicationVerdict", "check_publication"]
+__all__ = [
+    "TRACKING_TOLERANCE",
+    "CommandedMotion",
+    "PublicationGate",
+    "PublicationVerdict",
+    "check_publication",
+]
+
+#: How far (rad or m) the measured state may be from the commanded one for the robot
+#: to count as following it: the first segment then starts from the commanded state
+#: at the stamp (exact for a moving arm, whose measurement is a tick old), else from
+#: the measured state.
+TRACKING_TOLERANCE = 0.05
 
 
 class CommandedMotion:
@@ -175,18 +196,24 @@ def check_publication(
         if refusal is not None:
             return PublicationVerdict(None, Refusal(refusal.reason, "first_step"))
     state = motion.state_at(publication.stamp)
-    if state is None:
-        if measured is None:
-            return PublicationVerdict(
-                None,
-                Refusal(
-                    "no fresh joint state to check the first segment of the trajectory from; "
-                    "refusing it",
-                    "velocity",
-                ),
-            )
-        state = (np.asarray(measured, dtype=np.float64), np.zeros(len(joints)))
-    start, start_velocity = state
+    if measured is not None and (
+        state is None or np.abs(state[0] - measured).max() > TRACKING_TOLERANCE
+    ):
+        # Not where it was commanded (or nothing was): joint_trajectory_controller starts
+        # from the measured state (unless open_loop_control), moving as it was commanded.
+        start = np.asarray(measured, dtype=np.float64)
+        start_velocity = state[1] if state is not None else np.zeros(len(joints))
+    elif state is not None:
+        start, start_velocity = state
+    else:
+        return PublicationVerdict(
+            None,
+            Refusal(
+                "no fresh joint state to check the first segment of the trajectory from; "
+                "refusing it",
+                "stale",
+            ),
+        )
     limits = MotionLimits.from_joint_limits(joint_limits, joints)
     result = check_motion(
         start,
@@ -267,3 +294,19 @@ class PublicationGate:
             self.clamped += 1
             self.last_clamp = verdict.note
         return verdict
+
+    def hold(
+        self,
+        position: np.ndarray,
+        outputs: Sequence[Output],
+        *,
+        dt: float,
+        now: float,
+        dry_run: bool,
+    ) -> list[TrajectoryMessage]:
+        """The messages that hold ``position`` (one per output), recorded as what the
+        controllers follow (unless they go to ``~/preview`` in a dry run)."""
+        position = np.asarray(position, dtype=np.float64)
+        if not dry_run:
+            self.motion.hold(position, now, max(dt, HOLD_TIME_S))
+        return hold_messages(position, outputs, dt=dt, now=now, dry_run=dry_run)
