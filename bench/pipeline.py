@@ -460,7 +460,7 @@ def run_scenario(
             sort_keys=False,
         )
     )
-    camera_params: dict[str, Any] = {"cameras": [camera_name(k) for k in CAMERA_KEYS]}
+    camera_params: dict[str, Any] = {"camera_names": [camera_name(k) for k in CAMERA_KEYS]}
     for key, topic in topics.items():
         name = camera_name(key)
         camera_params[f"cameras.{name}.topic"] = topic
@@ -875,7 +875,7 @@ def main(argv: list[str] | None = None) -> int:
                     write_params(
                         tmp / "sim_arm.yaml",
                         {
-                            "controllers": ["arm_controller", "gripper_controller"],
+                            "controller_names": ["arm_controller", "gripper_controller"],
                             "controllers.arm_controller.joints": [f"joint{i}" for i in range(1, 7)],
                             "joint_states_topic": f"{TOPIC_PREFIX}/joint_states",
                             "metrics_rate_hz": 0.0,
