@@ -53,7 +53,7 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from relay_ros.node.debug_topics import ObservationTopics
 from relay_ros.node.node_main import NodeProgram, UsageRow, format_usage, run_node
-from relay_ros.node.params import NodeConfig, ParameterError
+from relay_ros.node.params import NodeConfig, ParameterError, spec_for
 from relay_ros.node.polled import PolledCallbackGroup, PolledSubscription
 from relay_ros.node.ros_logging import node_logger, route_library_logs
 from relay_ros.node.ros_params import LiveParameters, declare_parameters
@@ -479,6 +479,12 @@ def usage() -> str:
     )
 
 
+def _expected(name: str) -> str | None:
+    """What policy_node's parameter ``name`` takes, in words (None: not its parameter)."""
+    spec = spec_for(name)
+    return None if spec is None else spec.expected()
+
+
 def _start() -> PolicyNode:
     node = PolicyNode()
     freeze_startup_heap()
@@ -493,6 +499,7 @@ def main(args: list[str] | None = None) -> int:
             _start,
             usage,
             config_errors=(ParameterError, CameraMapError),
+            parameter_type=_expected,
         ),
         args,
     )

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
-__all__ = ["as_parameters", "declare_if_given", "refuse_renamed"]
+from relay_ros.node.node_main import type_words
+
+__all__ = ["as_parameters", "declare_if_given", "parameter_types", "refuse_renamed"]
 
 
 def as_parameters(overrides: Mapping[str, Any] | Sequence[Parameter] | None) -> list[Parameter]:
@@ -50,3 +52,26 @@ def declare_if_given(node: Node, name: str, kind: Parameter.Type, description: s
     if name not in getattr(node, "_parameter_overrides", {}):
         return None
     return node.declare_parameter(name, kind, ParameterDescriptor(description=description)).value
+
+
+def parameter_types(
+    node_parameters: Mapping[str, tuple[Any, str]],
+    prefix: str,
+    item_parameters: Mapping[str, tuple[Parameter.Type, str]],
+) -> Callable[[str], str | None]:
+    """What each parameter of a sim node takes, in words, from its two tables.
+
+    ``node_parameters``: name -> (default, description); ``item_parameters``:
+    suffix -> (type, description) of the ``<prefix>.<name>.<suffix>`` parameters.
+    """
+
+    def expected(name: str) -> str | None:
+        if name in node_parameters:
+            return type_words(Parameter.Type.from_parameter_value(node_parameters[name][0]))
+        head, _, rest = name.partition(".")
+        suffix = rest.rpartition(".")[2]
+        if head == prefix and "." in rest and suffix in item_parameters:
+            return type_words(item_parameters[suffix][0])
+        return None
+
+    return expected

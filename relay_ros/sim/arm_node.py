@@ -49,7 +49,12 @@ from relay_ros.node.node_main import (
     run_node,
     typed_row,
 )
-from relay_ros.sim._parameters import as_parameters, declare_if_given, refuse_renamed
+from relay_ros.sim._parameters import (
+    as_parameters,
+    declare_if_given,
+    parameter_types,
+    refuse_renamed,
+)
 from relay_ros.sim.trajectory_follower import (
     FollowerMetrics,
     TrajectoryCommand,
@@ -414,7 +419,14 @@ def usage() -> str:
 def main(args: list[str] | None = None) -> int:
     """Console entry point ``sim_arm``: spin the node until SIGINT or SIGTERM; the exit code."""
     return run_node(
-        NodeProgram("sim_arm", SimArmNode, usage, config_errors=(SimArmConfigError,)), args
+        NodeProgram(
+            "sim_arm",
+            SimArmNode,
+            usage,
+            config_errors=(SimArmConfigError,),
+            parameter_type=parameter_types(_NODE_PARAMETERS, "controllers", _CONTROLLER_PARAMETERS),
+        ),
+        args,
     )
 
 

@@ -59,7 +59,12 @@ from relay_ros.node.node_main import (
     run_node,
     typed_row,
 )
-from relay_ros.sim._parameters import as_parameters, declare_if_given, refuse_renamed
+from relay_ros.sim._parameters import (
+    as_parameters,
+    declare_if_given,
+    parameter_types,
+    refuse_renamed,
+)
 from relay_ros.sim.scene import SceneError, SceneRenderer, encode_jpeg
 from relay_ros.sim.world_camera import CAMERA_ROLES, World, WorldCamera
 from relay_ros.stop_signals import take_stop_signals
@@ -373,7 +378,13 @@ def usage() -> str:
 def main(args: list[str] | None = None) -> int:
     """Console entry point ``sim_cameras``: spin the node until SIGINT or SIGTERM; the exit code."""
     return run_node(
-        NodeProgram("sim_cameras", SimCamerasNode, usage, config_errors=(SimCamerasConfigError,)),
+        NodeProgram(
+            "sim_cameras",
+            SimCamerasNode,
+            usage,
+            config_errors=(SimCamerasConfigError,),
+            parameter_type=parameter_types(_NODE_PARAMETERS, "cameras", _CAMERA_PARAMETERS),
+        ),
         args,
     )
 
