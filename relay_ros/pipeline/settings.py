@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, cast
 
 from relay_ros.pipeline.safety import LIMITS_MODES, JointLimits, SafetyError
-from relay_ros.pipeline.scheduler import SchedulerConfig, SchedulerConfigError, SchedulerMode
+from relay_ros.pipeline.scheduler_config import SchedulerConfig, SchedulerConfigError, SchedulerMode
 from relay_ros.pipeline.server_spec import ServerSpec
 
 __all__ = [

@@ -61,10 +61,11 @@ from relay_ros.pipeline.observation_inputs import (
     ObservationTiming,
     Snapshot,
 )
+from relay_ros.pipeline.publication import Publication
 from relay_ros.pipeline.replies import ReplyVerdict, judge_reply
 from relay_ros.pipeline.request_clock import RequestClock, RequestStart
 from relay_ros.pipeline.safety import Refusal, check_first_step
-from relay_ros.pipeline.scheduler import ChunkScheduler, Publication
+from relay_ros.pipeline.scheduler import ChunkScheduler
 from relay_ros.pipeline.server_session import ServerSession, SessionError
 from relay_ros.pipeline.server_spec import ServerSpec
 from relay_ros.pipeline.settings import (
