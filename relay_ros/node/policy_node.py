@@ -416,7 +416,6 @@ class PolicyNode(Node):
         """Stop the connection worker (joins its thread, closes its socket) and the node."""
         self._unroute_logs()
         self._connection.close()
-        self.core.frames.close()
         super().destroy_node()
 
 
