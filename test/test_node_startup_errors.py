@@ -22,7 +22,12 @@ _PI05 = config_dir() / "pi05.yaml"
 
 
 def _run_policy_node(*ros_args: str) -> tuple[int, list[str]]:
-    code = "import sys; from relay_ros.entry_points import policy_node; sys.exit(policy_node())"
+    return _run_program("policy_node", *ros_args)
+
+
+def _run_program(program: str, *ros_args: str) -> tuple[int, list[str]]:
+    """Run a console script's entry point with ``--ros-args``: (exit code, output lines)."""
+    code = f"import sys; from relay_ros.entry_points import {program}; sys.exit({program}())"
     done = subprocess.run(
         [sys.executable, "-c", code, "--ros-args", *ros_args],
         capture_output=True,
@@ -162,15 +167,7 @@ def test_a_value_rcl_would_ignore_is_refused_with_its_expected_type() -> None:
 def test_the_sim_nodes_refuse_a_value_in_one_fatal_line(
     program: str, ros_args: list[str], message: str
 ) -> None:
-    code = f"import sys; from relay_ros.entry_points import {program}; sys.exit({program}())"
-    done = subprocess.run(
-        [sys.executable, "-c", code, "--ros-args", *ros_args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
-    assert done.returncode == 2, lines
+    code, lines = _run_program(program, *ros_args)
+    assert code == 2, lines
     assert len(lines) == 1, "\n".join(lines)
     assert lines[0].split(f"] [{program}]: ", 1)[1] == message
