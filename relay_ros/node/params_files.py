@@ -168,6 +168,7 @@ class ParamsFileSetting:
         line: 1-based line of the name in the file.
         kind: Its type as rcl reads it (``integer``, ``string array``).
         value: Its value as rcl reads it.
+        section: The node key as rcl keeps it (as written: ``policy_node``).
     """
 
     node: str
@@ -175,6 +176,7 @@ class ParamsFileSetting:
     line: int
     kind: str = "string"
     value: Any = None
+    section: str = ""
 
 
 @dataclass(frozen=True)
@@ -182,7 +184,8 @@ class GivenValue:
     """One value a node's command line gives a parameter (a params file's or a ``-p``).
 
     Attributes:
-        node: The node key it is under (``/**`` for a plain ``-p``).
+        node: The node key it is under, as rcl keeps it (as written; ``/**`` for a
+            plain ``-p``).
         name: The parameter name.
         kind: Its type as rcl reads it (``integer``, ``string array``).
         value: The value as rcl reads it.
@@ -241,11 +244,11 @@ def read_params_file(path: str | os.PathLike[str]) -> ParamsFile:
     def fail(node: yaml.Node, problem: str) -> ParamsFileError:
         return ParamsFileError(f"params file {shown!r}, line {_line(node)}: {problem}")
 
-    def parameters(mapping: yaml.MappingNode, node_path: str, prefix: str) -> None:
+    def parameters(mapping: yaml.MappingNode, node_path: str, entry: str, prefix: str) -> None:
         for key, value in mapping.value:
             name = prefix + str(key.value)
             if isinstance(value, yaml.MappingNode):
-                parameters(value, node_path, name + ".")
+                parameters(value, node_path, entry, name + ".")
                 continue
             if isinstance(value, yaml.SequenceNode):
                 kinds = {
@@ -265,7 +268,7 @@ def read_params_file(path: str | os.PathLike[str]) -> ParamsFile:
                         f"values; a ROS list parameter has one type{hint}",
                     )
             kind, given = _rcl_value(value)
-            settings.append(ParamsFileSetting(node_path, name, _line(key), kind, given))
+            settings.append(ParamsFileSetting(node_path, name, _line(key), kind, given, entry))
 
     def nodes(mapping: yaml.MappingNode, path_parts: list[str]) -> None:
         for key, value in mapping.value:
@@ -286,7 +289,9 @@ def read_params_file(path: str | os.PathLike[str]) -> ParamsFile:
                         f"'ros__parameters' of {node_path} is {_kind(value)}; expected a "
                         "mapping of parameter names to values",
                     )
-                parameters(value, node_path, "")
+                # rcl keeps the node key as written: "policy_node" and "/policy_node"
+                # are two sections to it.
+                parameters(value, node_path, "/".join(path_parts), "")
             elif isinstance(value, yaml.MappingNode):
                 nodes(value, [*path_parts, name])
             else:
@@ -378,7 +383,7 @@ class CommandLineParameters:
                 files.append(params_file)
                 given += [
                     GivenValue(
-                        s.node, s.name, s.kind, s.value, f"{params_file.path}, line {s.line}"
+                        s.section, s.name, s.kind, s.value, f"{params_file.path}, line {s.line}"
                     )
                     for s in params_file.settings
                 ]
@@ -392,8 +397,7 @@ class CommandLineParameters:
                 if not node or node in (node_name, name):
                     overrides.append((parameter, text))
                     kind, typed = _rcl_text(text)
-                    node_key = "/" + node.strip("/") if node else "/**"
-                    given.append(GivenValue(node_key, parameter, kind, typed, f"-p {value}"))
+                    given.append(GivenValue(node or "/**", parameter, kind, typed, f"-p {value}"))
         applies = [g for g in given if "*" in g.node or _node_token(g.node) == name]
         return cls(
             node_name=name, files=tuple(files), overrides=tuple(overrides), given=tuple(applies)
@@ -406,9 +410,9 @@ class CommandLineParameters:
         value per type for each parameter of each node key, and rclpy takes the
         first type it finds (bool, integer, double, string, the arrays), so
         ``seed: -1`` in a file and then ``-p seed:=abc`` gives the node -1; of
-        several node keys (``/**``, ``policy_node``) rclpy takes the one that
-        appeared last for the first time, whatever came later. None: every
-        parameter gets its last value.
+        several node keys (``/**``, ``policy_node``, ``/policy_node``: rcl keeps them
+        as written) rclpy takes the one that appeared last for the first time,
+        whatever came later. None: every parameter gets its last value.
         """
         entries: dict[str, dict[str, dict[str, GivenValue]]] = {}
         for value in self.given:
@@ -438,7 +442,7 @@ class CommandLineParameters:
         else:
             wanted = ""
             why = (
-                f"rclpy reads the {used.node} section after the {meant.node} one; "
+                f"rclpy reads the '{used.node}' section after the '{meant.node}' one; "
                 "set the parameter in one of them"
             )
         return (
