@@ -110,7 +110,7 @@ def _declare(node: Node, spec: ParamSpec) -> Any:
         value = node.get_parameter(spec.name).value
     except ParameterUninitializedException:
         return None
-    return value.tolist() if isinstance(value, array.array) else value
+    return _plain(value)
 
 
 def declare_parameters(node: Node) -> NodeConfig:
@@ -149,6 +149,7 @@ def declare_parameters(node: Node) -> NodeConfig:
 
 
 def _plain(value: Any) -> Any:
+    """A parameter value as plain Python (rclpy gives numeric arrays as array.array)."""
     return value.tolist() if isinstance(value, array.array) else value
 
 
@@ -188,9 +189,7 @@ class LiveParameters:
             for parameter in parameters:
                 if spec_for(parameter.name) is None:
                     continue  # not ours (use_sim_time, qos_overrides.*): rclpy's business
-                value = parameter.value
-                if isinstance(value, array.array):
-                    value = value.tolist()
+                value = _plain(parameter.value)
                 config = validate_change(config, parameter.name, value)
                 changed.append(f"{parameter.name}={value!r}")
             if config != self._config:
