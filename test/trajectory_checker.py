@@ -25,6 +25,9 @@ from relay_ros.pipeline.publication_check import TRACKING_TOLERANCE
 #: Rounding slack on the limit (float32 positions on the wire, ns stamps).
 SLACK = 1e-6
 
+#: Every checker of this test session, for the summary conftest.py prints.
+CHECKERS: list[VelocityChecker] = []
+
 
 @dataclass
 class _Last:
@@ -69,6 +72,7 @@ class VelocityChecker:
         self.trajectories = 0
         self.worst_ratio = 0.0
         self.worst: str = ""
+        CHECKERS.append(self)
 
     def add(
         self,
