@@ -22,7 +22,7 @@ One module per concept, so that everything except `run_demo` is tested without R
 - ``policy_settings.py``: `DemoPolicy`, `FAULTS`: the policy, its noise, the
   smoothing and the wiring mistake to make;
 - ``result.py``: `DemoResult`, `CommandedChunk`, `DemoProgress`: what a run produced;
-- ``task.py``: `TaskMeasures`, `task_measures`, `jerk_rms`: tracking error and jerk;
+- ``relay_ros.sim.task``: `TaskMeasures`, `task_measures`, `jerk_rms` (re-exported);
 - ``recorder.py``: `ChunkRecorder`, `LatencyCollector`: what a run records;
 - ``rig.py``: `DemoRig`: the steps of a run on rclpy (start, wait, run, snapshot, stop);
 - ``run.py``: `run_demo` -> `DemoResult`: one run of the loop with its measures and
@@ -54,7 +54,7 @@ from relay_ros.demo.report import format_progress, format_summary, stall_interva
 from relay_ros.demo.result import CommandedChunk, DemoProgress, DemoResult
 from relay_ros.demo.run import run_demo
 from relay_ros.demo.server_process import ServerProcess, server_command
-from relay_ros.demo.task import TaskMeasures
+from relay_ros.sim.task import TaskMeasures
 
 __all__ = [
     "DEMO_LAUNCH_ARGUMENTS",
