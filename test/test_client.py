@@ -27,7 +27,7 @@ from websockets.asyncio.server import serve as ws_serve
 from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI
 
 from relay_ros import PolicyClient
-from relay_ros.server.app import ServerHandle, ServerOptions, run_server_in_thread
+from relay_ros.server import ServerHandle, ServerOptions, run_server_in_thread
 from relay_ros.wire.codec import CodecError, packb, unpackb
 from relay_ros.wire.env import UnknownModelError
 

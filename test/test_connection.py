@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from websockets.exceptions import InvalidURI
 
-from relay_ros.server.app import ServerHandle, ServerOptions, run_server_in_thread
+from relay_ros.server import ServerHandle, ServerOptions, run_server_in_thread
 from relay_ros.wire.connection import InferOutcome, PolicyConnection
 from relay_ros.wire.env import UnknownModelError
 

@@ -20,7 +20,7 @@ from relay_ros.pipeline.image_encoding import (
     encode_jpeg,
 )
 from relay_ros.pipeline.images import resize_with_pad
-from relay_ros.server.app import ServerHandle, ServerOptions, run_server_in_thread
+from relay_ros.server import ServerHandle, ServerOptions, run_server_in_thread
 from relay_ros.sim.link import LinkThread
 from relay_ros.sim.scene import SceneRenderer
 

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from relay_ros import PolicyClient
-from relay_ros.server.app import ServerOptions, run_server_in_thread
+from relay_ros.server import ServerOptions, run_server_in_thread
 from relay_ros.sim.link import LinkError, LinkThread, parse_host_port
 from relay_ros.sim.link_profiles import PRESETS, LinkProfile, LinkProfileError, get_profile
 

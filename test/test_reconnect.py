@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from fault_server import FaultServer
 
-from relay_ros.server.app import ServerHandle, ServerOptions, run_server_in_thread
+from relay_ros.server import ServerHandle, ServerOptions, run_server_in_thread
 from relay_ros.wire.connection import InferOutcome, PolicyConnection
 from relay_ros.wire.reconnect import Backoff, RetryWait, WaitEnd, port_closed
 

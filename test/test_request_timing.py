@@ -60,7 +60,7 @@ def test_policy_client_reports_the_split_over_an_emulated_link() -> None:
     import numpy as np
 
     from relay_ros import PolicyClient
-    from relay_ros.server.app import ServerOptions, run_server_in_thread
+    from relay_ros.server import ServerOptions, run_server_in_thread
     from relay_ros.sim.link import LinkThread
 
     with run_server_in_thread(ServerOptions(latency_ms=50.0)) as server:

@@ -18,8 +18,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed, ConnectionClosedError, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
-from relay_ros.server import ServerOptions, run_server_in_thread
-from relay_ros.server.app import ServerHandle, ServerStartError
+from relay_ros.server import ServerHandle, ServerOptions, ServerStartError, run_server_in_thread
 from relay_ros.wire.codec import packb, unpackb
 
 INTERNAL = {"type": "error", "message": "Internal inference error"}
@@ -252,7 +251,7 @@ def test_internal_detail_is_logged_not_sent(
     server: ServerHandle, caplog: pytest.LogCaptureFixture
 ) -> None:
     ws, _ = open_ws(server)
-    with ws, caplog.at_level("WARNING", logger="relay_ros.server.app"):
+    with ws, caplog.at_level("WARNING", logger="relay_ros.server.policy_server"):
         reply = ask(ws, pi_obs(state=np.zeros(31, np.float32)))
     assert reply == INTERNAL  # nothing beyond the fixed message
     assert "state has shape (31,); expected (32,) or (1, 32)" in caplog.text
