@@ -348,20 +348,21 @@ def test_unencodable_observation_raises_before_sending(server: ServerHandle) -> 
         assert isinstance(client.infer(pi_observation(metadata)), np.ndarray)
 
 
-def test_timing_fields(server: ServerHandle) -> None:
+def test_infer_reply_carries_the_request_timing(server: ServerHandle) -> None:
     with PolicyClient("pi05", url=server.url_template) as client:
-        assert client.last_server_timing is None
-        assert client.last_roundtrip_s is None
-        assert client.last_sent_at is None
         before = time.perf_counter()
-        client.infer(pi_observation(client.get_server_metadata()))
-        assert before < client.last_sent_at < time.perf_counter()
-        assert isinstance(client.last_server_timing, dict)
-        assert isinstance(client.last_server_timing["infer_ms"], float)
-        assert isinstance(client.last_roundtrip_s, float)
-        assert client.last_roundtrip_s > 0
-        client.infer({"state": 1})
-        assert isinstance(client.last_roundtrip_s, float)
+        reply = client.infer_reply(pi_observation(client.get_server_metadata()))
+        assert isinstance(reply.actions, np.ndarray) and reply.error is None
+        assert reply.sent_at is not None and before < reply.sent_at < time.perf_counter()
+        assert isinstance(reply.server_timing, dict)
+        assert isinstance(reply.server_timing["infer_ms"], float)
+        assert reply.timing is not None
+        assert reply.timing.server_s == pytest.approx(reply.server_timing["infer_ms"] / 1000)
+        assert isinstance(reply.roundtrip_s, float) and reply.roundtrip_s > 0
+        refused = client.infer_reply({"state": 1})
+        assert refused.actions is None and refused.error is not None
+        assert refused.result() == refused.error
+        assert isinstance(refused.roundtrip_s, float)
 
 
 def test_same_seed_same_actions_over_one_connection(server: ServerHandle) -> None:
