@@ -27,9 +27,9 @@ from websockets.asyncio.server import serve as ws_serve
 from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI
 
 from relay_ros import PolicyClient
+from relay_ros.models import UnknownModelError
 from relay_ros.server import ServerHandle, ServerOptions, run_server_in_thread
 from relay_ros.wire.codec import CodecError, packb, unpackb
-from relay_ros.wire.env import UnknownModelError
 
 PI_CAMERAS = ("base_0_rgb", "left_wrist_0_rgb", "right_wrist_0_rgb")
 
@@ -218,8 +218,8 @@ def test_direct_route_connects_there_and_closes_the_proxied_connection() -> None
         with PolicyClient("pi05", url=proxy.url_template) as client:
             # The proxied connection really closed on the server side.
             assert proxy.wait_closed_connections(1)
-            assert proxy.open_connections == 0
-            assert direct.open_connections == 1
+            assert proxy.stats.open_connections == 0
+            assert direct.stats.open_connections == 1
             assert client.url == direct.url("pi05")
             metadata = client.get_server_metadata()
             assert metadata["direct_url"] == direct.url("pi05")
@@ -240,9 +240,9 @@ def test_walle_direct_0_stays_on_the_proxied_connection(monkeypatch: pytest.Monk
             assert metadata["direct_url"] == direct.url("pi05")
             client.infer(pi_observation(metadata))
             assert client.url == proxy.url("pi05")
-            assert proxy.open_connections == 1
+            assert proxy.stats.open_connections == 1
             assert proxy.stats.frames == 1
-            assert direct.total_connections == 0
+            assert direct.stats.connections_opened == 0
 
 
 def test_walle_direct_from_env_file(tmp_path: Path) -> None:
@@ -253,7 +253,7 @@ def test_walle_direct_from_env_file(tmp_path: Path) -> None:
     ):
         with PolicyClient("pi05", url=proxy.url_template) as client:
             assert client.url == proxy.url("pi05")
-        assert direct.total_connections == 0
+        assert direct.stats.connections_opened == 0
 
 
 def test_unreachable_direct_route_closes_the_proxied_connection_and_raises() -> None:
@@ -262,7 +262,7 @@ def test_unreachable_direct_route_closes_the_proxied_connection_and_raises() -> 
         with pytest.raises(ConnectionRefusedError):
             PolicyClient("pi05", url=proxy.url_template)
         assert proxy.wait_closed_connections(1)
-        assert proxy.open_connections == 0
+        assert proxy.stats.open_connections == 0
 
 
 # --- infer ----------------------------------------------------------------------------
@@ -487,12 +487,12 @@ def test_metadata_is_the_servers_and_needs_no_network() -> None:
 def test_close_then_every_call_raises_connection_closed(server: ServerHandle) -> None:
     client = PolicyClient("pi05", url=server.url_template)
     metadata = client.get_server_metadata()
-    opened = server.total_connections
-    closed = server.closed_connections
+    opened = server.stats.connections_opened
+    closed = server.stats.connections_closed
     client.close()
     client.close()  # idempotent
     assert server.wait_closed_connections(closed + 1)
-    assert server.total_connections == opened
+    assert server.stats.connections_opened == opened
     calls = [
         lambda: client.infer(pi_observation(metadata)),
         client.reset,
@@ -506,7 +506,7 @@ def test_close_then_every_call_raises_connection_closed(server: ServerHandle) ->
 
 
 def test_context_manager_closes(server: ServerHandle) -> None:
-    closed = server.closed_connections
+    closed = server.stats.connections_closed
     with PolicyClient("pi05", url=server.url_template) as client:
         assert isinstance(client, PolicyClient)
         metadata = client.get_server_metadata()
@@ -516,7 +516,7 @@ def test_context_manager_closes(server: ServerHandle) -> None:
 
 
 def test_context_manager_closes_on_exception(server: ServerHandle) -> None:
-    closed = server.closed_connections
+    closed = server.stats.connections_closed
     with pytest.raises(RuntimeError, match="boom"):
         with PolicyClient("pi05", url=server.url_template):
             raise RuntimeError("boom")
@@ -558,7 +558,7 @@ def test_large_observation_round_trip(server: ServerHandle) -> None:
 
 
 def test_dropped_client_is_closed_by_its_keepalive_thread(server: ServerHandle) -> None:
-    closed = server.closed_connections
+    closed = server.stats.connections_closed
     threads = threading.active_count()
     client = PolicyClient("pi05", url=server.url_template)
     client.infer(pi_observation(client.get_server_metadata()))
@@ -681,7 +681,7 @@ def test_wss_server_offering_a_plain_ws_direct_route_is_not_followed(
             assert metadata["direct_url"] == direct.url("pi05")  # offered, as the server said
             assert isinstance(client.infer(pi_observation(metadata)), np.ndarray)
             assert proxy.stats.frames == 1
-        assert direct.total_connections == 0
+        assert direct.stats.connections_opened == 0
     assert "it would leave TLS (wss:// to ws://)" in caplog.text
 
 

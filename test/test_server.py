@@ -157,7 +157,7 @@ def test_direct_url_in_metadata() -> None:
 def test_handle_urls_and_counters(server: ServerHandle) -> None:
     assert server.url("groot") == f"ws://127.0.0.1:{server.port}/groot"
     assert server.url_template == f"ws://127.0.0.1:{server.port}/{{model}}"
-    before = server.closed_connections
+    before = server.stats.connections_closed
     ws, _ = open_ws(server)
     assert server.stats.wait_for(lambda s: s.open_connections >= 1, TIMEOUT)
     ws.close()
@@ -539,7 +539,7 @@ def test_idle_connection_is_closed() -> None:
             ws.recv(timeout=TIMEOUT)
         assert info.value.rcvd is not None and info.value.rcvd.code == 1000
         assert handle.wait_closed_connections(1, TIMEOUT)
-        assert handle.open_connections == 0
+        assert handle.stats.open_connections == 0
 
 
 def test_simulated_latency_reported_in_server_timing() -> None:

@@ -13,7 +13,7 @@ joint positions.
 One module per concept, so that everything except `run_demo` is tested without ROS:
 
 - ``errors.py``: `DemoError`, `DemoArgumentError`;
-- ``models.py``: `DEMO_MODELS`, `REQUEST_MODES`, `load_model_config`;
+- ``models.py``: `REQUEST_MODES`, `load_model_config`;
 - ``launch_plan.py``: `demo_node_parameters`, `DEMO_LAUNCH_ARGUMENTS`,
   `demo_launch_plan`: what the demo starts and with which parameters (also used by
   ``launch/demo.launch.py``);
@@ -47,7 +47,7 @@ from relay_ros.demo.launch_plan import (
     demo_launch_plan,
     demo_node_parameters,
 )
-from relay_ros.demo.models import DEMO_MODELS, REQUEST_MODES, load_model_config
+from relay_ros.demo.models import REQUEST_MODES, load_model_config
 from relay_ros.demo.plot import plot_demo
 from relay_ros.demo.policy_settings import FAULTS, POLICY_KINDS, SMOOTHINGS, DemoPolicy
 from relay_ros.demo.report import format_progress, format_summary, stall_intervals
@@ -58,7 +58,6 @@ from relay_ros.sim.task import TaskMeasures
 
 __all__ = [
     "DEMO_LAUNCH_ARGUMENTS",
-    "DEMO_MODELS",
     "FAULTS",
     "POLICY_KINDS",
     "REQUEST_MODES",

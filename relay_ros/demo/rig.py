@@ -123,7 +123,7 @@ class DemoRig:
     """One run's processes, nodes and threads; see the module docstring for the steps.
 
     Args:
-        model: One of `DEMO_MODELS`.
+        model: A model ID of `relay_ros.models`.
         config: ``config/<model>.yaml`` as policy_node reads it.
         request_mode: ``"early"`` or ``"sync"``.
         latency_ms: Simulated inference latency of the server (ms).

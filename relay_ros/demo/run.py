@@ -54,7 +54,7 @@ def run_demo(
     even on Ctrl-C.
 
     Args:
-        model: One of `DEMO_MODELS`.
+        model: A model ID of `relay_ros.models`.
         duration_s: Seconds to run after the first chunk (> 0).
         request_mode: ``"early"`` or ``"sync"``.
         latency_ms: Simulated inference latency of the server in ms (>= 0).

@@ -56,7 +56,6 @@ from relay_ros.pipeline.urdf_limits import RobotDescription
 
 __all__ = [
     "LIVE_PARAMETERS",
-    "MODELS",
     "PARAMETERS",
     "NodeConfig",
     "OutputSpec",
@@ -72,7 +71,6 @@ __all__ = [
     "validate_change",
 ]
 
-MODELS = MODEL_IDS
 
 _MAX_SEED = 2**31 - 1
 _MAX_LEAD_S = 10.0
@@ -154,7 +152,7 @@ PARAMETERS: tuple[ParamSpec, ...] = (
         "string",
         "pi05",
         "Policy model ID.",
-        choices=MODELS,
+        choices=MODEL_IDS,
     ),
     ParamSpec(
         "policy_url",

@@ -22,7 +22,6 @@ from pathlib import Path
 from relay_ros.models import MODEL_IDS
 from relay_ros.server.options import DEFAULT_MAX_SESSIONS, ServerOptions, ServerStartError
 from relay_ros.server.policy_server import PolicyServer
-from relay_ros.server.recorded import recorded_factory
 from relay_ros.stop_signals import stop_signals, take_stop_signals
 
 __all__ = ["build_parser", "main", "options_from_args"]
@@ -167,6 +166,10 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
     """
     policy = args.policy
     if args.recorded_bag or args.recorded_params:
+        # Here, not at the top: the bag reader (rosbags) and the node's parameter
+        # table load only for --recorded-bag.
+        from relay_ros.bag.recorded_policy import recorded_factory
+
         policy = recorded_factory(
             args.recorded_bag,
             args.recorded_params,

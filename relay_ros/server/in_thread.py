@@ -51,21 +51,6 @@ class ServerHandle:
         """Live counters."""
         return self.server.stats
 
-    @property
-    def open_connections(self) -> int:
-        """WebSocket connections currently open on the server side."""
-        return self.server.stats.open_connections
-
-    @property
-    def closed_connections(self) -> int:
-        """WebSocket connections the server side has finished (any reason)."""
-        return self.server.stats.connections_closed
-
-    @property
-    def total_connections(self) -> int:
-        """WebSocket connections accepted so far (HTTP 404 and /healthz not counted)."""
-        return self.server.stats.connections_opened
-
     def wait_closed_connections(self, count: int, timeout: float = 5.0) -> bool:
         """Block until at least ``count`` connections have closed, or ``timeout`` (s)."""
         return self.server.stats.wait_for(lambda s: s.connections_closed >= count, timeout)

@@ -42,7 +42,7 @@ from websockets.exceptions import ConnectionClosed
 
 from relay_ros.models import family_of
 from relay_ros.server.chunk_noise import ChunkNoise
-from relay_ros.server.embodiment import Embodiment, load_embodiment
+from relay_ros.server.embodiment import Embodiment, load_embodiment, split_action_groups
 from relay_ros.server.idle_watchdog import IdleWatchdog
 from relay_ros.server.metadata import PI_CAMERA_KEYS, build_metadata
 from relay_ros.server.options import (
@@ -473,12 +473,7 @@ class PolicyServer:
         if family_of(model) != "groot":
             return flat
         assert self._embodiment is not None
-        groups: dict[str, np.ndarray] = {}
-        start = 0
-        for key, width in self._embodiment.action_groups:
-            groups[key] = np.ascontiguousarray(flat[None, :, start : start + width])
-            start += width
-        return groups
+        return split_action_groups(flat, self._embodiment.action_groups)
 
     async def _control(self, conn: _Connection, frame: dict[str, Any]) -> bytes:
         kind = frame.get("type")

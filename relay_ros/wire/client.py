@@ -42,9 +42,10 @@ import numpy as np
 from websockets.exceptions import ConnectionClosed
 from websockets.frames import Close, CloseCode
 
+from relay_ros.models import get_model
 from relay_ros.wire.codec import REPLY_LIMITS, CodecError, DecodeLimits, unpackb
 from relay_ros.wire.deadline import Deadline
-from relay_ros.wire.env import check_model, direct_enabled, redact_url, resolve_url
+from relay_ros.wire.env import direct_enabled, redact_url, resolve_url
 from relay_ros.wire.errors import OpenCancelled, PolicyServerError, RequestTimeout
 from relay_ros.wire.idle_servicer import DEFAULT_IDLE_POLL_S, IdleServicer
 from relay_ros.wire.logsafe import shorten
@@ -114,7 +115,7 @@ class PolicyClient:
             (default: this module's logger), e.g. a ROS node's logger.
 
     Raises:
-        relay_ros.wire.env.UnknownModelError: ``model`` is not a known model ID.
+        relay_ros.models.UnknownModelError: ``model`` is not a known model ID.
         KeyError: ``WALLE_URL`` is not set (and no ``url`` was given).
         websockets.exceptions.InvalidURI: the URL is not a ``ws://``/``wss://`` URL.
         websockets.exceptions.InvalidStatus: the server refused the upgrade, e.g.
@@ -144,7 +145,7 @@ class PolicyClient:
         on_close: Callable[[], None] | None = None,
         logger: Any = None,
     ) -> None:
-        self.model = check_model(model)
+        self.model = get_model(model).id
         if not (isinstance(max_reply_bytes, int) and max_reply_bytes > 0):
             raise ValueError(f"max_reply_bytes={max_reply_bytes!r}; expected a positive int")
         if not idle_poll_s > 0:

@@ -44,9 +44,10 @@ import numpy as np
 from websockets.exceptions import ConnectionClosed
 from websockets.uri import parse_uri
 
+from relay_ros.models import get_model
 from relay_ros.wire.client import PolicyClient
 from relay_ros.wire.codec import CodecError
-from relay_ros.wire.env import check_model, redact_text, redact_url, resolve_url
+from relay_ros.wire.env import redact_text, redact_url, resolve_url
 from relay_ros.wire.errors import OpenCancelled, PolicyServerError, RequestTimeout
 from relay_ros.wire.reconnect import DEFAULT_PROBE_S, Backoff, RetryWait, WaitEnd
 from relay_ros.wire.reply import Reply
@@ -153,7 +154,7 @@ class PolicyConnection:
             clients' messages (default: this module's logger).
 
     Raises:
-        relay_ros.wire.env.UnknownModelError: unknown model ID.
+        relay_ros.models.UnknownModelError: unknown model ID.
         KeyError: ``WALLE_URL`` is not set and no ``url`` was given.
         websockets.exceptions.InvalidURI: the URL is not a ws:// or wss:// URL.
         ValueError: a timing option is not positive.
@@ -179,7 +180,7 @@ class PolicyConnection:
         max_reply_bytes: int = 8 * 2**20,
         logger: Any = None,
     ) -> None:
-        check_model(model)
+        get_model(model)
         for name, value in (
             ("idle_poll_s", idle_poll_s),
             ("open_timeout", 1.0 if open_timeout is None else open_timeout),
