@@ -27,6 +27,7 @@ from relay_ros.demo.server_process import server_command
 from relay_ros.models import MODEL_IDS
 from relay_ros.node.launch_args import LaunchArgument
 from relay_ros.paths import config_file
+from relay_ros.pipeline.camera_map import load_camera_map
 
 __all__ = [
     "ARM_NODE",
@@ -102,8 +103,6 @@ def demo_node_parameters(
     check_mode(request_mode)
     if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
         raise DemoArgumentError(f"port {port!r} is not an integer in [1, 65535]")
-    from relay_ros.pipeline.camera_map import load_camera_map
-
     cameras = load_camera_map(config.camera_map, allowed_keys=None, max_cameras=None)
     policy = policy or DemoPolicy()
     camera_params: dict[str, Any] = {

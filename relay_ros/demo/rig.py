@@ -226,6 +226,7 @@ class DemoRig:
         return {"sim_cameras": cameras, "sim_arm": dict(params["sim_arm"][0]), "policy": policy}
 
     def _start_nodes(self, params: Mapping[str, list[Any]]) -> None:
+        # rclpy and the nodes load only when a run starts: relay_ros.demo imports without ROS.
         import rclpy
         from trajectory_msgs.msg import JointTrajectory
 

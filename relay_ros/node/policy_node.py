@@ -54,6 +54,7 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 from relay_ros.node.debug_topics import ObservationTopics
 from relay_ros.node.node_main import NodeProgram, UsageRow, format_usage, run_node
 from relay_ros.node.params import NodeConfig, ParameterError
+from relay_ros.node.params_doc import text_rows
 from relay_ros.node.polled import PolledCallbackGroup, PolledSubscription
 from relay_ros.node.ros_logging import node_logger, route_library_logs
 from relay_ros.node.ros_params import LiveParameters, declare_parameters
@@ -463,8 +464,6 @@ _USAGE_TOPICS = (
 
 def usage() -> str:
     """``policy_node --help``: topics, every parameter (from the table) and where to read more."""
-    from relay_ros.node.params_doc import text_rows
-
     return format_usage(
         "policy_node",
         "Streams action chunks from a remote VLA policy server (pi0, pi0.5, GR00T) to "

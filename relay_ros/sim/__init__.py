@@ -64,11 +64,11 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name in ("SceneError", "SceneRenderer", "encode_jpeg"):
-        from relay_ros.sim import scene
+        from relay_ros.sim import scene  # OpenCV: only when asked for
 
         return getattr(scene, name)
     if name == "WorldCamera":
-        from relay_ros.sim import world_camera
+        from relay_ros.sim import world_camera  # OpenCV: only when asked for
 
         return world_camera.WorldCamera
     raise AttributeError(f"module 'relay_ros.sim' has no attribute {name!r}")
