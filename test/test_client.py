@@ -537,6 +537,20 @@ def test_idle_timeout_then_connection_closed_in_the_middle_of_a_run() -> None:
                 assert isinstance(again.infer(pi_observation(metadata)), np.ndarray)
 
 
+def test_idle_servicer_reports_the_servers_idle_close() -> None:
+    closed = threading.Event()
+    with serving(models=("pi05",), idle_timeout_s=0.3) as handle:
+        with PolicyClient(
+            "pi05", url=handle.url_template, idle_poll_s=0.05, on_close=closed.set
+        ) as client:
+            assert client.is_open
+            assert closed.wait(10.0)
+            assert not client.is_open
+            assert client.close_received is not None and client.close_received.code == 1000
+    with pytest.raises(ValueError, match=r"idle_poll_s=0; expected a positive number"):
+        PolicyClient("pi05", url="ws://127.0.0.1:9/{model}", idle_poll_s=0)
+
+
 def test_server_stop_mid_run_raises_connection_closed() -> None:
     with serving(models=("pi05",)) as handle:
         client = PolicyClient("pi05", url=handle.url_template)
@@ -557,7 +571,7 @@ def test_large_observation_round_trip(server: ServerHandle) -> None:
         assert isinstance(reply, np.ndarray)
 
 
-def test_dropped_client_is_closed_by_its_keepalive_thread(server: ServerHandle) -> None:
+def test_dropped_client_is_closed_by_its_idle_servicer(server: ServerHandle) -> None:
     closed = server.stats.connections_closed
     threads = threading.active_count()
     client = PolicyClient("pi05", url=server.url_template)
