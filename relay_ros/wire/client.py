@@ -462,9 +462,15 @@ class PolicyClient:
         return not self._closed and transport is not None and transport.is_open
 
     def closed_error(self) -> ConnectionClosed:
-        """The ``ConnectionClosed`` that describes how the connection ended."""
+        """The ``ConnectionClosed`` that describes how the connection ended.
+
+        Waits for the call lock: the idle servicer may be in the middle of the
+        closing handshake (:attr:`is_open` is already False), and only once it is
+        done does the error say who closed with which code.
+        """
         assert self._transport is not None
-        return self._transport.closed_error()
+        with self._lock:
+            return self._transport.closed_error()
 
     @property
     def close_received(self) -> Close | None:
