@@ -361,7 +361,7 @@ def test_logger_argument_routes_the_clients_messages() -> None:
 
 
 def test_reply_decoder_accepts_openpi_float64_actions() -> None:
-    from relay_ros.wire.client import decode_reply
+    from relay_ros.wire.reply import decode_reply
 
     reply = decode_reply("pi0", packb({"actions": np.zeros((10, 7))}))
     assert reply.actions.shape == (10, 7)

@@ -329,10 +329,10 @@ class PolicyServer:
             self.options.max_sessions,
             self._new_session,
             f"{peer} {model}",
-            functools.partial(self.stats._bump, "sessions_evicted"),
+            functools.partial(self.stats.bump, "sessions_evicted"),
         )
         conn = _Connection(model=model, peer=peer, sessions=sessions)
-        self.stats._bump("connections_opened")
+        self.stats.bump("connections_opened")
         watchdog: IdleWatchdog | None = None
         try:
             if not await self._wait_loaded(ws):
@@ -358,12 +358,12 @@ class PolicyServer:
                 if watchdog is not None:
                     await watchdog.stop()
             finally:
-                self.stats._bump("connections_closed")
+                self.stats.bump("connections_closed")
 
     # ----------------------------------------------------------------- requests
     async def _reply(self, conn: _Connection, message: str | bytes) -> bytes:
         """Encoded reply to one client frame; never raises for client input."""
-        self.stats._bump("frames")
+        self.stats.bump("frames")
         try:
             return await self._answer(conn, message)
         except Exception:
@@ -443,7 +443,7 @@ class PolicyServer:
         return Session(rng=np.random.default_rng([self.options.seed, self._sessions_made]))
 
     def _refuse(self, conn: _Connection, message: str, detail: str | None) -> bytes:
-        self.stats._bump("errors")
+        self.stats.bump("errors")
         if detail is not None:
             logger.warning(
                 "%s %s: %s (%s)", conn.peer, conn.model, shorten(message), shorten(detail)

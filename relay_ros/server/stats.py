@@ -1,4 +1,8 @@
-"""``ServerStats``: the reference server's connection and frame counters."""
+"""``ServerStats``: the reference server's connection and frame counters.
+
+Tests and benchmarks read them (``ServerHandle.stats``) and wait on them
+(:meth:`ServerStats.wait_for`) instead of sleeping.
+"""
 
 from __future__ import annotations
 
@@ -30,7 +34,8 @@ class ServerStats:
         with self._cond:
             return self.connections_opened - self.connections_closed
 
-    def _bump(self, name: str) -> None:
+    def bump(self, name: str) -> None:
+        """Add one to counter ``name``; only the server's loop thread calls this."""
         setattr(self, name, getattr(self, name) + 1)
         # A waiter registers under the lock before it first evaluates its predicate, so
         # either it sees this increment or this check sees it and wakes it.

@@ -63,7 +63,6 @@ __all__ = [
     "PolicyServerError",
     "Reply",
     "RequestTimeout",
-    "decode_reply",
 ]
 
 _module_logger = logging.getLogger(__name__)
