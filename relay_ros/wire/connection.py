@@ -94,14 +94,9 @@ class InferOutcome:
     @classmethod
     def of_reply(cls, tag: object, reply: Reply) -> InferOutcome:
         """The outcome of a request that got ``reply`` (actions or an error map)."""
+        timing, server_timing = reply.timing, reply.server_timing
         return cls(
-            tag,
-            reply.result(),
-            reply.roundtrip_s,
-            reply.server_timing,
-            None,
-            reply.sent_at,
-            reply.timing,
+            tag, reply.result(), reply.roundtrip_s, server_timing, None, reply.sent_at, timing
         )
 
 
