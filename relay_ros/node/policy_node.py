@@ -3,18 +3,14 @@
 This node only wires ROS to :class:`~relay_ros.pipeline.streaming.StreamingCore`,
 which decides everything (when to request, what is safe to publish, when to hold):
 
-- cameras and joint states are read by the node itself on its tick
-  (:mod:`relay_ros.node.polled`): joint states every tick, each camera's newest
-  message (raw frames as their CDR bytes) only in the 0.1 s before a request; the
-  core converts only the frames an observation uses
-  (:mod:`relay_ros.pipeline.camera_frames`);
-- the tick runs when the core next has work (``StreamingCore.next_deadline``: a
-  held chunk's publication, the frames window and the request), at least every
-  100 ms, and at once after a connection event; the observations it submits go to
+- cameras and joint states are taken by the node on its tick
+  (:mod:`relay_ros.node.polled`); when the tick runs and what it reads is described
+  once, in docs/architecture.md, "The tick";
+- the observations it submits go to
   :class:`~relay_ros.wire.connection.PolicyConnection`, whose worker thread talks to
-  the server, so no ROS callback ever waits on the network;
-- connection events and replies come back through a queue, and the worker wakes the
-  executor with a guard condition so the tick drains it at once;
+  the server, so no ROS callback ever waits on the network; connection events and
+  replies come back through a queue, and the worker wakes the executor with a guard
+  condition so the tick drains it at once;
 - the core's trajectories become ``JointTrajectory`` messages on each controller's
   topic (or ``~/preview``), its health ``/diagnostics`` at 1 Hz.
 
@@ -24,9 +20,9 @@ thread at a time, whatever executor spins it (the polled subscriptions run no
 callbacks). The only other thread is the
 connection worker, which talks to the node through a thread-safe queue; every
 callback is short (the longest converts the frames of one observation, a few ms),
-so ``main()`` spins a SingleThreadedExecutor. rclpy 7.1's MultiThreadedExecutor was measured here to
-skip timer periods for 0.3-1 s at a time with this node and a 30 Hz publisher in
-one process, which would stall the robot; the single-threaded one never did.
+so ``main()`` spins a SingleThreadedExecutor: rclpy 7.1's MultiThreadedExecutor can
+skip timer periods for 0.3-1 s at a time with this node and a 30 Hz publisher in one
+process, which would stall the robot.
 With ``thread_priority`` > 0 the first tick puts every thread of the process under
 ``SCHED_FIFO`` (:mod:`relay_ros.node.thread_priority`).
 """
@@ -426,9 +422,9 @@ def freeze_startup_heap() -> None:
 
     Python's cyclic collector now and then scans every tracked object (its oldest
     generation); after the imports and the node's construction that is tens of
-    thousands (rclpy, NumPy, OpenCV, message types), and the scan stopped the executor
-    thread for about 20 ms in ``bench/pipeline.py``, a late chunk or request when it
-    falls on one. Objects
+    thousands (rclpy, NumPy, OpenCV, message types), and the scan stops the executor
+    thread for about 20 ms, a late chunk or request when it falls on one.
+    Objects
     that live as long as the process need no scanning: ``gc.freeze()`` after startup
     (as CPython's documentation suggests for long-running processes) leaves the
     collector only what the loop allocates. Call it once, right before spinning.

@@ -2,7 +2,7 @@
 
 A π0.5 request with three raw 224x224 frames is 452 kB; over a 20 Mbit/s uplink
 that alone takes about 180 ms, more than the model's inference. π0 and π0.5
-servers also accept each frame as JPEG bytes (``shared/spec/protocol.md``), about
+servers also accept each frame as JPEG bytes (docs/protocol.md), about
 a twentieth of the size; GR00T servers take raw arrays only.
 
 :func:`encode_frame` does for a ``PolicyClient`` user what ``policy_node`` does with
@@ -19,7 +19,7 @@ such as PIL, gives the frame back; OpenCV's ``imdecode`` gives BGR, as for any
 JPEG file). 4:2:0 chroma subsampling, baseline, optimized Huffman tables.
 
 :data:`DEFAULT_JPEG_QUALITY` is chosen from measured bytes against mean absolute
-pixel error (``bench/jpeg_quality.py``, docs/benchmarks.md "JPEG on the wire").
+pixel error (``bench/jpeg_quality.py``, docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -47,11 +47,9 @@ __all__ = [
 #: The values of ``image_encoding``.
 IMAGE_ENCODINGS: tuple[str, ...] = ("raw", "jpeg")
 
-#: JPEG quality (1..100) used when none is given. Three 224x224 frames of a textured,
-#: photograph-like scene make a 46 kB request at 90 (mean absolute error 3.7 grey
-#: levels), of the simulated scene 11 kB (1.0 levels); 95 would cost 43 % more bytes
-#: (65 kB, over the 60 kB budget) for 20 % less error. See docs/benchmarks.md,
-#: "JPEG on the wire".
+#: JPEG quality (1..100) used when none is given: where the bytes-against-error curve
+#: bends, a few grey levels of mean error, and three frames of a textured scene stay
+#: within a 60 kB request (``bench/jpeg_quality.py``; docs/benchmarks.md).
 DEFAULT_JPEG_QUALITY = 90
 
 _ENCODE_PARAMS_CACHE: dict[int, list[int]] = {}
