@@ -34,8 +34,9 @@ import yaml
 
 from relay_ros.bag.reader import BagReader
 from relay_ros.node.limit_params import limit_name
+from relay_ros.node.node_config import config_from_parameters
 from relay_ros.node.param_spec import flatten_parameters
-from relay_ros.node.params import config_from_parameters, spec_for
+from relay_ros.node.params import spec_for
 from relay_ros.node.topic_names import expand_topic_name
 from relay_ros.pipeline.camera_map import camera_constraints, load_camera_map
 from relay_ros.wire.env import resolve_url
@@ -276,7 +277,7 @@ def check_joint_names(
 
 
 def node_config(file_params: Mapping[str, Any], overrides: Mapping[str, Any]) -> Any:
-    """The node's :class:`~relay_ros.node.params.NodeConfig` for these parameters, without rclpy.
+    """The node's :class:`~relay_ros.node.node_config.NodeConfig` for these parameters (no rclpy).
 
     The same resolution as policy_node: declared defaults, then the params file,
     then ``overrides``; per-output and per-joint parameters follow ``outputs``.

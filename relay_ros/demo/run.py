@@ -21,7 +21,7 @@ from relay_ros.demo.policy_settings import DemoPolicy, check_fault
 from relay_ros.demo.result import PRE_ROLL_S, CommandedChunk, DemoProgress, DemoResult
 from relay_ros.demo.rig import DemoRig, RunSnapshot
 from relay_ros.demo.server_process import server_command
-from relay_ros.node.params import NodeConfig
+from relay_ros.node.node_config import NodeConfig
 from relay_ros.sim.link_profiles import LinkProfile, get_profile
 from relay_ros.sim.task import jerk_rms, task_measures
 from relay_ros.world import World

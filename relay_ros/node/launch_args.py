@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from relay_ros.models import MODEL_IDS
-from relay_ros.node.params import ParameterError
+from relay_ros.node.param_spec import ParameterError
 from relay_ros.paths import config_dir
 
 __all__ = [

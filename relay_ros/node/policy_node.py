@@ -48,9 +48,11 @@ from std_srvs.srv import SetBool, Trigger
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from relay_ros.node.debug_topics import ObservationTopics
-from relay_ros.node.node_main import NodeProgram, UsageRow, format_usage, run_node
-from relay_ros.node.params import NodeConfig, ParameterError
-from relay_ros.node.params_doc import text_rows
+from relay_ros.node.node_config import NodeConfig
+from relay_ros.node.node_main import NodeProgram, run_node
+from relay_ros.node.param_spec import ParameterError
+from relay_ros.node.params import expected_value
+from relay_ros.node.policy_usage import usage
 from relay_ros.node.polled import PolledCallbackGroup, PolledSubscription
 from relay_ros.node.ros_logging import node_logger, route_library_logs
 from relay_ros.node.ros_params import LiveParameters, declare_parameters
@@ -97,7 +99,7 @@ class PolicyNode(Node):
             raise
 
     def _setup(self) -> None:
-        self._config = cfg = self._declare_and_load_parameters()
+        self._config = cfg = declare_parameters(self)
         self._cameras: list[CameraEntry] = load_model_camera_map(cfg.camera_map, cfg.model)
         # thread_priority > 0: the first tick puts the process under SCHED_FIFO.
         self._priority = ProcessPriority(cfg.thread_priority, self.get_logger())
@@ -216,9 +218,6 @@ class PolicyNode(Node):
         )
 
     # ------------------------------------------------------------------ parameters
-    def _declare_and_load_parameters(self) -> NodeConfig:
-        return declare_parameters(self)
-
     def _apply_config(self, config: NodeConfig) -> None:
         """A live parameter change (validated by LiveParameters), in force when this returns."""
         self.core.apply_config(config, self._now())
@@ -413,7 +412,6 @@ class PolicyNode(Node):
         """Stop the connection worker (joins its thread, closes its socket) and the node."""
         self._unroute_logs()
         self._connection.close()
-        self.core.frames.close()
         super().destroy_node()
 
 
@@ -433,47 +431,6 @@ def freeze_startup_heap() -> None:
     gc.freeze()
 
 
-_USAGE_TOPICS = (
-    UsageRow("joint_states_topic", "in sensor_msgs/JointState", "the robot's joint states"),
-    UsageRow(
-        "camera_map's topics",
-        "in sensor_msgs/Image or CompressedImage",
-        "one per model camera key of the camera map (YAML, docs/node.md)",
-    ),
-    UsageRow("~/prompt", "in std_msgs/String", "replaces the prompt parameter"),
-    UsageRow(
-        "outputs.<name>.topic",
-        "out trajectory_msgs/JointTrajectory",
-        "one per trajectory controller (none in dry_run)",
-    ),
-    UsageRow("~/preview", "out trajectory_msgs/JointTrajectory", "every trajectory, dry run too"),
-    UsageRow(
-        "~/observation/<camera key>, ~/observation/state",
-        "out Image, JointState",
-        "each observation as the model receives it, while someone subscribes",
-    ),
-    UsageRow("/diagnostics", "out diagnostic_msgs/DiagnosticArray", "the node's health, 1 Hz"),
-    UsageRow("~/reset", "service std_srvs/Trigger", "new session; the server resets its policy"),
-    UsageRow("~/enable", "service std_srvs/SetBool", "start or stop commanding"),
-)
-
-
-def usage() -> str:
-    """``policy_node --help``: topics, every parameter (from the table) and where to read more."""
-    return format_usage(
-        "policy_node",
-        "Streams action chunks from a remote VLA policy server (pi0, pi0.5, GR00T) to "
-        "ros2_control trajectory controllers: cameras and joint states in, one observation "
-        "per request, trajectories out, holding position whenever an input or a reply is "
-        "not safe to use.",
-        topics=_USAGE_TOPICS,
-        parameters=[UsageRow(name, facts, text) for name, facts, text in text_rows()],
-        docs="docs/node.md (parameters, topics, safety), docs/streaming.md, docs/reliability.md",
-        example="policy_node --ros-args --params-file config/pi05.yaml "
-        "-p policy_url:=ws://127.0.0.1:8000/{model}",
-    )
-
-
 def _start() -> PolicyNode:
     node = PolicyNode()
     freeze_startup_heap()
@@ -488,6 +445,7 @@ def main(args: list[str] | None = None) -> int:
             _start,
             usage,
             config_errors=(ParameterError, CameraMapError),
+            parameter_type=expected_value,
         ),
         args,
     )

@@ -42,6 +42,7 @@ __all__ = [
     "encode_frame",
     "encode_images",
     "encode_jpeg",
+    "fit_and_encode",
 ]
 
 #: The values of ``image_encoding``.
@@ -155,16 +156,32 @@ def encode_frame(
             f"encoding {encoding!r} is unknown; expected one of {list(IMAGE_ENCODINGS)}"
         )
     try:
-        height, width = parse_image_size(image_size)
+        size = parse_image_size(image_size)
     except ValueError as exc:
         raise ImageEncodingError(str(exc)) from None
+    return fit_and_encode(rgb, size, encoding, quality)
+
+
+def fit_and_encode(
+    rgb: np.ndarray, size: tuple[int, int], encoding: str, quality: int = DEFAULT_JPEG_QUALITY
+) -> np.ndarray | bytes:
+    """``rgb`` fitted into ``size`` (height, width) with openpi's ``resize_with_pad``,
+    then as ``encoding`` gives it to the wire: a packed uint8 array (``"raw"``) or JPEG
+    bytes (``"jpeg"``). The one place both :func:`encode_frame` and the node's camera
+    frames (:mod:`relay_ros.pipeline.camera_frames`) turn a frame into wire data.
+
+    Raises:
+        ImageEncodingError: a frame that is not RGB uint8, or a bad quality.
+    """
     try:
-        fitted = resize_with_pad(rgb, height, width)
+        fitted = resize_with_pad(rgb, *size)
     except ImageConversionError as exc:
         raise ImageEncodingError(str(exc)) from exc
-    if encoding == "raw":
-        return np.ascontiguousarray(fitted)
-    return encode_jpeg(fitted, quality)
+    if encoding == "jpeg":
+        return encode_jpeg(fitted, quality)
+    # Already at the target size, ``fitted`` may be a strided view of the frame (an
+    # immutable message buffer): the wire wants packed pixels.
+    return np.ascontiguousarray(fitted)
 
 
 def encode_images(
