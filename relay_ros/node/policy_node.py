@@ -278,8 +278,11 @@ class PolicyNode(Node):
             self.get_logger().info(sentence)
 
     def _on_clock_jump(self, jump: TimeJump) -> None:
-        """From rclpy's time source: the node clock jumped; the tick restarts the core."""
-        self._event("clock_jump", jump.delta.nanoseconds * 1e-9)
+        """From rclpy's time source: the node clock jumped; the tick restarts the core.
+        The first /clock message (from time 0, nothing scheduled yet) is no jump."""
+        delta = jump.delta.nanoseconds * 1e-9
+        if self._now() - delta > 0.0:
+            self._event("clock_jump", delta)
 
     def _on_prompt(self, msg: String) -> None:
         # Through the parameter, so `ros2 param get prompt` shows the prompt in use.
