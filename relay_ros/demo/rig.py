@@ -381,9 +381,13 @@ class DemoRig:
             t_end=t0 + duration_s,
             metrics=self._arm.metrics(),
             counts=dict(self._policy_node.counts),
-            histories={name: f.history() for name, f in followers.items()},
+            histories={name: f.measures.history() for name, f in followers.items()},
             boundary={
-                name: [b.ratio for b in f.boundary_steps() if b.ratio is not None and b.t >= t0]
+                name: [
+                    b.ratio
+                    for b in f.measures.boundary_steps()
+                    if b.ratio is not None and b.t >= t0
+                ]
                 for name, f in followers.items()
             },
             chunks=self.recorder.chunks(),
