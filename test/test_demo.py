@@ -40,7 +40,7 @@ from relay_ros.demo import (
     stall_intervals,
 )
 from relay_ros.demo.policy_settings import DemoPolicy
-from relay_ros.demo.task import TaskMeasures, jerk_rms
+from relay_ros.demo.task import TaskMeasures
 from relay_ros.node.param_spec import flatten_parameters
 
 REPO = Path(__file__).resolve().parents[1]
@@ -210,16 +210,6 @@ def test_demo_policy_blend_steps_follow_the_horizon():
     assert DemoPolicy(smoothing="blend").blend_steps("pi05") == 20
     assert DemoPolicy(smoothing="blend").blend_steps("groot") == 6
     assert DemoPolicy(smoothing="prefix").blend_steps("pi05") == 0
-
-
-def test_jerk_is_the_rms_third_difference():
-    times = np.arange(10) * 0.01
-    # x = t^3 has a constant third derivative of 6.
-    positions = np.stack([times**3, np.zeros(10)], axis=1)
-    assert jerk_rms(times, positions) == pytest.approx(6.0 / np.sqrt(2.0))
-    assert jerk_rms(times[:3], positions[:3]) is None
-    positions[5, 0] = np.nan
-    assert jerk_rms(times, positions) is None
 
 
 # --------------------------------------------------------------------------- what starts

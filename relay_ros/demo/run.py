@@ -21,9 +21,10 @@ from relay_ros.demo.policy_settings import DemoPolicy, check_fault
 from relay_ros.demo.result import PRE_ROLL_S, CommandedChunk, DemoProgress, DemoResult
 from relay_ros.demo.rig import DemoRig, RunSnapshot
 from relay_ros.demo.server_process import server_command
-from relay_ros.demo.task import jerk_rms, task_measures
+from relay_ros.demo.task import task_measures
 from relay_ros.node.params import NodeConfig
 from relay_ros.sim.link_profiles import LinkProfile, get_profile
+from relay_ros.sim.motion_measures import jerk_rms
 from relay_ros.sim.world import World
 
 __all__ = ["result_from_snapshot", "run_demo"]

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import cv2
 import numpy as np
 
-from relay_ros.demo.task import TaskMeasures, jerk_rms, task_measures
+from relay_ros.demo.task import TaskMeasures, task_measures
 from relay_ros.pipeline.action_prefix import committed_prefix
 from relay_ros.pipeline.images import resize_with_pad
 from relay_ros.pipeline.scheduler import ChunkScheduler, SchedulerConfig
@@ -31,6 +31,7 @@ from relay_ros.server.action_prefix import default_soft_steps
 from relay_ros.server.chunk_noise import ChunkNoise
 from relay_ros.server.synthetic import ReferencePolicy
 from relay_ros.server.validation import Request
+from relay_ros.sim.motion_measures import jerk_rms
 from relay_ros.sim.trajectory_command import TrajectoryCommand
 from relay_ros.sim.trajectory_follower import TrajectoryFollower
 from relay_ros.sim.world import World
