@@ -6,11 +6,13 @@ each switch from one trajectory to the next and each control cycle. From them it
 keeps stall time, the step at each chunk switch, action age, rejections and a
 bounded history of the cycles for plots.
 
-At a switch it records, at the same instant (the control cycle that adopted the
-new trajectory), the old command against the new chunk's own curve: the position
-gap (C0) and the velocity gap (C1), as the smoothness checks for chunked policies
-do, and whether the arm was at rest on both sides (a switch between two standing
-commands joins trivially and is counted apart). Thread-safe: the events come from
+At a switch it records, at the same instant, the old command against the new
+chunk: the position gap (C0) and the velocity gap (C1) at the new trajectory's
+first point still ahead (the first instant the new chunk itself defines; the old
+trajectory is evaluated there as the controller would have run it), as the
+smoothness checks for chunked policies do, and whether the arm was at rest when the
+switch came (a switch from a standing command joins trivially and is counted
+apart). Thread-safe: the events come from
 the controller's lock, the reads from any thread.
 """
 
@@ -50,20 +52,21 @@ class BoundaryStep:
         scale: Largest per-joint step between consecutive points of the new chunk
             (of earlier chunks if the new one has none).
         ratio: ``jump / scale``; ~1 is seamless. None when every chunk so far is static.
-        position_gap: C0 at the switch instant: largest per-joint distance between the
-            old command and the new chunk's own curve (before its first point: that
-            point extended back at its velocity).
-        velocity_gap: C1 at the same instant: largest per-joint difference of their
-            velocities (per second).
+        at: The instant of the gaps: the new trajectory's first point still ahead.
+        position_gap: C0 there: largest per-joint distance between the new point and
+            the old trajectory's command at the same instant.
+        velocity_gap: C1 there: largest per-joint difference of their velocities
+            (per second).
         typical_step: Median over the new chunk's consecutive points of their largest
             per-joint step (0 for a static chunk): "a typical step between points".
-        at_rest: Both the old command and the new curve move slower than `REST_SPEED`.
+        at_rest: The old command moved slower than `REST_SPEED` at the switch.
     """
 
     t: float
     jump: float
     scale: float
     ratio: float | None
+    at: float = 0.0
     position_gap: float = 0.0
     velocity_gap: float = 0.0
     typical_step: float = 0.0
@@ -207,18 +210,24 @@ class ControllerMeasures:
         *,
         first: bool,
         positions: np.ndarray,
+        before: np.ndarray,
+        at: float,
         ahead: np.ndarray,
         old: tuple[np.ndarray, np.ndarray],
         new: tuple[np.ndarray, np.ndarray],
+        old_speed: float,
     ) -> None:
         """A trajectory took over at control cycle ``now``.
 
         Args:
             first: No trajectory ran before it (not a switch).
             positions: (N, D) its points.
-            ahead: Its first point still ahead at ``now``.
-            old: Old command (positions, velocities) at ``now``.
-            new: The new chunk's own curve (positions, velocities) at ``now``.
+            before: The old command at ``now`` (the boundary jump starts there).
+            at: The instant of the gaps (its first point still ahead).
+            ahead: That point's positions.
+            old: Old trajectory's command (positions, velocities) at ``at``.
+            new: The new point's (positions, velocities).
+            old_speed: Largest joint speed of the old command at ``now``.
         """
         steps = np.abs(np.diff(positions, axis=0)).max(axis=1) if len(positions) > 1 else None
         own_scale = float(steps.max()) if steps is not None else 0.0
@@ -230,19 +239,19 @@ class ControllerMeasures:
                 return
             self._switches += 1
             self._switch_times.append(now)
-            jump = float(np.max(np.abs(ahead - old[0])))
+            jump = float(np.max(np.abs(ahead - before)))
             scale = own_scale if own_scale > 1e-12 else earlier_scale
-            speed = max(float(np.max(np.abs(old[1]))), float(np.max(np.abs(new[1]))))
             self._boundaries.append(
                 BoundaryStep(
                     t=now,
                     jump=jump,
                     scale=scale,
                     ratio=jump / scale if scale > 1e-12 else None,
+                    at=at,
                     position_gap=float(np.max(np.abs(new[0] - old[0]))),
                     velocity_gap=float(np.max(np.abs(new[1] - old[1]))),
                     typical_step=typical,
-                    at_rest=speed < REST_SPEED,
+                    at_rest=old_speed < REST_SPEED,
                 )
             )
 

@@ -306,32 +306,45 @@ class TrajectoryFollower:
         new.before_positions = before_pos
         new.before_velocities = before_vel
         self._active = new
+        if old is None:
+            self.measures.adopted(
+                now,
+                first=True,
+                positions=new.positions,
+                before=before_pos,
+                at=now,
+                ahead=new.positions[0],
+                old=(before_pos, before_vel),
+                new=(before_pos, before_vel),
+                old_speed=0.0,
+            )
+            return
         ahead = np.flatnonzero(new.start + new.times >= now)
+        k = int(ahead[0]) if ahead.size else len(new.times) - 1
+        at = max(now, new.start + float(new.times[k]))
         self.measures.adopted(
             now,
-            first=old is None,
+            first=False,
             positions=new.positions,
-            ahead=new.positions[ahead[0]] if ahead.size else new.positions[-1],
-            old=(before_pos, before_vel),
-            new=self._own_curve(new, now),
+            before=before_pos,
+            at=at,
+            ahead=new.positions[k],
+            old=self._evaluate(old, at),
+            new=(new.positions[k], self._point_velocity(new, k)),
+            old_speed=float(np.max(np.abs(before_vel))),
         )
 
-    def _own_curve(self, traj: AcceptedTrajectory, t: float) -> tuple[np.ndarray, np.ndarray]:
-        """The trajectory's own curve at ``t``, without the point before it: before its
-        first point, that point extended back at its velocity (the first segment's slope
-        without velocities), then its segments. A seamless continuation of the old
-        command meets it there."""
-        assert traj.start is not None
-        absolute = traj.start + traj.times
-        if t >= absolute[0]:
-            return self._segment(traj, absolute, t)
-        if traj.has_velocity[0]:
-            velocity = traj.velocities[0].copy()
-        elif len(absolute) > 1:
-            velocity = (traj.positions[1] - traj.positions[0]) / (absolute[1] - absolute[0])
-        else:
-            velocity = np.zeros_like(traj.positions[0])
-        return traj.positions[0] - velocity * (absolute[0] - t), velocity
+    @staticmethod
+    def _point_velocity(traj: AcceptedTrajectory, k: int) -> np.ndarray:
+        """Velocity of point ``k``: its own, else the slope of its segment (to the next
+        point, or from the previous one at the end; 0 for a single point)."""
+        if traj.has_velocity[k]:
+            return traj.velocities[k].copy()
+        n = len(traj.times)
+        if n == 1:
+            return np.zeros_like(traj.positions[k])
+        a, b = (k, k + 1) if k + 1 < n else (k - 1, k)
+        return (traj.positions[b] - traj.positions[a]) / float(traj.times[b] - traj.times[a])
 
     def _evaluate(self, traj: AcceptedTrajectory, t: float) -> tuple[np.ndarray, np.ndarray]:
         """Commanded positions and velocities of an adopted trajectory at ``t`` (JTC sample)."""
