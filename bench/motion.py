@@ -18,7 +18,7 @@ Tables (each at 80 ms and 200 ms inference, and 80 ms behind the ``lte`` link):
    (0.3 old + 0.7 new) emulated: jerk from the real sample times, C0 and C1 at the
    switches (moving switches; those at rest counted apart), error, time on target;
 4. observation timing (``frame_arrival``, ``frame``, ``request``; early, prefix);
-5. execute horizon E per model (early, prefix).
+5. execute horizon E per model (early, prefix; GR00T: H=16 at 30 Hz, so100).
 
     .venv/bin/python bench/motion.py [--seeds 0 1 2 3 4] [--duration 10] [--quick]
 """
@@ -242,14 +242,34 @@ def observation_timing(seeds: Sequence[int], duration: float) -> None:
             )
 
 
+#: Execute horizons swept per model; the first is the shipped default (config/<model>.yaml).
+HORIZONS: dict[str, tuple[int, ...]] = {
+    "pi05": (25, 10, 15),
+    "pi0": (25, 10, 15),
+    "groot": (8, 4, 12),
+}
+
+
 def execute_horizon(seeds: Sequence[int], duration: float, models: Sequence[str]) -> None:
     _table(
-        "5. execute horizon E (early, prefix; median over seeds)",
-        ["model", "link", "E", "error [cm]", "on target", "jerk [rad/s^3]", "requests / s"],
+        "5. execute horizon E (early, prefix; median (min..max) over seeds; paired = this E - "
+        "the default per seed)",
+        [
+            "model",
+            "link",
+            "E",
+            "error [cm]",
+            "paired error [cm]",
+            "on target",
+            "paired on target [pt]",
+            "jerk [rad/s^3]",
+            "requests / s",
+        ],
     )
     for model in models:
         for label, latency, link in CONDITIONS:
-            for e in (10, 15, 25):
+            default: list[LoopRunResult] = []
+            for e in HORIZONS[model]:
                 base = LoopRun(
                     model=model,
                     latency_s=latency,
@@ -259,13 +279,16 @@ def execute_horizon(seeds: Sequence[int], duration: float, models: Sequence[str]
                     duration_s=duration,
                 )
                 rs = _runs(base, seeds)
+                default = default or rs
                 _row(
                     [
                         model,
                         label,
                         str(e),
                         _med(rs, err_cm, ".2f", True),
+                        _paired(rs, default, err_cm, "+.2f"),
                         _med(rs, on_pct, ".0f") + "%",
+                        _paired(rs, default, on_pct, "+.0f"),
                         _med(rs, jerk, ".0f"),
                         _med(rs, lambda r: r.requests / duration, ".1f"),
                     ]
@@ -276,14 +299,15 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     p.add_argument("--duration", type=float, default=10.0, help="simulated s after the start")
-    p.add_argument("--models", nargs="+", default=["pi05", "pi0"])
+    p.add_argument("--models", nargs="+", default=["pi05", "groot"], choices=sorted(HORIZONS))
     p.add_argument("--quick", action="store_true", help="tables 1-3 only")
     args = p.parse_args(argv)
     started = time.perf_counter()
     print(
         f"StreamingCore on the visual world, chunk noise 1, inference jitter +-20 ms, "
         f"controller cycles 100 Hz +-1.5 ms, {args.duration:g} s per run after the first "
-        f"chunk, seeds {args.seeds}; pi05 (H=50 at 50 Hz) unless said"
+        f"chunk, seeds {args.seeds}; pi05 (H=50 at 50 Hz) unless said (pi0's reference "
+        "server announces the same H and rate: its rows equal pi05's)"
     )
     kept = early_vs_sync(args.seeds, args.duration)
     startup(kept)

@@ -44,9 +44,10 @@ from relay_ros.pipeline.frame_source import LatestFrame
 from relay_ros.pipeline.observation_inputs import DEFAULT_OBSERVATION_TIMING
 from relay_ros.pipeline.streaming import RequestTag, StreamingCore
 from relay_ros.server.chunk_noise import ChunkNoise
+from relay_ros.server.embodiment import load_embodiment
 from relay_ros.server.metadata import PI_CAMERA_KEYS, build_metadata
 from relay_ros.server.synthetic import ReferencePolicy
-from relay_ros.server.validation import validate_pi
+from relay_ros.server.validation import validate_groot, validate_pi
 from relay_ros.sim.controller_measures import BoundaryStep
 from relay_ros.sim.link_profiles import LinkProfile, get_profile
 from relay_ros.sim.motion_measures import SwitchSummary, jerk_rms, switch_summary
@@ -77,7 +78,7 @@ class LoopRun:
     """One run's settings.
 
     Attributes:
-        model: A π0-family model id (``pi05``, ``pi0``): config/<model>.yaml.
+        model: A model id: config/<model>.yaml (GR00T with the ``so100`` embodiment).
         request_mode: ``"early"`` or ``"sync"``.
         smoothing: One of `LOOP_SMOOTHINGS`.
         latency_s: Server inference time per request (s).
@@ -107,8 +108,8 @@ class LoopRun:
     def __post_init__(self) -> None:
         if self.smoothing not in LOOP_SMOOTHINGS:
             raise ValueError(f"smoothing {self.smoothing!r} is not one of {list(LOOP_SMOOTHINGS)}")
-        if family_of(self.model) == "groot":
-            raise ValueError(f"model {self.model!r}: the loop runs π0-family models only")
+        if family_of(self.model) == "groot" and self.smoothing == "lerobot":
+            raise ValueError("the LeRobot emulation runs π0-family models only")
 
 
 @dataclass(frozen=True)
@@ -200,14 +201,21 @@ class _Loop:
         changes: dict[str, Any] = {"request_mode": r.request_mode, "blend_steps": 0}
         if r.execute_horizon is not None:
             changes["execute_horizon"] = r.execute_horizon
-        self.metadata = build_metadata(r.model, action_prefix=r.smoothing == "prefix")
+        self.embodiment = load_embodiment("so100") if family_of(r.model) == "groot" else None
+        self.metadata = build_metadata(
+            r.model, embodiment=self.embodiment, action_prefix=r.smoothing == "prefix"
+        )
         horizon = int(self.metadata["action_horizon"])
         execute = r.execute_horizon or base.execute_horizon or horizon // 2
         if r.smoothing == "blend":
             changes["blend_steps"] = max(1, execute // 2)
         self.config = dataclasses.replace(base, **changes)
         self.dt = 1.0 / float(self.metadata["control_hz"])
-        self.action_dim = int(self.metadata["action_dim"])
+        self.action_dim = (
+            self.embodiment.action_dim
+            if self.embodiment is not None
+            else int(self.metadata["action_dim"])
+        )
         cameras = load_model_camera_map(config_dir() / f"{r.model}_cameras.yaml", r.model)
         self.keys = [c.key for c in cameras]
         self.world = World(seed=r.seed)
@@ -234,7 +242,7 @@ class _Loop:
             )
             for o in self.config.outputs
         }
-        self.dims = {o.name: list(o.dims) for o in self.config.outputs}
+        self.dims = {o.name: list(o.dims or ()) for o in self.config.outputs}  # π0: flat
         self.joints = [j for f in self.followers.values() for j in f.joint_names]
         self.core = StreamingCore(
             self.config,
@@ -271,15 +279,25 @@ class _Loop:
         if self.first_request is None:
             self.first_request = self.now
         horizon = int(self.metadata["action_horizon"])
-        request = validate_pi(
-            obs,
-            action_dim=self.action_dim,
-            camera_keys=PI_CAMERA_KEYS,
-            max_cameras=int(self.metadata["max_cameras"]),
-            needs_session_id=False,
-            adapters=(),
-            prefix_horizon=horizon if self.metadata.get("action_prefix") else None,
-        )
+        prefix_horizon = horizon if self.metadata.get("action_prefix") else None
+        if self.embodiment is not None:
+            request = validate_groot(
+                obs,
+                embodiment=self.embodiment,
+                needs_session_id=False,
+                adapters=(),
+                prefix_horizon=prefix_horizon,
+            )
+        else:
+            request = validate_pi(
+                obs,
+                action_dim=self.action_dim,
+                camera_keys=PI_CAMERA_KEYS,
+                max_cameras=int(self.metadata["max_cameras"]),
+                needs_session_id=False,
+                adapters=(),
+                prefix_horizon=prefix_horizon,
+            )
         reply = self.policy.chunk(request, self.rng, action_dim=self.action_dim)
         r = self.run
         latency = max(0.0, r.latency_s + self.rng.uniform(-r.jitter_s, r.jitter_s))
@@ -308,9 +326,15 @@ class _Loop:
     def deliver(self) -> None:
         flight, self.flight = self.flight, None
         assert flight is not None
-        reply = flight.reply
+        reply: Any = flight.reply
         if self.run.smoothing == "lerobot":
             reply = self.aggregate(reply, flight.tag.t_obs)
+        if self.embodiment is not None:  # GR00T: one (1, H, k) array per action group
+            groups, start = {}, 0
+            for key, width in self.embodiment.action_groups:
+                groups[key] = np.ascontiguousarray(reply[None, :, start : start + width])
+                start += width
+            reply = groups
         roundtrip = self.now - flight.tag.t_obs
         self.last_roundtrip = roundtrip
         self.core.result(InferOutcome(flight.tag, reply, roundtrip, None, None, self.now), self.now)
