@@ -139,12 +139,17 @@ def early_vs_sync(seeds: Sequence[int], duration: float) -> dict[str, dict[str, 
     return kept
 
 
+def _both(runs: list, metric: Metric, fmt: str, spread: bool = False) -> str:
+    return " / ".join(_med(rs, metric, fmt, spread) for rs in runs)
+
+
 def startup(kept: dict[str, dict[str, list]]) -> None:
     _table(
-        "2. start-up (first request -> first published chunk; median (min..max) over seeds)",
+        "2. start-up (first request -> first published chunk; median (min..max) over seeds, "
+        "early / sync)",
         [
             "link",
-            "mode, smoothing",
+            "smoothing",
             "first chunk [ms]",
             "its round trip [ms]",
             "refusals before it",
@@ -152,18 +157,18 @@ def startup(kept: dict[str, dict[str, list]]) -> None:
         ],
     )
     for label, by_smoothing in kept.items():
-        for smoothing, (early, sync) in by_smoothing.items():
-            for mode, results in (("early", early), ("sync", sync)):
-                _row(
-                    [
-                        label,
-                        f"{mode}, {smoothing}",
-                        _med(results, lambda r: r.startup.first_chunk_s * 1e3, ".0f", True),
-                        _med(results, lambda r: r.startup.round_trip_s * 1e3, ".0f"),
-                        str(int(np.sum(_values(results, lambda r: r.startup.refusals)))),
-                        _med(results, lambda r: r.startup.first_point_distance, ".3f", True),
-                    ]
-                )
+        for smoothing, runs in by_smoothing.items():
+            refusals = [int(np.sum(_values(rs, lambda r: r.startup.refusals))) for rs in runs]
+            _row(
+                [
+                    label,
+                    smoothing,
+                    _both(runs, lambda r: r.startup.first_chunk_s * 1e3, ".0f", True),
+                    _both(runs, lambda r: r.startup.round_trip_s * 1e3, ".0f"),
+                    " / ".join(map(str, refusals)),
+                    _both(runs, lambda r: r.startup.first_point_distance, ".3f"),
+                ]
+            )
 
 
 def smoothing(seeds: Sequence[int], duration: float) -> None:
