@@ -12,14 +12,15 @@ from websockets.sync.client import connect
 
 from relay_ros.pipeline.action_prefix import committed_prefix, to_action_space
 from relay_ros.pipeline.images import resize_with_pad
-from relay_ros.pipeline.scheduler import ChunkScheduler, SchedulerConfig
+from relay_ros.pipeline.scheduler import ChunkScheduler
+from relay_ros.pipeline.scheduler_config import SchedulerConfig
 from relay_ros.server import ServerOptions, run_server_in_thread
 from relay_ros.server.action_prefix import apply_prefix, default_soft_steps
 from relay_ros.server.chunk_noise import ChunkNoise
 from relay_ros.server.visual_policy import VisualPolicy, crop_letterbox, find_red
-from relay_ros.sim.world import World
 from relay_ros.sim.world_camera import WorldCamera
 from relay_ros.wire.codec import packb, unpackb
+from relay_ros.world import World
 
 TIMEOUT = 10.0
 

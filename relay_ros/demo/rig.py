@@ -40,7 +40,7 @@ from relay_ros.demo.policy_settings import DemoPolicy
 from relay_ros.demo.recorder import ChunkRecorder, LatencyCollector, RecordedChunk
 from relay_ros.demo.result import DemoProgress
 from relay_ros.demo.server_process import ServerProcess
-from relay_ros.node.params import NodeConfig
+from relay_ros.node.node_config import NodeConfig
 from relay_ros.sim.link import LinkThread
 from relay_ros.sim.link_profiles import LinkProfile
 from relay_ros.stop_signals import deferred_interrupts
@@ -64,7 +64,7 @@ class RunSnapshot:
         latencies_s: every latency sample.
         execute_horizon: policy_node's execute horizon.
         world_seed: the seed of the world the cameras drew (its time starts at ``t0``,
-            at `relay_ros.sim.world.ALIGNED_START_S`).
+            at `relay_ros.world.ALIGNED_START_S`).
         first_request: when the first request went out (node clock, within 10 ms).
         refusals_before_first: refusals by policy_node before the first chunk.
         link: the emulated link (`LinkProfile.describe`), None for loopback.
@@ -130,7 +130,7 @@ class DemoRig:
     """One run's processes, nodes and threads; see the module docstring for the steps.
 
     Args:
-        model: One of `DEMO_MODELS`.
+        model: A model ID of `relay_ros.models`.
         config: ``config/<model>.yaml`` as policy_node reads it.
         request_mode: ``"early"`` or ``"sync"``.
         latency_ms: Simulated inference latency of the server (ms).
@@ -235,6 +235,7 @@ class DemoRig:
         return {"sim_cameras": cameras, "sim_arm": dict(params["sim_arm"][0]), "policy": policy}
 
     def _start_nodes(self, params: Mapping[str, list[Any]]) -> None:
+        # rclpy and the nodes load only when a run starts: relay_ros.demo imports without ROS.
         import rclpy
         from trajectory_msgs.msg import JointTrajectory
 

@@ -2,7 +2,7 @@
 task, and cameras that see it.
 
 The plain modules (`trajectory_follower`, `trajectory_command`,
-`controller_measures`, `world`, `world_camera`, `scene`,
+`controller_measures`, `motion_measures`, `task`, `world_camera`, `scene`,
 `closed_loop`) need no rclpy; the thin nodes (`arm_node`, `cameras_node`) wrap them
 for ROS 2. Only the plain names are re-exported here so that ``import relay_ros.sim``
 works without ROS; the camera names are imported lazily because they pull in OpenCV.
@@ -29,7 +29,7 @@ from relay_ros.sim.trajectory_follower import (
     FollowerSample,
     TrajectoryFollower,
 )
-from relay_ros.sim.world import (
+from relay_ros.world import (
     BaseCameraModel,
     PlanarArm,
     TargetSchedule,
@@ -69,11 +69,11 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name in ("SceneError", "SceneRenderer", "encode_jpeg"):
-        from relay_ros.sim import scene
+        from relay_ros.sim import scene  # OpenCV: only when asked for
 
         return getattr(scene, name)
     if name == "WorldCamera":
-        from relay_ros.sim import world_camera
+        from relay_ros.sim import world_camera  # OpenCV: only when asked for
 
         return world_camera.WorldCamera
     raise AttributeError(f"module 'relay_ros.sim' has no attribute {name!r}")

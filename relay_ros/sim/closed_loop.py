@@ -22,20 +22,21 @@ from dataclasses import dataclass, field
 import cv2
 import numpy as np
 
-from relay_ros.demo.task import TaskMeasures, task_measures
 from relay_ros.pipeline.action_prefix import committed_prefix
 from relay_ros.pipeline.images import resize_with_pad
-from relay_ros.pipeline.scheduler import ChunkScheduler, SchedulerConfig
+from relay_ros.pipeline.scheduler import ChunkScheduler
+from relay_ros.pipeline.scheduler_config import SchedulerConfig
 from relay_ros.pipeline.trajectory import finite_difference_velocities
 from relay_ros.server.action_prefix import default_soft_steps
 from relay_ros.server.chunk_noise import ChunkNoise
 from relay_ros.server.synthetic import ReferencePolicy
 from relay_ros.server.validation import Request
 from relay_ros.sim.motion_measures import jerk_rms
+from relay_ros.sim.task import TaskMeasures, task_measures
 from relay_ros.sim.trajectory_command import TrajectoryCommand
 from relay_ros.sim.trajectory_follower import TrajectoryFollower
-from relay_ros.sim.world import World
 from relay_ros.sim.world_camera import WorldCamera
+from relay_ros.world import World
 
 __all__ = ["SMOOTHINGS", "ClosedLoopResult", "LoopSettings", "run_closed_loop"]
 

@@ -33,11 +33,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import yaml
 
-from relay_ros.demo.models import load_model_config
-from relay_ros.demo.task import TaskMeasures, task_measures
 from relay_ros.models import family_of
-from relay_ros.paths import config_dir
+from relay_ros.node.node_config import NodeConfig, config_from_parameters
+from relay_ros.node.param_spec import flatten_parameters
+from relay_ros.paths import config_dir, config_file
 from relay_ros.pipeline.camera_map import load_model_camera_map
 from relay_ros.pipeline.controller_messages import TrajectoryMessage
 from relay_ros.pipeline.frame_source import LatestFrame
@@ -51,12 +52,13 @@ from relay_ros.server.validation import validate_groot, validate_pi
 from relay_ros.sim.controller_measures import BoundaryStep
 from relay_ros.sim.link_profiles import LinkProfile, get_profile
 from relay_ros.sim.motion_measures import SwitchSummary, jerk_rms, switch_summary
+from relay_ros.sim.task import TaskMeasures, task_measures
 from relay_ros.sim.trajectory_command import TrajectoryCommand
 from relay_ros.sim.trajectory_follower import TrajectoryFollower
-from relay_ros.sim.world import World
 from relay_ros.sim.world_camera import WorldCamera
 from relay_ros.wire.codec import packb
 from relay_ros.wire.connection import InferOutcome
+from relay_ros.world import World
 
 __all__ = ["LOOP_SMOOTHINGS", "LoopRun", "LoopRunResult", "StartUp", "run_streaming_loop"]
 
@@ -161,6 +163,19 @@ class LoopRunResult:
     stall_time_s: float
 
 
+def model_config(model: str) -> NodeConfig:
+    """policy_node's configuration from ``config/<model>.yaml`` (its first node's
+    ``ros__parameters``, node defaults for the rest), as the node would resolve it."""
+    path = config_file(f"{model}.yaml")
+    with open(path, encoding="utf-8") as stream:
+        data = yaml.safe_load(stream)
+    for entry in data.values() if isinstance(data, dict) else ():
+        if isinstance(entry, dict) and isinstance(entry.get("ros__parameters"), dict):
+            given = flatten_parameters(entry["ros__parameters"])
+            return config_from_parameters(given, default_config_dir=config_dir)
+    raise ValueError(f"parameter file {str(path)!r} has no 'ros__parameters' section")
+
+
 class _Log:
     """The core's logger: sentences to ``logging`` at DEBUG (a bench prints tables)."""
 
@@ -197,7 +212,7 @@ class _Loop:
 
     def __post_init__(self) -> None:
         r = self.run
-        base = load_model_config(r.model)
+        base = model_config(r.model)
         changes: dict[str, Any] = {"request_mode": r.request_mode, "blend_steps": 0}
         if r.execute_horizon is not None:
             changes["execute_horizon"] = r.execute_horizon
