@@ -242,7 +242,7 @@ def test_node_parameters_match_the_model_config(model):
         },
     ]
     blended = demo_node_parameters(model, policy=DemoPolicy(smoothing="blend", seed=4))
-    assert blended["policy_node"][1]["blend_steps"] == (20 if model == "pi05" else 6)
+    assert blended["policy_node"][1]["blend_steps"] == (12 if model == "pi05" else 4)  # E // 2
     assert blended["sim_cameras"][0]["seed"] == 4
 
     cameras = params["sim_cameras"][0]
