@@ -145,7 +145,7 @@ class LoopRunResult:
         switches: The switches' C0/C1 gaps (`switch_summary`).
         steps: Every switch of the arm controller.
         startup: The start.
-        requests: Requests sent while measured.
+        requests: Requests sent in the run (start-up included).
         refusals: Refusals while measured (after the first chunk).
         stall_time_s: Time the arm controller had nothing left to follow.
     """
@@ -436,7 +436,6 @@ class _Loop:
 def run_streaming_loop(run: LoopRun | None = None) -> LoopRunResult:
     """Run the loop until ``duration_s`` simulated seconds after the first chunk."""
     state = _Loop(run or LoopRun())
-    requests_before = 0
     state.loop()
     assert state.first_chunk is not None and state.startup is not None
     first = state.first_chunk
@@ -444,10 +443,8 @@ def run_streaming_loop(run: LoopRun | None = None) -> LoopRunResult:
     histories = [f.measures.history() for f in state.followers.values()]
     times = histories[0].times
     keep = times >= first
-    commanded = np.concatenate(
-        [h.commanded[: len(times)][keep] for h in histories if len(h.times) >= len(times)],
-        axis=1,
-    )
+    # Every controller runs on the same cycles: their columns side by side.
+    commanded = np.concatenate([h.commanded[keep] for h in histories], axis=1)
     followed = histories[0].positions[keep]
     steps = [s for s in arm.measures.boundary_steps() if s.t >= first]
     counts = state.core.counts
@@ -462,7 +459,7 @@ def run_streaming_loop(run: LoopRun | None = None) -> LoopRunResult:
         switches=switch_summary(steps),
         steps=steps,
         startup=state.startup,
-        requests=counts["requests"] - requests_before,
+        requests=counts["requests"],
         refusals=counts["refusals"] - state.startup.refusals,
         stall_time_s=arm.measures.metrics().stall_time_s,
     )
