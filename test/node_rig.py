@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import itertools
 import threading
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,18 +35,6 @@ _COUNTER = itertools.count()
 
 PI_JOINTS = ["joint1", "joint2", "joint3", "joint4", "joint5", "joint6", "gripper_joint"]
 GROOT_JOINTS = ["joint1", "joint2", "joint3", "joint4", "joint5", "gripper_joint"]
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, period: float = 0.02) -> Any:
-    """Poll ``predicate`` until it returns something truthy; fail with a clear message."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s")
-        time.sleep(period)
 
 
 def t_obs_of(msg: JointTrajectory) -> float:

@@ -14,7 +14,8 @@ import threading
 import cv2
 import numpy as np
 import pytest
-from node_rig import PI_JOINTS, wait_for
+from helpers import wait_until
+from node_rig import PI_JOINTS
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -136,7 +137,7 @@ def test_a_namespaced_robot_is_commanded_in_its_namespace(ros_context, server):
     thread = threading.Thread(target=executor.spin, daemon=True)
     thread.start()
     try:
-        wait_for(lambda: len(received["ns"]) >= 2, timeout=15)
+        wait_until(lambda: len(received["ns"]) >= 2, timeout=15)
     finally:
         executor.shutdown(timeout_sec=5.0)
         thread.join(timeout=5.0)
@@ -235,7 +236,7 @@ def test_policy_node_drives_the_simulated_robot_in_a_namespace(robot_ns, server,
         thread.start()
     try:
         follower = arm.followers["arm_controller"]
-        wait_for(lambda: follower.metrics().accepted >= 2, timeout=30)
+        wait_until(lambda: follower.metrics().accepted >= 2, timeout=30)
     finally:
         executor.shutdown(timeout_sec=5.0)
         root_executor.shutdown(timeout_sec=5.0)

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 import rclpy
-from node_rig import Rig, t_obs_of, wait_for
+from helpers import wait_until
+from node_rig import Rig, t_obs_of
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
@@ -58,7 +59,7 @@ class _Pair:
         self.executor.add_node(self.talker)
         self._thread = threading.Thread(target=self.executor.spin, daemon=True)
         self._thread.start()
-        wait_for(lambda: self.pub.get_subscription_count() == 1, timeout=10)
+        wait_until(lambda: self.pub.get_subscription_count() == 1, timeout=10)
 
     def publish(self, *values: int) -> None:
         for value in values:
@@ -89,13 +90,13 @@ def test_a_take_says_how_long_the_message_waited(ros_context) -> None:
     pair = _Pair(ros_context, depth=10)
     try:
         pair.publish(7)
-        wait_for(lambda: pair.node.count_publishers(pair.topic) == 1)
+        wait_until(lambda: pair.node.count_publishers(pair.topic) == 1)
         time.sleep(0.4)
-        first = wait_for(pair.sub.take)
+        first = wait_until(pair.sub.take)
         assert first.msg.data == 7
         assert 0.35 <= first.age_s < 5.0  # it arrived about 0.4 s before it was read
         pair.publish(8)
-        fresh = wait_for(pair.sub.take)
+        fresh = wait_until(pair.sub.take)
         assert fresh.msg.data == 8 and fresh.age_s < 0.35
     finally:
         pair.close()
@@ -150,7 +151,7 @@ def test_the_node_reads_few_frames_ticks_when_due_and_holds_when_a_camera_goes_s
 ) -> None:
     with Rig(ros_context, server.url_template, tmp_path=tmp_path) as rig:
         node = rig.node
-        wait_for(lambda: len(rig.snapshot().arm) >= 2, timeout=15)
+        wait_until(lambda: len(rig.snapshot().arm) >= 2, timeout=15)
         frames0, ticks0, chunks0 = (
             node.counts["frames_received"],
             node.ticks,
@@ -170,11 +171,11 @@ def test_the_node_reads_few_frames_ticks_when_due_and_holds_when_a_camera_goes_s
         # The cameras stop: the frames already queued age, and the node holds.
         rig.cameras_on = False
         stopped = node.get_clock().now().nanoseconds * 1e-9
-        reason = wait_for(lambda: (r := node.hold_reason) and "stale" in r and r, timeout=10)
+        reason = wait_until(lambda: (r := node.hold_reason) and "stale" in r and r, timeout=10)
         assert "camera" in reason
         # A frame read after the stop keeps the time DDS received it (before the stop).
         assert max(node.core.frames.stamps().values()) <= stopped + 0.05
-        status = wait_for(
+        status = wait_until(
             lambda: (s := rig.last_status()) and s["level"] == 1 and "stale" in s["message"] and s,
             timeout=5,
         )
