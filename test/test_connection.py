@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import free_port, pi_observation, wait_until
+from helpers import free_port, pi_observation, scaled, wait_until
 from websockets.exceptions import InvalidURI
 
 from relay_ros.server.app import ServerHandle, ServerOptions, run_server_in_thread
@@ -222,10 +222,11 @@ def test_request_in_flight_when_the_connection_drops_gets_a_connection_error() -
     port = free_port()
     conn = connection(f"ws://127.0.0.1:{port}/{{model}}", recorder, reconnect_initial_s=0.05)
     try:
-        with serving(port=port, latency_ms=1000.0):
+        with serving(port=port, latency_ms=1000.0) as handle:
             assert wait_until(lambda: conn.connected)
             assert conn.submit(pi_observation(), tag="lost")
-            time.sleep(0.1)  # let the request reach the server
+            # The request reached the server (it answers after 1 s, when it is gone).
+            assert handle.stats.wait_for(lambda s: s.frames >= 1, scaled(10))
         outcome = recorder.result()
         assert outcome.tag == "lost"
         assert outcome.reply is None
@@ -291,7 +292,7 @@ def test_close_with_a_request_in_flight_delivers_its_outcome() -> None:
         conn = connection(handle.url_template, recorder)
         assert wait_until(lambda: conn.connected)
         assert conn.submit(pi_observation(), tag="slow")
-        time.sleep(0.1)
+        assert handle.stats.wait_for(lambda s: s.frames >= 1, scaled(10))  # in flight
         started = time.monotonic()
         conn.close(timeout=5.0)
         assert time.monotonic() - started < 2.5  # the request was cut, not waited for

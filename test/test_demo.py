@@ -15,12 +15,12 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
+from helpers import wait_until
 
 from relay_ros.demo import (
     DEMO_LAUNCH_ARGUMENTS,
@@ -381,10 +381,7 @@ def test_server_dies_with_a_killed_demo(tmp_path):
         assert not _gone(server_pid)
         parent.kill()  # SIGKILL: no cleanup code runs in the parent
         parent.wait(10)
-        deadline = time.monotonic() + 10
-        while not _gone(server_pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert _gone(server_pid)
+        wait_until(lambda: _gone(server_pid), 10, "the server ending with its demo")
     finally:
         if parent.poll() is None:
             parent.kill()
@@ -552,9 +549,7 @@ def test_ctrl_c_stops_server_and_nodes(tmp_path):
     reader = threading.Thread(target=drain, daemon=True)
     reader.start()
     try:
-        deadline = time.monotonic() + 60
-        while b"chunks" not in err and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_until(lambda: b"chunks" in err or proc.poll() is not None, 60, "the demo streaming")
         assert b"chunks" in err, err.decode(errors="replace")
         servers = _children(proc.pid)
         assert servers, "the server subprocess is not running"
@@ -568,10 +563,7 @@ def test_ctrl_c_stops_server_and_nodes(tmp_path):
     text = err.decode(errors="replace")
     assert "interrupted: server, executor and nodes stopped" in text
     for pid in servers:
-        deadline = time.monotonic() + 5
-        while not _gone(pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert _gone(pid), f"process {pid} is still running"
+        wait_until(lambda pid=pid: _gone(pid), 5, f"process {pid} ending")
     # Nothing was half-written: no run finished, so no table and no PNG.
     assert proc.stdout is not None and proc.stdout.read() == b""
     assert not list(tmp_path.glob("*.png"))

@@ -16,7 +16,7 @@ from typing import Any
 import cv2
 import numpy as np
 import pytest
-from helpers import groot_observation, pi_observation
+from helpers import groot_observation, pi_observation, scaled
 from websockets.exceptions import ConnectionClosed, ConnectionClosedError, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
@@ -27,7 +27,7 @@ from relay_ros.wire.codec import packb, unpackb
 INTERNAL = {"type": "error", "message": "Internal inference error"}
 PAYLOAD = {"type": "error", "message": "Invalid request payload"}
 ADAPTERS = ("towels", "cups")
-TIMEOUT = 10.0  # generous: the machine is shared
+TIMEOUT = scaled(10.0)  # generous: the machine is shared
 
 
 @pytest.fixture(scope="module")

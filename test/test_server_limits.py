@@ -18,7 +18,7 @@ from typing import Any
 import cv2
 import numpy as np
 import pytest
-from helpers import pi_observation
+from helpers import pi_observation, scaled, wait_until
 from websockets.sync.client import ClientConnection, connect
 
 from relay_ros.server import ServerOptions, run_server_in_thread
@@ -27,7 +27,7 @@ from relay_ros.wire.codec import packb, unpackb
 
 INTERNAL = {"type": "error", "message": "Internal inference error"}
 PAYLOAD = {"type": "error", "message": "Invalid request payload"}
-TIMEOUT = 30.0
+TIMEOUT = scaled(30.0)
 
 
 def amplification_frame(mib: int) -> bytes:
@@ -64,11 +64,12 @@ def server_process(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], st
         stderr=subprocess.DEVNULL,
     )
     try:
-        end = time.monotonic() + 30
-        while not port_file.exists():
-            assert time.monotonic() < end, "server did not start"
+
+        def started() -> bool:
             assert proc.poll() is None, "server exited"
-            time.sleep(0.05)
+            return port_file.exists() and port_file.read_text().strip() != ""
+
+        wait_until(started, 30, "the server writing its port file")
         yield proc, f"ws://127.0.0.1:{int(port_file.read_text())}/pi05"
     finally:
         proc.terminate()
