@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 import numpy as np
+import pytest
 
 T = TypeVar("T")
 
@@ -146,30 +148,52 @@ def groot_observation(
     }
 
 
-# ------------------------------------------------------------------ demo runs
+# ------------------------------------------------------------------ load
 
 
-def assert_chunks_in_time_unless_a_reply_was_late(result: Any, table: str) -> None:
-    """Early requests keep the arm supplied: in a demo run (relay_ros.demo.DemoResult)
-    policy_node publishes every chunk before the previous one's last point, unless
-    the machine made some round trip longer than a whole execute window.
+class StarvationProbe:
+    """How late a sleeping thread of this process woke: a measure of load.
 
-    Judged on what the node published (``~/preview`` stamps and point times, as
-    relay_ros.demo.report.stall_intervals does), not on the simulated arm's own stall
-    measure: on a loaded machine the arm's follower and the DDS delivery to it are
-    starved too, and its stall then says nothing about the node's scheduling. With
-    early requests a gap needs a reply later than the execute window (the chunk in
-    hand covers that window and the rest of its horizon); on an idle machine replies
-    take ~0.1-0.3 s against 0.5 s, so the check is strict there.
+    A thread sleeps ``period`` s at a time and keeps the largest oversleep seen. When
+    it is large, this process (its threads compete for the same cores and GIL) could
+    not run on time either, and timing claims about a run made meanwhile cannot be
+    judged. Use as a context manager around the run; read :attr:`worst_s`.
     """
-    gaps = [
-        (chunk.end, nxt.stamp)
-        for chunk, nxt in zip(result.chunks, result.chunks[1:])
-        if nxt.stamp > chunk.end
-    ]
-    window = result.execute_horizon * result.dt
-    late = np.asarray(result.latencies_s) > window
-    assert not gaps or late.any(), (
-        f"chunks published after the previous one ran out {gaps} with every reply "
-        f"within the {window:.2f} s execute window\n{table}"
-    )
+
+    def __init__(self, period: float = 0.005) -> None:
+        self.period = period
+        self.worst_s = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="starvation-probe", daemon=True)
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            before = time.monotonic()
+            time.sleep(self.period)
+            self.worst_s = max(self.worst_s, time.monotonic() - before - self.period)
+
+    def __enter__(self) -> StarvationProbe:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def run_unstarved(run: Callable[[], T], limit_s: float = 0.15, attempts: int = 3) -> T:
+    """``run()`` again (up to ``attempts`` times) while this process was starved for
+    more than ``limit_s`` during it; skip when every attempt was.
+
+    For tests whose claims are about timing on a machine that keeps up (a demo run
+    stall-free, on target): a loaded machine makes them slower, never red. Claims that
+    hold however late things run (limits, no NaN) belong outside, on every run.
+    """
+    worst = []
+    for _ in range(attempts):
+        with StarvationProbe() as probe:
+            result = run()
+        if probe.worst_s <= limit_s:
+            return result
+        worst.append(round(probe.worst_s, 3))
+    pytest.skip(f"this process was starved {worst} s (> {limit_s} s) in each of {attempts} runs")

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from helpers import assert_chunks_in_time_unless_a_reply_was_late, wait_until
+from helpers import run_unstarved, wait_until
 
 from relay_ros.demo import (
     DEMO_LAUNCH_ARGUMENTS,
@@ -460,23 +460,31 @@ def test_plot_writes_a_png(tmp_path):
 def test_demo_loop_early_has_no_stall_sync_does(ros_context, tmp_path):
     limits = _pi05_limits()
     seen: list[DemoProgress] = []
-    early = run_demo(
-        "pi05",
-        5.0,
-        request_mode="early",
-        latency_ms=80,
-        jitter_ms=20,
-        progress=seen.append,
-        context=ros_context,
-    )
-    sync = run_demo(
-        "pi05", 4.0, request_mode="sync", latency_ms=80, jitter_ms=20, context=ros_context
-    )
+
+    def runs() -> tuple[DemoResult, DemoResult]:
+        seen.clear()
+        early = run_demo(
+            "pi05",
+            5.0,
+            request_mode="early",
+            latency_ms=80,
+            jitter_ms=20,
+            progress=seen.append,
+            context=ros_context,
+        )
+        sync = run_demo(
+            "pi05", 4.0, request_mode="sync", latency_ms=80, jitter_ms=20, context=ros_context
+        )
+        return early, sync
+
+    # Stall-free is a claim about a machine that keeps up: judged on runs this process
+    # was not starved in (a loaded machine repeats them).
+    early, sync = run_unstarved(runs)
 
     table = format_summary([early, sync])
     # Early requests at 80 ms latency and the default execute horizon: never holding.
     assert early.execute_horizon == 25
-    assert_chunks_in_time_unless_a_reply_was_late(early, table)
+    assert early.stall_time_s == 0.0, table
     # Synchronous requests: the arm waits for every chunk.
     assert sync.stall_time_s > 0.0, table
     for result in (early, sync):
@@ -521,7 +529,8 @@ def test_demo_loop_early_has_no_stall_sync_does(ros_context, tmp_path):
 @pytest.mark.parametrize("fault", ["swap-cameras", "swap-red-blue"])
 def test_demo_wiring_faults_fail_the_task(ros_context, fault):
     """No error anywhere, yet the arm never gets to the target: the task shows the mistake."""
-    result = run_demo("pi05", 5.0, fault=fault, context=ros_context)
+    # On target or not is judged on a run this process was not starved in.
+    result = run_unstarved(lambda: run_demo("pi05", 5.0, fault=fault, context=ros_context))
     table = format_summary([result])
     assert result.fault == fault and f"early {fault} (5 s)" in table
     assert result.rejected == 0 and result.error_replies == 0, table
