@@ -20,6 +20,7 @@ import cv2
 import numpy as np
 import yaml
 from diagnostic_msgs.msg import DiagnosticArray
+from helpers import scaled
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -147,7 +148,14 @@ class Rig:
         self.executor = SingleThreadedExecutor(context=context)
         self.executor.add_node(self.node)
         self.executor.add_node(self.feeder)
-        self._thread = threading.Thread(target=self.executor.spin, daemon=True)
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._spin, daemon=True)
+
+    def _spin(self) -> None:
+        # spin() until close(): stopping the loop before the executor shuts down keeps
+        # shutdown from destroying its guard condition under a running spin_once.
+        while not self._stopping.is_set():
+            self.executor.spin_once(timeout_sec=0.05)
 
     def _subscribe(self, topic: str, sink: list) -> None:
         def record(msg: JointTrajectory) -> None:
@@ -220,7 +228,8 @@ class Rig:
         self.close()
 
     def close(self) -> None:
-        self.executor.shutdown(timeout_sec=5.0)
-        self._thread.join(timeout=5.0)
+        self._stopping.set()
+        self._thread.join(timeout=scaled(5.0))
+        self.executor.shutdown(timeout_sec=scaled(5.0))
         self.node.destroy_node()
         self.feeder.destroy_node()
