@@ -53,8 +53,7 @@ Other modes and knobs (``--help``): ``--conversions`` times the node's frame
 conversion in this process without ROS; ``--rate-hz``, ``--joint-states-hz`` and
 ``--node-param NAME:=VALUE`` change the load; the what-if flag
 ``--switch-interval-ms`` patches the node process only, to measure a proposed change
-before it is made; ``--parallel-frames`` converts the cameras of a request on a thread
-pool. JPEG on the wire: ``--node-param image_encoding:=jpeg``; the node's process
+before it is made. JPEG on the wire: ``--node-param image_encoding:=jpeg``; the node's process
 under ``SCHED_FIFO`` (needs root or an rtprio limit, docs/node.md):
 ``--node-param thread_priority:=20``. Results and their reading: docs/benchmarks.md,
 "Pipeline".
@@ -167,7 +166,6 @@ def run_node_process(
     interval_s: float,
     *,
     switch_interval_s: float | None = None,
-    parallel_frames: bool = False,
 ) -> int:
     """``--node-process``: PolicyNode on a SingleThreadedExecutor, samples to stdout.
 
@@ -210,7 +208,6 @@ def run_node_process(
     sampler: threading.Thread | None = None
     try:
         node = PolicyNode(NODE_NAME)
-        node.core.frames.parallel = parallel_frames
         freeze_startup_heap()
         executor = SingleThreadedExecutor()
         executor.add_node(node)
@@ -460,7 +457,7 @@ def run_scenario(
             sort_keys=False,
         )
     )
-    camera_params: dict[str, Any] = {"cameras": [camera_name(k) for k in CAMERA_KEYS]}
+    camera_params: dict[str, Any] = {"camera_names": [camera_name(k) for k in CAMERA_KEYS]}
     for key, topic in topics.items():
         name = camera_name(key)
         camera_params[f"cameras.{name}.topic"] = topic
@@ -777,11 +774,6 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="sys.setswitchinterval in the node process (Python's default: 5 ms)",
     )
-    what_if.add_argument(
-        "--parallel-frames",
-        action="store_true",
-        help="convert the cameras of a request on a thread pool (CameraFrames.parallel)",
-    )
     return parser
 
 
@@ -801,7 +793,6 @@ def main(argv: list[str] | None = None) -> int:
             switch_interval_s=None
             if what_if.switch_interval_ms is None
             else what_if.switch_interval_ms / 1000.0,
-            parallel_frames=what_if.parallel_frames,
         )
     args = build_parser().parse_args(argv)
     if args.conversions:
@@ -843,8 +834,6 @@ def main(argv: list[str] | None = None) -> int:
     node_flags: list[str] = []
     if args.switch_interval_ms is not None:
         node_flags += ["--switch-interval-ms", f"{args.switch_interval_ms:g}"]
-    if args.parallel_frames:
-        node_flags += ["--parallel-frames"]
 
     children: list[Child] = []
     listener: DiagnosticsListener | None = None
@@ -875,7 +864,7 @@ def main(argv: list[str] | None = None) -> int:
                     write_params(
                         tmp / "sim_arm.yaml",
                         {
-                            "controllers": ["arm_controller", "gripper_controller"],
+                            "controller_names": ["arm_controller", "gripper_controller"],
                             "controllers.arm_controller.joints": [f"joint{i}" for i in range(1, 7)],
                             "joint_states_topic": f"{TOPIC_PREFIX}/joint_states",
                             "metrics_rate_hz": 0.0,

@@ -64,7 +64,7 @@ def _programs(url: str) -> dict[str, tuple[str, list[str], str]]:
         "sim_arm": ("sim_arm", [], "simulating"),
         "sim_cameras": (
             "sim_cameras",
-            ["-p", "cameras:=[c]", "-p", "cameras.c.width:=64", "-p", "cameras.c.height:=48"],
+            ["-p", "camera_names:=[c]", "-p", "cameras.c.width:=64", "-p", "cameras.c.height:=48"],
             "camera c:",
         ),
         "relay-policy-server": ("policy_server", [], "listening on"),

@@ -1,7 +1,7 @@
 """The console scripts of setup.py: each takes SIGINT and SIGTERM first, then imports its program.
 
 Importing a node's module (rclpy, NumPy, OpenCV) takes most of its start-up; a
-Ctrl-C in that time used to end in a ``KeyboardInterrupt`` traceback. So each entry
+Ctrl-C in that time would end in a ``KeyboardInterrupt`` traceback. So each entry
 point's first statement holds both signals (with the built-in ``signal`` module
 only), then :func:`relay_ros.stop_signals.take_stop_signals` takes them over, before
 anything heavy is imported; then the program's ``main()`` runs, which stops at the

@@ -19,7 +19,7 @@ import numpy as np
 
 from relay_ros.demo.models import load_model_config
 from relay_ros.models import family_of
-from relay_ros.node.params import NodeConfig
+from relay_ros.node.node_config import NodeConfig
 from relay_ros.paths import config_dir
 from relay_ros.pipeline.camera_map import load_model_camera_map
 from relay_ros.pipeline.frame_source import ArrivedFrame, LatestFrame

@@ -248,22 +248,22 @@ def test_node_parameters_match_the_model_config(model):
     assert blended["sim_cameras"][0]["seed"] == 4
 
     cameras = params["sim_cameras"][0]
-    topics = {cameras[f"cameras.{name}.topic"]: name for name in cameras["cameras"]}
+    topics = {cameras[f"cameras.{name}.topic"]: name for name in cameras["camera_names"]}
     assert sorted(topics) == sorted(entry["topic"] for entry in camera_map.values())
     for entry in camera_map.values():
         name = topics[entry["topic"]]
         expected = "compressed" if entry["topic"].endswith("/compressed") else "raw"
         assert cameras[f"cameras.{name}.format"] == expected
         assert (cameras[f"cameras.{name}.width"], cameras[f"cameras.{name}.height"]) == (320, 240)
-    assert {c["cameras." + n + ".format"] for n in cameras["cameras"] for c in [cameras]} == {
+    assert {c["cameras." + n + ".format"] for n in cameras["camera_names"] for c in [cameras]} == {
         "raw",
         "compressed",
     }
 
     arm = params["sim_arm"][0]
-    assert arm["controllers"] == ["arm_controller", "gripper_controller"]
+    assert arm["controller_names"] == ["arm_controller", "gripper_controller"]
     assert arm["joint_states_topic"] == node["joint_states_topic"]
-    for controller, output in zip(arm["controllers"], node["output_names"]):
+    for controller, output in zip(arm["controller_names"], node["output_names"]):
         assert arm[f"controllers.{controller}.joints"] == node[f"outputs.{output}.joints"]
         assert arm[f"controllers.{controller}.topic"] == node[f"outputs.{output}.topic"]
         initial = arm[f"controllers.{controller}.initial_positions"]

@@ -139,7 +139,8 @@ def _node_values(model: str, **change: object) -> dict:
 
 
 def test_node_parameters_image_encoding() -> None:
-    from relay_ros.node.params import ParameterError, build_config
+    from relay_ros.node.node_config import build_config
+    from relay_ros.node.param_spec import ParameterError
 
     assert build_config(_node_values("pi05")).image_encoding == "raw"
     config = build_config(_node_values("pi0", image_encoding="jpeg", jpeg_quality=80))

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from relay_ros.node.launch_args import POLICY_LAUNCH_ARGUMENTS, parse_bool, policy_node_parameters
-from relay_ros.node.params import ParameterError
+from relay_ros.node.param_spec import ParameterError
 from relay_ros.paths import config_dir
 
 LAUNCH_DIR = Path(__file__).resolve().parents[1] / "launch"

@@ -22,7 +22,12 @@ _PI05 = config_dir() / "pi05.yaml"
 
 
 def _run_policy_node(*ros_args: str) -> tuple[int, list[str]]:
-    code = "import sys; from relay_ros.entry_points import policy_node; sys.exit(policy_node())"
+    return _run_program("policy_node", *ros_args)
+
+
+def _run_program(program: str, *ros_args: str) -> tuple[int, list[str]]:
+    """Run a console script's entry point with ``--ros-args``: (exit code, output lines)."""
+    code = f"import sys; from relay_ros.entry_points import {program}; sys.exit({program}())"
     done = subprocess.run(
         [sys.executable, "-c", code, "--ros-args", *ros_args],
         capture_output=True,
@@ -118,3 +123,51 @@ def test_a_required_parameter_says_which_params_files_were_read(tmp_path: Path) 
     message = _one_fatal_line(*_run_policy_node("--params-file", str(params)))
     assert message.startswith("ParameterError: parameter 'state_joints' is required"), message
     assert message.endswith(f"[not set in params file '{params}']")
+
+
+def test_a_value_rcl_would_ignore_is_refused_with_its_expected_type() -> None:
+    """``seed: -1`` in the params file, then ``-p seed:=abc``: rcl keeps the integer and
+    the node used to run with seed -1 without a word."""
+    line = next(n for n, text in enumerate(_PI05.read_text().splitlines(), 1) if "seed: -1" in text)
+    assert _one_fatal_line(*_run_policy_node("--params-file", str(_PI05), "-p", "seed:=abc")) == (
+        "parameter 'seed' is 'abc' (a string) in -p seed:=abc; expected an integer from -1 to "
+        f"2147483647, but the node would get -1 (an integer) in {_PI05}, line {line} instead "
+        "(rcl keeps one value of each type and rclpy reads the integer first; give the "
+        "parameter one type)"
+    )
+
+
+@pytest.mark.parametrize(
+    "program, ros_args, message",
+    [
+        # Refused by rclpy at declaration: one line, not a traceback.
+        (
+            "sim_cameras",
+            ["-p", "seed:=abc"],
+            "InvalidParameterTypeException: Trying to set parameter 'seed' to 'abc' of type "
+            "'STRING', expecting type 'INTEGER': seed [set in -p seed:=abc]",
+        ),
+        (
+            "sim_cameras",
+            ["-p", "seed:=4", "-p", "cameras.base.width:=64", "-p", "cameras.base.width:=x"],
+            "parameter 'cameras.base.width' is 'x' (a string) in -p cameras.base.width:=x; "
+            "expected an integer, but the node would get 64 (an integer) in "
+            "-p cameras.base.width:=64 instead (rcl keeps one value of each type and rclpy "
+            "reads the integer first; give the parameter one type)",
+        ),
+        (
+            "sim_arm",
+            ["-p", "controllers:=[arm]"],
+            "SimArmConfigError: parameter 'controllers' is now 'controller_names' (a list named "
+            "like the controllers.<name>.* namespace breaks 'ros2 param dump'): write "
+            "controller_names: ['arm'] [set in -p controllers:=[arm]]",
+        ),
+    ],
+)
+def test_the_sim_nodes_refuse_a_value_in_one_fatal_line(
+    program: str, ros_args: list[str], message: str
+) -> None:
+    code, lines = _run_program(program, *ros_args)
+    assert code == 2, lines
+    assert len(lines) == 1, "\n".join(lines)
+    assert lines[0].split(f"] [{program}]: ", 1)[1] == message

@@ -9,18 +9,14 @@ import pytest
 import yaml
 from test_urdf_limits import UR_JOINTS, URDF
 
-from relay_ros.node.param_spec import flatten_parameters
-from relay_ros.node.params import (
-    LIVE_PARAMETERS,
-    PARAMETERS,
-    ParameterError,
+from relay_ros.node.node_config import (
     build_config,
     collect_values,
     config_from_parameters,
-    parse_lead,
-    spec_for,
     validate_change,
 )
+from relay_ros.node.param_spec import ParameterError, flatten_parameters
+from relay_ros.node.params import LIVE_PARAMETERS, PARAMETERS, parse_lead, spec_for
 from relay_ros.paths import config_dir
 
 
@@ -415,25 +411,18 @@ def test_validate_change_of_one_joint_limit_keeps_the_others(config):
     assert changed.limit_params["joint2"].max_velocity == 0.5
 
 
-def test_read_only_parameters_are_what_the_streaming_core_cannot_change_live():
-    from relay_ros.pipeline.settings import FIXED_SETTINGS
+def test_the_live_parameters_are_the_settings_the_streaming_core_changes_live():
+    """One place says what is live (pipeline.settings.LiveSettings); the table follows it."""
+    from relay_ros.node.limit_params import limit_parameter_specs
+    from relay_ros.pipeline.settings import FIXED_SETTINGS, LIVE_SETTINGS
 
-    # output_names is the parameter behind the configuration's outputs.
-    read_only = {
-        "outputs" if spec.name == "output_names" else spec.name
-        for spec in PARAMETERS
-        if spec.read_only
-    }
-    assert set(FIXED_SETTINGS) <= read_only
-    # Read only beyond those: autostart only means something at start,
-    # thread_priority is the node's (its threads are raised once, at start), and the
-    # robot description is read into joint_limits, which the core takes live.
-    assert read_only - set(FIXED_SETTINGS) == {
-        "autostart",
-        "thread_priority",
-        "robot_description",
-        "robot_description_file",
-    }
+    assert set(LIVE_PARAMETERS) == set(LIVE_SETTINGS) - {"joint_limits"}
+    # joint_limits is set through joint_limits.<joint>.* (every one of them live).
+    assert all(spec.live for spec in limit_parameter_specs(["joint1"]))
+    assert not set(LIVE_SETTINGS) & set(FIXED_SETTINGS)
+    # Every setting the core reads is one or the other; output_names is behind outputs.
+    fixed_rows = {"outputs" if s.name == "output_names" else s.name for s in PARAMETERS}
+    assert set(FIXED_SETTINGS) - {"commanded_joints"} <= fixed_rows
 
 
 # ---------------------------------------------------------------- names of earlier releases

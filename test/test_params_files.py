@@ -175,3 +175,102 @@ def test_rcl_refuses_exactly_the_files_the_checker_refuses(tmp_path: Path) -> No
             accepted = True
             rclpy.shutdown(context=context)
         assert accepted == (problem is None), f"{name}: rcl accepted={accepted}"
+
+
+# (params files, -p values, parameter): what does the node get, and does the checker know?
+_GIVEN_TWICE = {
+    "string after integer": (["/**:\n  ros__parameters:\n    p: -1\n"], ["p:=abc"], "p"),
+    "integer after string": (["/**:\n  ros__parameters:\n    p: hello\n"], ["p:=5"], "p"),
+    "string after double": (["/**:\n  ros__parameters:\n    p: 0.2\n"], ["p:=auto"], "p"),
+    "quoted number after integer": (["/**:\n  ros__parameters:\n    p: 1\n"], ["p:='2'"], "p"),
+    "octal-looking double after integer": (
+        ["/**:\n  ros__parameters:\n    p: 1\n"],
+        ["p:=08"],
+        "p",
+    ),
+    "bool after string": (["/**:\n  ros__parameters:\n    p: s\n"], ["p:=yes"], "p"),
+    "string after list": (["/**:\n  ros__parameters:\n    p: [a, b]\n"], ["p:=x"], "p"),
+    "list after string": (["/**:\n  ros__parameters:\n    p: x\n"], ["p:=[1, 2]"], "p"),
+    "same type": (["/**:\n  ros__parameters:\n    p: 1\n"], ["p:=2"], "p"),
+    "wildcard then node section then -p": (
+        ["/**:\n  ros__parameters:\n    p: 1\n", "policy_node:\n  ros__parameters:\n    p: 5\n"],
+        ["p:=3"],
+        "p",
+    ),
+    "node key written two ways": (
+        ["/policy_node:\n  ros__parameters:\n    p: 6\n"],
+        ["p:=1", "policy_node:p:=3"],
+        "p",
+    ),
+    "named -p after a node section": (
+        ["policy_node:\n  ros__parameters:\n    p: 5\n"],
+        ["policy_node:p:=abc"],
+        "p",
+    ),
+    "node section then wildcard": (
+        ["policy_node:\n  ros__parameters:\n    p: 5\n", "/**:\n  ros__parameters:\n    p: 1\n"],
+        [],
+        "p",
+    ),
+}
+
+
+_TAKES_THE_LAST = {
+    "integer after string",
+    "bool after string",
+    "string after list",
+    "same type",
+    "node section then wildcard",
+    "node key written two ways",
+}
+
+
+@pytest.mark.ros
+@pytest.mark.parametrize("case", list(_GIVEN_TWICE))
+def test_ignored_value_knows_what_rclpy_gives_the_node(case: str, tmp_path: Path) -> None:
+    """The checker's model of rcl's per-type values and rclpy's reading, against the real
+    thing: the value the node gets is the last one given, or the one ignored_value names."""
+    rclpy = pytest.importorskip("rclpy")
+    from rclpy.node import Node
+    from rclpy.signals import SignalHandlerOptions
+
+    files, overrides, name = _GIVEN_TWICE[case]
+    argv = ["prog", "--ros-args"]
+    for i, text in enumerate(files):
+        path = tmp_path / f"{i}.yaml"
+        path.write_text(text)
+        argv += ["--params-file", str(path)]
+    for override in overrides:
+        argv += ["-p", override]
+    given = CommandLineParameters.from_argv(argv, "policy_node")
+    ignored = given.ignored_value()
+    meant = [v for v in given.given if v.name == name][-1]
+    expected = meant.value if ignored is None else ignored[1].value
+    if ignored is not None:
+        assert ignored[0] is meant
+    context = rclpy.context.Context()
+    rclpy.init(args=argv, context=context, signal_handler_options=SignalHandlerOptions.NO)
+    try:
+        node = Node("policy_node", context=context)
+        value = node._parameter_overrides[name].value
+        node.destroy_node()
+    finally:
+        rclpy.shutdown(context=context)
+    assert (list(value) if not isinstance(value, (str, int, float)) else value) == expected
+    assert type(value) is type(expected) or isinstance(expected, list)
+    # Where the last value is the node's, nothing is refused.
+    assert (ignored is None) == (case in _TAKES_THE_LAST)
+
+
+def test_an_ignored_value_is_explained_with_both_sources(tmp_path: Path) -> None:
+    params = tmp_path / "robot.yaml"
+    params.write_text("/**:\n  ros__parameters:\n    seed: -1\n")
+    argv = ["prog", "--ros-args", "--params-file", str(params), "-p", "seed:=abc"]
+    given = CommandLineParameters.from_argv(argv, "policy_node")
+    ignored = given.ignored_value()
+    assert ignored is not None
+    assert given.explain_ignored(*ignored, "an integer") == (
+        "parameter 'seed' is 'abc' (a string) in -p seed:=abc; expected an integer, but the "
+        f"node would get -1 (an integer) in {params}, line 3 instead (rcl keeps one value of "
+        "each type and rclpy reads the integer first; give the parameter one type)"
+    )

@@ -424,7 +424,7 @@ def _start(context, **overrides: Any) -> Any:
     ],
 )
 def test_bad_values_at_start_are_named_like_live_ones(ros_context, name, value, message):
-    from relay_ros.node.params import ParameterError
+    from relay_ros.node.param_spec import ParameterError
 
     with pytest.raises(ParameterError) as info:
         _start(ros_context, **{name: value})

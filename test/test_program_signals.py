@@ -79,7 +79,7 @@ def _specs(server_url: str) -> list[ProgramSpec]:
             "sim_cameras",
             lambda ns: entry_command(
                 "sim_cameras",
-                *ros(ns, "cameras:=[c]", "cameras.c.width:=64", "cameras.c.height:=48"),
+                *ros(ns, "camera_names:=[c]", "cameras.c.width:=64", "cameras.c.height:=48"),
             ),
             "camera c:",
         ),

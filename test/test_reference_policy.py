@@ -13,7 +13,8 @@ from websockets.sync.client import connect
 
 from relay_ros.pipeline.action_prefix import committed_prefix, to_action_space
 from relay_ros.pipeline.images import resize_with_pad
-from relay_ros.pipeline.scheduler import ChunkScheduler, SchedulerConfig
+from relay_ros.pipeline.scheduler import ChunkScheduler
+from relay_ros.pipeline.scheduler_config import SchedulerConfig
 from relay_ros.server import ServerOptions, run_server_in_thread
 from relay_ros.server.action_prefix import apply_prefix, default_soft_steps
 from relay_ros.server.chunk_noise import ChunkNoise

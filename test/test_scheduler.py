@@ -7,14 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from relay_ros.pipeline.scheduler import (
-    ChunkError,
-    ChunkScheduler,
-    Publication,
-    SchedulerConfig,
-    SchedulerConfigError,
-    SchedulerStateError,
-)
+from relay_ros.pipeline.publication import Publication
+from relay_ros.pipeline.scheduler import ChunkError, ChunkScheduler, SchedulerStateError
+from relay_ros.pipeline.scheduler_config import SchedulerConfig, SchedulerConfigError
 
 DT = 0.02
 H = 50

@@ -71,7 +71,7 @@ def trajectory(
 
 def arm_overrides(name: str) -> dict:
     return {
-        "controllers": ["arm", "gripper"],
+        "controller_names": ["arm", "gripper"],
         "controllers.arm.joints": ["a1", "a2"],
         "controllers.arm.topic": f"/{name}/arm/joint_trajectory",
         "controllers.arm.initial_positions": [0.0, 0.5],
@@ -170,7 +170,7 @@ def test_sim_arm_configuration_errors(ros_context) -> None:
         SimArmNode(
             node_name=unique("arm"),
             context=ros_context,
-            parameter_overrides={"controllers": ["left"]},
+            parameter_overrides={"controller_names": ["left"]},
         )
     assert str(info.value) == (
         "parameter 'controllers.left.joints' is not set; expected the joint names of "
@@ -181,7 +181,7 @@ def test_sim_arm_configuration_errors(ros_context) -> None:
             node_name=unique("arm"),
             context=ros_context,
             parameter_overrides={
-                "controllers": ["a", "b"],
+                "controller_names": ["a", "b"],
                 "controllers.a.joints": ["j"],
                 "controllers.b.joints": ["j"],
             },
@@ -194,7 +194,7 @@ def test_sim_arm_configuration_errors(ros_context) -> None:
             node_name=unique("arm"),
             context=ros_context,
             parameter_overrides={
-                "controllers": ["a"],
+                "controller_names": ["a"],
                 "controllers.a.joints": ["j", "k"],
                 "controllers.a.initial_positions": [1.0],
             },
@@ -202,6 +202,24 @@ def test_sim_arm_configuration_errors(ros_context) -> None:
     assert str(info.value) == (
         "parameter 'controllers.a.initial_positions' has 1 values for 2 joints ['j', 'k']; "
         "expected 2"
+    )
+
+
+@pytest.mark.parametrize(
+    "make, error, old, new",
+    [
+        (SimArmNode, SimArmConfigError, "controllers", "controller_names"),
+        (SimCamerasNode, SimCamerasConfigError, "cameras", "camera_names"),
+    ],
+)
+def test_sim_list_names_of_earlier_releases_are_refused(ros_context, make, error, old, new):
+    """``controllers: [...]`` / ``cameras: [...]`` beside their ``<old>.<name>.*`` namespace
+    broke ``ros2 param dump``; a file that still uses them is refused, naming the new one."""
+    with pytest.raises(error) as info:
+        make(node_name=unique("old"), context=ros_context, parameter_overrides={old: ["a"]})
+    assert str(info.value) == (
+        f"parameter '{old}' is now '{new}' (a list named like the {old}.<name>.* namespace "
+        f"breaks 'ros2 param dump'): write {new}: ['a']"
     )
 
 
@@ -227,7 +245,7 @@ def test_sim_cameras_publish_raw_and_compressed_frames(ros_context, executor) ->
         context=ros_context,
         parameter_overrides={
             "scene": "shapes",
-            "cameras": ["front", "wrist"],
+            "camera_names": ["front", "wrist"],
             "cameras.front.topic": f"/{name}/front/image_raw",
             "cameras.front.width": 64,
             "cameras.front.height": 48,
@@ -283,7 +301,7 @@ def test_sim_cameras_draw_the_world_from_the_joint_states(ros_context, executor)
         node_name=name,
         context=ros_context,
         parameter_overrides={
-            "cameras": ["base"],
+            "camera_names": ["base"],
             "cameras.base.topic": f"/{name}/base/image_raw",
             "cameras.base.width": 96,
             "cameras.base.height": 96,
@@ -329,7 +347,7 @@ def test_sim_cameras_configuration_errors(ros_context) -> None:
         SimCamerasNode(
             node_name=unique("cams"),
             context=ros_context,
-            parameter_overrides={"cameras": ["c"], "cameras.c.format": "png"},
+            parameter_overrides={"camera_names": ["c"], "cameras.c.format": "png"},
         )
     assert str(info.value) == (
         "parameter 'cameras.c.format' is 'png'; expected one of ['raw', 'compressed']"
@@ -338,14 +356,14 @@ def test_sim_cameras_configuration_errors(ros_context) -> None:
         SimCamerasNode(
             node_name=unique("cams"),
             context=ros_context,
-            parameter_overrides={"cameras": ["c"], "cameras.c.width": 4},
+            parameter_overrides={"camera_names": ["c"], "cameras.c.width": 4},
         )
     assert str(info.value) == (
         "camera 'c': scene width 4 is not an integer number of pixels in [16, 8192]"
     )
     for overrides, message in [
         (
-            {"cameras": ["c"], "cameras.c.role": "top"},
+            {"camera_names": ["c"], "cameras.c.role": "top"},
             "parameter 'cameras.c.role' is 'top'; expected one of ['base', 'wrist']",
         ),
         ({"scene": "mars"}, "parameter 'scene' is 'mars'; expected one of ['world', 'shapes']"),
@@ -363,7 +381,7 @@ def test_sim_cameras_configuration_errors(ros_context) -> None:
     ("module", "params"),
     [
         ("relay_ros.sim.arm_node", ["joint_states_topic:=joint_states"]),
-        ("relay_ros.sim.cameras_node", ["cameras:=[c]", "cameras.c.topic:=image_raw"]),
+        ("relay_ros.sim.cameras_node", ["camera_names:=[c]", "cameras.c.topic:=image_raw"]),
     ],
 )
 def test_node_main_stops_cleanly_on_ctrl_c(module: str, params: list[str]) -> None:

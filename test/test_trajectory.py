@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from relay_ros.pipeline.scheduler import ChunkScheduler, Publication, SchedulerConfig
+from relay_ros.pipeline.publication import Publication
+from relay_ros.pipeline.scheduler import ChunkScheduler
+from relay_ros.pipeline.scheduler_config import SchedulerConfig
 from relay_ros.pipeline.trajectory import (
     TrajectoryError,
     build_points,

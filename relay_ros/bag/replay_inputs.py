@@ -276,7 +276,7 @@ def check_joint_names(
 
 
 def node_config(file_params: Mapping[str, Any], overrides: Mapping[str, Any]) -> Any:
-    """The node's :class:`~relay_ros.node.params.NodeConfig` for these parameters, without rclpy.
+    """The node's :class:`~relay_ros.node.node_config.NodeConfig` for these parameters (no rclpy).
 
     The same resolution as policy_node: declared defaults, then the params file,
     then ``overrides``; per-output and per-joint parameters follow ``outputs``.
@@ -284,7 +284,7 @@ def node_config(file_params: Mapping[str, Any], overrides: Mapping[str, Any]) ->
     Raises:
         ParameterError: A parameter is missing or invalid (the message names it).
     """
-    from relay_ros.node.params import config_from_parameters
+    from relay_ros.node.node_config import config_from_parameters
 
     return config_from_parameters({**file_params, **overrides})
 

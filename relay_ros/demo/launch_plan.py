@@ -106,7 +106,7 @@ def demo_node_parameters(
     cameras = load_camera_map(config.camera_map, allowed_keys=None, max_cameras=None)
     policy = policy or DemoPolicy()
     camera_params: dict[str, Any] = {
-        "cameras": [_camera_name(c.key) for c in cameras],
+        "camera_names": [_camera_name(c.key) for c in cameras],
         "seed": policy.seed,
     }
     for entry in cameras:
@@ -128,7 +128,7 @@ def demo_node_parameters(
         )
     controllers = [_controller_name(o.name, o.topic) for o in config.outputs]
     arm_params: dict[str, Any] = {
-        "controllers": controllers,
+        "controller_names": controllers,
         "joint_states_topic": config.joint_states_topic,
     }
     for controller, output in zip(controllers, config.outputs):

@@ -16,8 +16,8 @@ import yaml
 
 from relay_ros.demo.errors import DemoArgumentError, DemoError
 from relay_ros.models import MODEL_IDS
+from relay_ros.node.node_config import NodeConfig, config_from_parameters
 from relay_ros.node.param_spec import flatten_parameters
-from relay_ros.node.params import NodeConfig, config_from_parameters
 from relay_ros.paths import config_dir, config_file
 
 __all__ = ["DEMO_MODELS", "REQUEST_MODES", "check_mode", "check_model", "load_model_config"]
@@ -72,7 +72,7 @@ def load_model_config(model: str) -> NodeConfig:
     Raises:
         DemoArgumentError: ``model`` is not one of `DEMO_MODELS`.
         DemoError: the file has no ``ros__parameters`` section.
-        relay_ros.node.params.ParameterError: the file's values are invalid.
+        relay_ros.node.param_spec.ParameterError: the file's values are invalid.
     """
     path = config_file(f"{check_model(model)}.yaml")
     given = _read_ros_parameters(path)

@@ -40,7 +40,7 @@ from relay_ros.demo.policy_settings import DemoPolicy
 from relay_ros.demo.recorder import ChunkRecorder, LatencyCollector, RecordedChunk
 from relay_ros.demo.result import DemoProgress
 from relay_ros.demo.server_process import ServerProcess
-from relay_ros.node.params import NodeConfig
+from relay_ros.node.node_config import NodeConfig
 from relay_ros.sim.link import LinkThread
 from relay_ros.sim.link_profiles import LinkProfile
 from relay_ros.stop_signals import deferred_interrupts

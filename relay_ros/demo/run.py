@@ -22,7 +22,7 @@ from relay_ros.demo.result import PRE_ROLL_S, CommandedChunk, DemoProgress, Demo
 from relay_ros.demo.rig import DemoRig, RunSnapshot
 from relay_ros.demo.server_process import server_command
 from relay_ros.demo.task import jerk_rms, task_measures
-from relay_ros.node.params import NodeConfig
+from relay_ros.node.node_config import NodeConfig
 from relay_ros.sim.link_profiles import LinkProfile, get_profile
 from relay_ros.sim.world import World
 

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from relay_ros.node.params import MODELS, ParameterError
+from relay_ros.models import MODEL_IDS
+from relay_ros.node.param_spec import ParameterError
 from relay_ros.paths import config_dir
 
 __all__ = [
@@ -105,9 +106,9 @@ def policy_node_parameters(
         known = [arg.name for arg in POLICY_LAUNCH_ARGUMENTS]
         raise ParameterError(f"unknown launch arguments {unknown}; expected some of {known}")
     model = str(arguments.get("model") or "pi05").strip()
-    if model not in MODELS:
+    if model not in MODEL_IDS:
         raise ParameterError(
-            f"launch argument 'model' is {model!r}; expected one of {list(MODELS)}"
+            f"launch argument 'model' is {model!r}; expected one of {list(MODEL_IDS)}"
         )
 
     directory = default_config_dir or config_dir()

@@ -32,6 +32,7 @@ from typing import Any
 
 from relay_ros.node.param_spec import ParameterError, ParamSpec, is_list
 from relay_ros.pipeline.joint_limits import LIMIT_FIELDS, LimitParams
+from relay_ros.pipeline.settings import LIVE_SETTINGS
 from relay_ros.pipeline.urdf_limits import RobotDescription, UrdfError, load_urdf_file, parse_urdf
 
 __all__ = [
@@ -95,7 +96,8 @@ def limit_parameter_specs(joints: Sequence[str]) -> tuple[ParamSpec, ...]:
             kind,
             None,
             _FIELD_DESCRIPTIONS[field],
-            live=True,
+            # Live when the core takes its joint limits live (pipeline.settings).
+            live="joint_limits" in LIVE_SETTINGS,
             only_if_given=True,
         )
         for joint in joints

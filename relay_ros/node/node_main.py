@@ -9,12 +9,15 @@
    node, later ones are ignored, none interrupts start-up or cleanup;
 3. every ``--params-file`` is read and checked before rcl sees it
    (:mod:`relay_ros.node.params_files`): a bad file is one FATAL line naming the file,
-   line and problem, exit 2;
+   line and problem, exit 2; so is a value rcl would ignore without a word (``seed: -1``
+   in a file, then ``-p seed:=abc``: rcl keeps the integer), naming the parameter, the
+   value and what the parameter takes (the program's ``parameter_type``);
 4. ``rclpy.init`` without rclpy's signal handlers (they would shut the context down
    from another thread while this one uses it); a command line rcl refuses is one
    FATAL line, exit 2;
-5. the node is built; a configuration error (the program's ``config_errors``) is one
-   FATAL line naming where the parameter was set, exit 2, and nothing was published;
+5. the node is built; a configuration error (the program's ``config_errors``, or a
+   value rclpy refuses for a declared parameter's type or range) is one FATAL line
+   naming where the parameter was set, exit 2, and nothing was published;
 6. a SingleThreadedExecutor spins until the stop signal, which wakes it through a
    guard condition; then the node is destroyed and rclpy shut down, and the program
    exits 0, which ``ros2 launch`` reports as "process has finished cleanly".
@@ -31,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import rclpy
+from rclpy.exceptions import InvalidParameterTypeException, InvalidParameterValueException
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.parameter import Parameter
@@ -46,8 +50,12 @@ __all__ = [
     "default_row",
     "format_usage",
     "run_node",
+    "type_words",
     "typed_row",
 ]
+
+#: rclpy's refusals of a given value for a declared parameter (type, range).
+_RCLPY_PARAMETER_ERRORS = (InvalidParameterTypeException, InvalidParameterValueException)
 
 #: Arguments that ask for the usage instead of a run.
 HELP_FLAGS = frozenset({"-h", "--help"})
@@ -73,6 +81,24 @@ _TYPE_NAMES = {
     Parameter.Type.DOUBLE_ARRAY: "double[]",
     Parameter.Type.STRING_ARRAY: "string[]",
 }
+
+
+_TYPE_WORDS = {
+    Parameter.Type.BOOL: "true or false",
+    Parameter.Type.INTEGER: "an integer",
+    Parameter.Type.DOUBLE: "a double (with a decimal point)",
+    Parameter.Type.STRING: "a string",
+    Parameter.Type.BYTE_ARRAY: "a list of bytes",
+    Parameter.Type.BOOL_ARRAY: "a list of bools",
+    Parameter.Type.INTEGER_ARRAY: "a list of integers",
+    Parameter.Type.DOUBLE_ARRAY: "a list of doubles",
+    Parameter.Type.STRING_ARRAY: "a list of strings",
+}
+
+
+def type_words(kind: Parameter.Type) -> str:
+    """What a parameter of ROS type ``kind`` takes, in words (``an integer``)."""
+    return _TYPE_WORDS.get(kind, kind.name.lower())
 
 
 def typed_row(name: str, kind: Parameter.Type, text: str) -> UsageRow:
@@ -107,12 +133,15 @@ class NodeProgram:
         usage: The ``--help`` text (see :func:`format_usage`).
         config_errors: Exceptions that mean a configuration mistake: one FATAL line,
             exit 2, instead of a traceback.
+        parameter_type: What a parameter of the node takes, in words (``an integer``),
+            or None for a name the node does not declare; named when a value is refused.
     """
 
     name: str
     make_node: Callable[[], Any]
     usage: Callable[[], str]
     config_errors: tuple[type[Exception], ...] = ()
+    parameter_type: Callable[[str], str | None] = lambda name: None
 
 
 def format_usage(
@@ -182,6 +211,11 @@ def _run(program: NodeProgram, argv: list[str], stop: StopSignals) -> int:
     except ParamsFileError as exc:
         log.fatal(_one_line(exc))
         return 2
+    ignored = parameters.ignored_value()
+    if ignored is not None:
+        meant, used = ignored
+        log.fatal(parameters.explain_ignored(meant, used, program.parameter_type(meant.name)))
+        return 2
     if stop.requested:
         log.info(f"{stop.describe()} during start-up: not starting")
         return 0
@@ -198,7 +232,7 @@ def _run(program: NodeProgram, argv: list[str], stop: StopSignals) -> int:
             return 0
         try:
             node = program.make_node()
-        except program.config_errors as exc:
+        except (*program.config_errors, *_RCLPY_PARAMETER_ERRORS) as exc:
             log.fatal(f"{type(exc).__name__}: {_one_line(parameters.explain(str(exc)))}")
             return 2
         executor = SingleThreadedExecutor()

@@ -130,6 +130,7 @@ class ParamSpec:
             "string_array": "a list of strings",
             "int_array": "a list of integers",
             "double_array": "a list of doubles",
+            "string_or_double": "a string or a number",
         }.get(self.type, "a value")
 
     def check(self, value: Any) -> Any:

@@ -16,12 +16,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from relay_ros.node.params import (
-    PARAMETERS,
-    ParamSpec,
-    limit_parameter_specs,
-    output_parameter_specs,
-)
+from relay_ros.node.limit_params import limit_parameter_specs
+from relay_ros.node.param_spec import ParamSpec
+from relay_ros.node.params import PARAMETERS, output_parameter_specs
 
 __all__ = ["BEGIN", "END", "documented_specs", "markdown_table", "replace_table", "text_rows"]
 

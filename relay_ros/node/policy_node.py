@@ -3,18 +3,14 @@
 This node only wires ROS to :class:`~relay_ros.pipeline.streaming.StreamingCore`,
 which decides everything (when to request, what is safe to publish, when to hold):
 
-- cameras and joint states are read by the node itself on its tick
-  (:mod:`relay_ros.node.polled`): joint states every tick, each camera's newest
-  message (raw frames as their CDR bytes) only in the 0.1 s before a request; the
-  core converts only the frames an observation uses
-  (:mod:`relay_ros.pipeline.camera_frames`);
-- the tick runs when the core next has work (``StreamingCore.next_deadline``: a
-  held chunk's publication, the frames window and the request), at least every
-  100 ms, and at once after a connection event; the observations it submits go to
+- cameras and joint states are taken by the node on its tick
+  (:mod:`relay_ros.node.polled`); when the tick runs and what it reads is described
+  once, in docs/architecture.md, "The tick";
+- the observations it submits go to
   :class:`~relay_ros.wire.connection.PolicyConnection`, whose worker thread talks to
-  the server, so no ROS callback ever waits on the network;
-- connection events and replies come back through a queue, and the worker wakes the
-  executor with a guard condition so the tick drains it at once;
+  the server, so no ROS callback ever waits on the network; connection events and
+  replies come back through a queue, and the worker wakes the executor with a guard
+  condition so the tick drains it at once;
 - the core's trajectories become ``JointTrajectory`` messages on each controller's
   topic (or ``~/preview``), its health ``/diagnostics`` at 1 Hz.
 
@@ -24,9 +20,9 @@ thread at a time, whatever executor spins it (the polled subscriptions run no
 callbacks). The only other thread is the
 connection worker, which talks to the node through a thread-safe queue; every
 callback is short (the longest converts the frames of one observation, a few ms),
-so ``main()`` spins a SingleThreadedExecutor. rclpy 7.1's MultiThreadedExecutor was measured here to
-skip timer periods for 0.3-1 s at a time with this node and a 30 Hz publisher in
-one process, which would stall the robot; the single-threaded one never did.
+so ``main()`` spins a SingleThreadedExecutor: rclpy 7.1's MultiThreadedExecutor can
+skip timer periods for 0.3-1 s at a time with this node and a 30 Hz publisher in one
+process, which would stall the robot.
 With ``thread_priority`` > 0 the first tick puts every thread of the process under
 ``SCHED_FIFO`` (:mod:`relay_ros.node.thread_priority`).
 """
@@ -52,8 +48,11 @@ from std_srvs.srv import SetBool, Trigger
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from relay_ros.node.debug_topics import ObservationTopics
-from relay_ros.node.node_main import NodeProgram, UsageRow, format_usage, run_node
-from relay_ros.node.params import NodeConfig, ParameterError
+from relay_ros.node.node_config import NodeConfig
+from relay_ros.node.node_main import NodeProgram, run_node
+from relay_ros.node.param_spec import ParameterError
+from relay_ros.node.params import expected_value
+from relay_ros.node.policy_usage import usage
 from relay_ros.node.polled import PolledCallbackGroup, PolledSubscription
 from relay_ros.node.ros_logging import node_logger, route_library_logs
 from relay_ros.node.ros_params import LiveParameters, declare_parameters
@@ -100,7 +99,7 @@ class PolicyNode(Node):
             raise
 
     def _setup(self) -> None:
-        self._config = cfg = self._declare_and_load_parameters()
+        self._config = cfg = declare_parameters(self)
         self._cameras: list[CameraEntry] = load_model_camera_map(cfg.camera_map, cfg.model)
         # thread_priority > 0: the first tick puts the process under SCHED_FIFO.
         self._priority = ProcessPriority(cfg.thread_priority, self.get_logger())
@@ -219,9 +218,6 @@ class PolicyNode(Node):
         )
 
     # ------------------------------------------------------------------ parameters
-    def _declare_and_load_parameters(self) -> NodeConfig:
-        return declare_parameters(self)
-
     def _apply_config(self, config: NodeConfig) -> None:
         """A live parameter change (validated by LiveParameters), in force when this returns."""
         self.core.apply_config(config, self._now())
@@ -416,7 +412,6 @@ class PolicyNode(Node):
         """Stop the connection worker (joins its thread, closes its socket) and the node."""
         self._unroute_logs()
         self._connection.close()
-        self.core.frames.close()
         super().destroy_node()
 
 
@@ -425,58 +420,15 @@ def freeze_startup_heap() -> None:
 
     Python's cyclic collector now and then scans every tracked object (its oldest
     generation); after the imports and the node's construction that is tens of
-    thousands (rclpy, NumPy, OpenCV, message types), and the scan stopped the executor
-    thread for about 20 ms in ``bench/pipeline.py``, a late chunk or request when it
-    falls on one. Objects
+    thousands (rclpy, NumPy, OpenCV, message types), and the scan stops the executor
+    thread for about 20 ms, a late chunk or request when it falls on one.
+    Objects
     that live as long as the process need no scanning: ``gc.freeze()`` after startup
     (as CPython's documentation suggests for long-running processes) leaves the
     collector only what the loop allocates. Call it once, right before spinning.
     """
     gc.collect()
     gc.freeze()
-
-
-_USAGE_TOPICS = (
-    UsageRow("joint_states_topic", "in sensor_msgs/JointState", "the robot's joint states"),
-    UsageRow(
-        "camera_map's topics",
-        "in sensor_msgs/Image or CompressedImage",
-        "one per model camera key of the camera map (YAML, docs/node.md)",
-    ),
-    UsageRow("~/prompt", "in std_msgs/String", "replaces the prompt parameter"),
-    UsageRow(
-        "outputs.<name>.topic",
-        "out trajectory_msgs/JointTrajectory",
-        "one per trajectory controller (none in dry_run)",
-    ),
-    UsageRow("~/preview", "out trajectory_msgs/JointTrajectory", "every trajectory, dry run too"),
-    UsageRow(
-        "~/observation/<camera key>, ~/observation/state",
-        "out Image, JointState",
-        "each observation as the model receives it, while someone subscribes",
-    ),
-    UsageRow("/diagnostics", "out diagnostic_msgs/DiagnosticArray", "the node's health, 1 Hz"),
-    UsageRow("~/reset", "service std_srvs/Trigger", "new session; the server resets its policy"),
-    UsageRow("~/enable", "service std_srvs/SetBool", "start or stop commanding"),
-)
-
-
-def usage() -> str:
-    """``policy_node --help``: topics, every parameter (from the table) and where to read more."""
-    from relay_ros.node.params_doc import text_rows
-
-    return format_usage(
-        "policy_node",
-        "Streams action chunks from a remote VLA policy server (pi0, pi0.5, GR00T) to "
-        "ros2_control trajectory controllers: cameras and joint states in, one observation "
-        "per request, trajectories out, holding position whenever an input or a reply is "
-        "not safe to use.",
-        topics=_USAGE_TOPICS,
-        parameters=[UsageRow(name, facts, text) for name, facts, text in text_rows()],
-        docs="docs/node.md (parameters, topics, safety), docs/streaming.md, docs/reliability.md",
-        example="policy_node --ros-args --params-file config/pi05.yaml "
-        "-p policy_url:=ws://127.0.0.1:8000/{model}",
-    )
 
 
 def _start() -> PolicyNode:
@@ -493,6 +445,7 @@ def main(args: list[str] | None = None) -> int:
             _start,
             usage,
             config_errors=(ParameterError, CameraMapError),
+            parameter_type=expected_value,
         ),
         args,
     )

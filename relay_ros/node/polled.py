@@ -3,9 +3,9 @@
 Three raw 640x480 cameras at 30 Hz and joint states at 100 Hz wake an rclpy executor
 190 times a second; each wake-up (wait-set rebuild, take, Python callback) costs
 more CPU than the node's own work, and the node only ever uses the newest frame of
-each camera at request time (``bench/pipeline.py`` and docs/benchmarks.md,
-"Pipeline: inputs read on the tick"). So the node keeps these subscriptions out of the
-executor and takes their messages itself on its tick:
+each camera at request time (``bench/pipeline.py``). So the node keeps these
+subscriptions out of the executor and takes their messages itself on its tick
+(docs/architecture.md, "The tick"):
 
 - :class:`PolledCallbackGroup`: an executor never waits on or runs anything of this
   group (rclpy's executors leave out of their wait set every entity whose group's

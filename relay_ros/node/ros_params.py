@@ -1,14 +1,15 @@
 """policy_node's parameters on the ROS side: declaration with descriptors, and live changes.
 
-The table and every rule live in :mod:`relay_ros.node.params` (plain Python);
+The table lives in :mod:`relay_ros.node.params`, every rule in
+:mod:`relay_ros.node.node_config` (plain Python);
 this module only translates them for rclpy:
 
-- :func:`descriptor` turns a :class:`~relay_ros.node.params.ParamSpec` into a
+- :func:`descriptor` turns a :class:`~relay_ros.node.param_spec.ParamSpec` into a
   ``ParameterDescriptor``: description, read-only flag (parameters read at start
   only, so ``ros2 param set`` refuses them with a reason), the numeric range
   (``IntegerRange`` / ``FloatingPointRange``) and the allowed values in words;
 - :func:`declare_parameters` declares every parameter on a node and returns the
-  validated :class:`~relay_ros.node.params.NodeConfig`;
+  validated :class:`~relay_ros.node.node_config.NodeConfig`;
 - :class:`LiveParameters` is the on-set-parameters callback: a change to a live
   parameter is validated with the rules used at start and handed to the node's
   ``apply`` function before the set call returns; anything else is refused with
@@ -36,15 +37,9 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 
 from relay_ros.node.limit_params import LIMITS_PREFIX, check_given_names
-from relay_ros.node.params import (
-    NodeConfig,
-    ParameterError,
-    ParamSpec,
-    build_config,
-    collect_values,
-    spec_for,
-    validate_change,
-)
+from relay_ros.node.node_config import NodeConfig, build_config, collect_values, validate_change
+from relay_ros.node.param_spec import ParameterError, ParamSpec
+from relay_ros.node.params import spec_for
 
 __all__ = ["LiveParameters", "declare_parameters", "descriptor"]
 
@@ -115,7 +110,7 @@ def _declare(node: Node, spec: ParamSpec) -> Any:
         value = node.get_parameter(spec.name).value
     except ParameterUninitializedException:
         return None
-    return value.tolist() if isinstance(value, array.array) else value
+    return _plain(value)
 
 
 def declare_parameters(node: Node) -> NodeConfig:
@@ -154,6 +149,7 @@ def declare_parameters(node: Node) -> NodeConfig:
 
 
 def _plain(value: Any) -> Any:
+    """A parameter value as plain Python (rclpy gives numeric arrays as array.array)."""
     return value.tolist() if isinstance(value, array.array) else value
 
 
@@ -193,9 +189,7 @@ class LiveParameters:
             for parameter in parameters:
                 if spec_for(parameter.name) is None:
                     continue  # not ours (use_sim_time, qos_overrides.*): rclpy's business
-                value = parameter.value
-                if isinstance(value, array.array):
-                    value = value.tolist()
+                value = _plain(parameter.value)
                 config = validate_change(config, parameter.name, value)
                 changed.append(f"{parameter.name}={value!r}")
             if config != self._config:

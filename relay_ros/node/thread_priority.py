@@ -2,11 +2,10 @@
 
 On a robot computer the camera drivers, the controllers and everything else share a
 few cores with policy_node. Under Linux's normal time-sharing scheduler a thread that
-wakes to send an observation may wait a scheduler slice (about 1.4 ms here) for a core
-that another process holds, more than once per request: in ``bench/pipeline.py``
-(three raw cameras simulated on the same 2-core machine) the node's threads waited
-60-95 ms per second for a CPU, and image->wire p99 was 5-8 ms where the node's own
-work takes 1-3 ms. A ``SCHED_FIFO`` thread runs as soon as it is ready, ahead of every
+wakes to send an observation may wait a scheduler slice for a core that another
+process holds, more than once per request, which adds milliseconds to the path from
+image to wire (``bench/pipeline.py``). A ``SCHED_FIFO`` thread runs as soon as it is
+ready, ahead of every
 time-sharing thread; ros2_control's controller_manager gives its update loop one for
 the same reason (its ``thread_priority`` parameter, default 50).
 
@@ -15,11 +14,9 @@ that do the node's work: they take frames out of DDS under locks that DDS's rece
 threads hold while they copy a new 900 KiB frame in, and they wait for the GIL that
 any Python thread may hold. A raised thread that waits for a lock held by a
 normally scheduled one waits as long as that one waits for a core (a priority
-inversion): raising only the two threads left image->wire p99 at 5.3 ms, raising
-every thread of the process brought it under 5 ms and the waits for a CPU to zero
-(docs/benchmarks.md, "Pipeline: real-time priority"). No thread of policy_node spins:
-they block in a wait set, a socket or an event between short pieces of work (about
-10 % of a core with three raw cameras), so the rest of the machine keeps its CPU.
+inversion), so raising only those two leaves most of the waits (docs/benchmarks.md).
+No thread of policy_node spins: they block in a wait set, a socket or an event between
+short pieces of work, so the rest of the machine keeps its CPU.
 
 Raising a thread needs permission: ``CAP_SYS_NICE`` (root, or
 ``docker run --cap-add SYS_NICE``) or an ``RLIMIT_RTPRIO`` of at least the priority

@@ -13,17 +13,16 @@ camera when a request is made:
 - an (H, W, 3) uint8 RGB array: taken as it is;
 - ``sensor_msgs/CompressedImage``: decoded (at half scale when the frame is at
   least twice the target size), then ``resize_with_pad``;
-- then, with ``encoding="jpeg"``, JPEG-encoded
-  (:func:`relay_ros.pipeline.image_encoding.encode_jpeg`) for π0/π0.5 servers.
+- then, with ``encoding="jpeg"``, JPEG-encoded for π0/π0.5 servers (fitting and
+  encoding: :func:`relay_ros.pipeline.image_encoding.fit_and_encode`).
 
 A converted frame is cached until a newer message of that camera arrives, so a
 camera slower than the request rate is converted once per message. The node may
 also convert a message as it arrives (:meth:`CameraFrames.prepare`) when a request
 is due within a camera period or two: then the request finds its frames ready and
-only the work of the frames that arrived since is on its path to the wire. With
-``parallel=True`` the cameras are converted on a small thread pool (OpenCV releases
-the GIL while it decodes, resizes and encodes). Whether that is worth it depends on
-the machine: ``bench/pipeline.py --parallel-frames`` measures it.
+only the work of the frames that arrived since is on its path to the wire. The
+cameras are converted one after the other on the caller's thread (a thread pool was
+measured not to lower the request's tail, docs/benchmarks.md).
 
 This module has no rclpy: a serialized buffer that the CDR reader does not
 understand is handed to the ``deserialize`` callable the node gives (rclpy's
@@ -32,11 +31,8 @@ understand is handed to the ``deserialize`` callable the node gives (rclpy's
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,11 +45,11 @@ from relay_ros.pipeline.image_encoding import (
     IMAGE_ENCODINGS,
     ImageEncodingError,
     encode_jpeg,
+    fit_and_encode,
 )
-from relay_ros.pipeline.images import compressed_to_rgb, image_to_rgb, resize_with_pad
+from relay_ros.pipeline.images import compressed_to_rgb, image_to_rgb
 
 __all__ = [
-    "CONVERT_TIMEOUT_S",
     "FRAME_LOOKAHEAD_S",
     "LAST_READ_LEAD_S",
     "CameraFrames",
@@ -76,9 +72,6 @@ FRAME_LOOKAHEAD_S = _PREPARE_WINDOW_MAX_S
 #: frames that arrive after that are converted on the request's own tick (a burst
 #: of three camera frames takes 1-3 ms to convert).
 LAST_READ_LEAD_S = 0.003
-
-#: Longest a pool conversion of one frame may take before the request is refused, s.
-CONVERT_TIMEOUT_S = 5.0
 
 
 class FrameConversionError(ValueError):
@@ -141,13 +134,12 @@ class CameraFrames:
         cameras: The camera map's entries (key, topic, transport).
         encoding: ``"raw"`` (uint8 arrays) or ``"jpeg"`` (JPEG bytes).
         jpeg_quality: JPEG quality 1..100 for ``"jpeg"``.
-        parallel: Convert the cameras on a thread pool (one thread per camera).
         deserialize: Turns a serialized ``sensor_msgs/Image`` the CDR reader does not
             understand into a message object (the node passes rclpy's
             ``deserialize_message`` bound to ``Image``); None refuses such buffers.
 
     Not thread-safe: call :meth:`store` and :meth:`assemble` from one thread (the
-    node's executor thread); the pool threads only run conversions.
+    node's executor thread).
 
     Raises:
         ImageEncodingError: an unknown encoding or a bad quality.
@@ -159,7 +151,6 @@ class CameraFrames:
         *,
         encoding: str = "raw",
         jpeg_quality: int = DEFAULT_JPEG_QUALITY,
-        parallel: bool = False,
         deserialize: Callable[[bytes], Any] | None = None,
     ) -> None:
         if encoding not in IMAGE_ENCODINGS:
@@ -176,9 +167,6 @@ class CameraFrames:
         self._good: dict[str, _Latest] = {}  # the newest message that converted, per camera
         self._period: dict[str, float] = {}  # last interval between two messages per camera
         self._stored = 0  # messages stored so far, all cameras
-        self._pool: ThreadPoolExecutor | None = None
-        self._pool_lock = threading.Lock()
-        self.parallel = bool(parallel) and len(self._cameras) > 1
 
     # Arrival: keep a reference, nothing else.
 
@@ -292,22 +280,9 @@ class CameraFrames:
                             raise
                         image = self._deserialize(bytes(msg))
                 rgb = image_to_rgb(image, source=entry.topic)
-            fitted = resize_with_pad(rgb, *size)
-            if self.encoding == "jpeg":
-                return encode_jpeg(fitted, self.jpeg_quality)
-            # Already at the target size, ``fitted`` may be a strided view of the
-            # (immutable) message buffer: the encoder wants packed pixels.
-            return np.ascontiguousarray(fitted)
+            return fit_and_encode(rgb, size, self.encoding, self.jpeg_quality)
         except ValueError as exc:  # ImageConversionError, CdrImageError, ImageEncodingError
             raise FrameConversionError(key, entry.topic, str(exc)) from exc
-
-    def _executor(self) -> ThreadPoolExecutor:
-        with self._pool_lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(
-                    max_workers=len(self._cameras), thread_name_prefix="relay-frames"
-                )
-            return self._pool
 
     def assemble(
         self, image_size: tuple[int, int], *, timed_after: int | None = None
@@ -334,27 +309,8 @@ class CameraFrames:
             if latest.converted is None or latest.size != size:
                 todo.append((key, latest))
         start = time.perf_counter()
-        if self.parallel and len(todo) > 1:
-            pool = self._executor()
-            futures = [pool.submit(self._convert, key, latest.msg, size) for key, latest in todo]
-            failure: FrameConversionError | None = None
-            for (key, latest), future in zip(todo, futures):
-                try:
-                    latest.converted, latest.size = future.result(CONVERT_TIMEOUT_S), size
-                    self._good[key] = latest
-                except FrameConversionError as exc:
-                    self._reject(key)
-                    failure = failure or exc
-                except FutureTimeoutError:
-                    self._reject(key)
-                    topic = self._cameras[key].topic
-                    reason = f"conversion took longer than {CONVERT_TIMEOUT_S:g} s"
-                    failure = failure or FrameConversionError(key, topic, reason)
-            if failure is not None:
-                raise failure
-        else:
-            for key, _ in todo:
-                self.prepare(key, size)
+        for key, _ in todo:
+            self.prepare(key, size)
         elapsed = time.perf_counter() - start if todo else 0.0
         fresh = {key for key, _ in todo}
         newest_key = max(self._cameras, key=lambda k: self._latest[k].received)
@@ -378,17 +334,9 @@ class CameraFrames:
             read_s=sum(latest.read_s for _, latest in todo),
         )
 
-    def close(self) -> None:
-        """Stop the conversion threads (idempotent)."""
-        with self._pool_lock:
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=True)
-
     def describe(self) -> Mapping[str, Any]:
         """The settings, for logs and diagnostics."""
         return {
             "image_encoding": self.encoding,
             "jpeg_quality": self.jpeg_quality if self.encoding == "jpeg" else None,
-            "parallel_frames": self.parallel,
         }

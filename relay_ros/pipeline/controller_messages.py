@@ -1,6 +1,6 @@
 """The trajectories the streaming core sends: one per output controller, plus ``~/preview``.
 
-A :class:`~relay_ros.pipeline.scheduler.Publication` (a chunk) becomes one
+A :class:`~relay_ros.pipeline.publication.Publication` (a chunk) becomes one
 :class:`TrajectoryMessage` per output controller with that controller's columns and
 joints, and one on ``~/preview`` with every commanded joint; in dry run the
 per-controller messages go to ``~/preview`` too and nothing reaches a controller. A
@@ -16,7 +16,7 @@ from typing import Protocol
 
 import numpy as np
 
-from relay_ros.pipeline.scheduler import Publication
+from relay_ros.pipeline.publication import Publication
 from relay_ros.pipeline.trajectory import TrajectoryPoints, build_points, format_t_obs
 
 __all__ = ["HOLD_TIME_S", "TrajectoryMessage", "chunk_messages", "hold_messages"]

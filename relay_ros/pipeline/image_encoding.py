@@ -2,7 +2,7 @@
 
 A π0.5 request with three raw 224x224 frames is 452 kB; over a 20 Mbit/s uplink
 that alone takes about 180 ms, more than the model's inference. π0 and π0.5
-servers also accept each frame as JPEG bytes (``shared/spec/protocol.md``), about
+servers also accept each frame as JPEG bytes (docs/protocol.md), about
 a twentieth of the size; GR00T servers take raw arrays only.
 
 :func:`encode_frame` does for a ``PolicyClient`` user what ``policy_node`` does with
@@ -19,7 +19,7 @@ such as PIL, gives the frame back; OpenCV's ``imdecode`` gives BGR, as for any
 JPEG file). 4:2:0 chroma subsampling, baseline, optimized Huffman tables.
 
 :data:`DEFAULT_JPEG_QUALITY` is chosen from measured bytes against mean absolute
-pixel error (``bench/jpeg_quality.py``, docs/benchmarks.md "JPEG on the wire").
+pixel error (``bench/jpeg_quality.py``, docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -42,16 +42,15 @@ __all__ = [
     "encode_frame",
     "encode_images",
     "encode_jpeg",
+    "fit_and_encode",
 ]
 
 #: The values of ``image_encoding``.
 IMAGE_ENCODINGS: tuple[str, ...] = ("raw", "jpeg")
 
-#: JPEG quality (1..100) used when none is given. Three 224x224 frames of a textured,
-#: photograph-like scene make a 46 kB request at 90 (mean absolute error 3.7 grey
-#: levels), of the simulated scene 11 kB (1.0 levels); 95 would cost 43 % more bytes
-#: (65 kB, over the 60 kB budget) for 20 % less error. See docs/benchmarks.md,
-#: "JPEG on the wire".
+#: JPEG quality (1..100) used when none is given: where the bytes-against-error curve
+#: bends, a few grey levels of mean error, and three frames of a textured scene stay
+#: within a 60 kB request (``bench/jpeg_quality.py``; docs/benchmarks.md).
 DEFAULT_JPEG_QUALITY = 90
 
 _ENCODE_PARAMS_CACHE: dict[int, list[int]] = {}
@@ -157,16 +156,32 @@ def encode_frame(
             f"encoding {encoding!r} is unknown; expected one of {list(IMAGE_ENCODINGS)}"
         )
     try:
-        height, width = parse_image_size(image_size)
+        size = parse_image_size(image_size)
     except ValueError as exc:
         raise ImageEncodingError(str(exc)) from None
+    return fit_and_encode(rgb, size, encoding, quality)
+
+
+def fit_and_encode(
+    rgb: np.ndarray, size: tuple[int, int], encoding: str, quality: int = DEFAULT_JPEG_QUALITY
+) -> np.ndarray | bytes:
+    """``rgb`` fitted into ``size`` (height, width) with openpi's ``resize_with_pad``,
+    then as ``encoding`` gives it to the wire: a packed uint8 array (``"raw"``) or JPEG
+    bytes (``"jpeg"``). The one place both :func:`encode_frame` and the node's camera
+    frames (:mod:`relay_ros.pipeline.camera_frames`) turn a frame into wire data.
+
+    Raises:
+        ImageEncodingError: a frame that is not RGB uint8, or a bad quality.
+    """
     try:
-        fitted = resize_with_pad(rgb, height, width)
+        fitted = resize_with_pad(rgb, *size)
     except ImageConversionError as exc:
         raise ImageEncodingError(str(exc)) from exc
-    if encoding == "raw":
-        return np.ascontiguousarray(fitted)
-    return encode_jpeg(fitted, quality)
+    if encoding == "jpeg":
+        return encode_jpeg(fitted, quality)
+    # Already at the target size, ``fitted`` may be a strided view of the frame (an
+    # immutable message buffer): the wire wants packed pixels.
+    return np.ascontiguousarray(fitted)
 
 
 def encode_images(

@@ -337,10 +337,9 @@ def resize_with_pad(img: np.ndarray, height: int, width: int) -> np.ndarray:
     triangle filter as wide as the scale factor). Here a frame at least twice the
     fitted size is first halved (exact 2x2 averages, ``cv2.INTER_AREA``), and the
     remaining factor ``r`` (1 to 2) is a Gaussian blur of sigma ``sqrt(r**2 - 1) / 2``
-    source pixels followed by ``cv2.INTER_LINEAR``. A 640x480 camera is resized in a
-    third of the time of ``INTER_AREA`` by the factor 1.43 (OpenCV's slow path for
-    non-integer factors), and the result is as close to openpi's as that was or
-    closer (bench/resize_filter.py; docs/camera_map.md). Enlarging is
+    source pixels followed by ``cv2.INTER_LINEAR``: for a 640x480 camera about a
+    third of the time of ``INTER_AREA`` (OpenCV's slow path for non-integer factors),
+    and at least as close to openpi's result (bench/resize_filter.py). Enlarging is
     ``cv2.INTER_LINEAR``.
 
     Args:

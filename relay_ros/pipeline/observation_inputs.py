@@ -29,7 +29,7 @@ meanwhile, so the newest joint state does not show the arm the frames show.
   time, so the chunk's action ``i`` is meant for ``t_obs + i*dt`` from then (the
   request still goes when due; the request lead counts from the request);
 - ``"request"``: the newest state and the newest frames at the request, each as old
-  as it is (what relay_ros did before; kept for the paired benchmark).
+  as it is (kept so that the benchmarks can compare the three).
 
 Times are reception times on the node clock for both frames and joint states (the
 middleware's reception stamp, ``node.polled``), not header stamps: those come from

@@ -58,42 +58,23 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 
+from relay_ros.pipeline.publication import (
+    Publication,
+    chunk_at,
+    commanded_position,
+    smooth_weights,
+)
+from relay_ros.pipeline.scheduler_config import SchedulerConfig, SchedulerConfigError
 from relay_ros.pipeline.stats import LatencyStats
 
-__all__ = [
-    "MODES",
-    "smooth_weights",
-    "TIME_EPS_S",
-    "ChunkError",
-    "ChunkScheduler",
-    "Publication",
-    "SchedulerConfig",
-    "SchedulerConfigError",
-    "SchedulerMode",
-    "SchedulerStateError",
-]
+__all__ = ["TIME_EPS_S", "ChunkError", "ChunkScheduler", "SchedulerStateError"]
 
 _log = logging.getLogger(__name__)
 
-SchedulerMode = Literal["early", "sync"]
-MODES: tuple[str, ...] = ("early", "sync")
 TIME_EPS_S = 1e-9
-
-
-def smooth_weights(count: int) -> np.ndarray:
-    """The new chunk's weights of a ``count``-point cross-fade: ``s((j+1)/(count+1))``
-    for ``j = 0..count-1`` with the smoothstep ``s(x) = 3x^2 - 2x^3``, so that the
-    blend leaves the old chunk and joins the new one with zero slope."""
-    x = np.arange(1, count + 1, dtype=np.float64) / (count + 1)
-    return x * x * (3.0 - 2.0 * x)
-
-
-class SchedulerConfigError(ValueError):
-    """A :class:`SchedulerConfig` field has an invalid value."""
 
 
 class ChunkError(ValueError):
@@ -102,170 +83,6 @@ class ChunkError(ValueError):
 
 class SchedulerStateError(RuntimeError):
     """Scheduler methods were called out of order (e.g. a reply without a request)."""
-
-
-def _check_number(name: str, value: object, *, minimum: float, strict: bool) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
-        raise SchedulerConfigError(f"{name} {value!r} must be a number")
-    number = float(value)
-    ok = math.isfinite(number) and (number > minimum if strict else number >= minimum)
-    if not ok:
-        relation = ">" if strict else ">="
-        raise SchedulerConfigError(f"{name} {value!r} must be a finite number {relation} {minimum}")
-    return number
-
-
-def _check_int(name: str, value: object, *, minimum: int, maximum: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise SchedulerConfigError(f"{name} {value!r} must be an integer")
-    number = int(value)
-    if number < minimum or (maximum is not None and number > maximum):
-        upper = f" and <= {maximum}" if maximum is not None else ""
-        raise SchedulerConfigError(f"{name} {value!r} must be >= {minimum}{upper}")
-    return number
-
-
-@dataclass(frozen=True)
-class SchedulerConfig:
-    """Scheduler settings; all times in seconds.
-
-    Attributes:
-        dt: control period, 1 / control_hz (> 0).
-        horizon: actions per chunk H (>= 1).
-        execute_horizon: actions E executed before the next chunk takes over
-            (1 <= E <= H).
-        request_lead_s: how long before the switch time the next observation is
-            sent (>= 0), or ``None`` for auto (``lead_percentile`` of the
-            measured latencies + ``lead_margin_s``). Ignored in sync mode.
-        blend_steps: points cross-faded from the old chunk to the new (>= 0).
-        min_lead_s: the first published point is at least this far after the
-            publication stamp (> 0); ``None`` means ``dt``. After construction
-            it always holds the effective number.
-        mode: ``"early"`` (publish the rest of the chunk, request early) or
-            ``"sync"`` (publish E actions, request when used up).
-        retry_delay_s: wait after a failed request before the next (>= 0).
-        lead_margin_s: added to the latency percentile in auto lead.
-        lead_percentile: latency percentile for auto lead (0 < q <= 100).
-        latency_window: number of recent latencies kept for statistics.
-        publish_early_s: a held chunk is published this long before the switch
-            time (>= 0, < min_lead_s). Set it to the poll period: a poll that
-            lands just after the switch would otherwise find the slot after the
-            executed part less than ``min_lead_s`` ahead and skip that action.
-        join_still_arm: the publications move the arm, so a chunk that comes
-            while none does joins the still arm (module docstring); False when
-            they do not (a dry run: whatever moves the arm, it is not them, so
-            every chunk keeps its own timeline).
-    """
-
-    dt: float
-    horizon: int
-    execute_horizon: int
-    request_lead_s: float | None = None
-    blend_steps: int = 0
-    min_lead_s: float | None = None
-    mode: SchedulerMode = "early"
-    retry_delay_s: float = 0.0
-    lead_margin_s: float = 0.05
-    lead_percentile: float = 95.0
-    latency_window: int = 100
-    publish_early_s: float = 0.0
-    join_still_arm: bool = True
-
-    def __post_init__(self) -> None:
-        dt = _check_number("dt", self.dt, minimum=0.0, strict=True)
-        horizon = _check_int("horizon", self.horizon, minimum=1)
-        execute = _check_int("execute_horizon", self.execute_horizon, minimum=1, maximum=horizon)
-        lead = self.request_lead_s
-        if lead is not None:
-            lead = _check_number("request_lead_s", lead, minimum=0.0, strict=False)
-        blend = _check_int("blend_steps", self.blend_steps, minimum=0)
-        min_lead = dt if self.min_lead_s is None else self.min_lead_s
-        min_lead = _check_number("min_lead_s", min_lead, minimum=0.0, strict=True)
-        if self.mode not in MODES:
-            raise SchedulerConfigError(f"mode {self.mode!r} is not one of {list(MODES)}")
-        if not isinstance(self.join_still_arm, bool):
-            raise SchedulerConfigError(f"join_still_arm {self.join_still_arm!r} must be a bool")
-        values = {
-            "dt": dt,
-            "horizon": horizon,
-            "execute_horizon": execute,
-            "request_lead_s": lead,
-            "blend_steps": blend,
-            "min_lead_s": min_lead,
-            "retry_delay_s": _check_number(
-                "retry_delay_s", self.retry_delay_s, minimum=0.0, strict=False
-            ),
-            "lead_margin_s": _check_number(
-                "lead_margin_s", self.lead_margin_s, minimum=0.0, strict=False
-            ),
-            "lead_percentile": _check_number(
-                "lead_percentile", self.lead_percentile, minimum=0.0, strict=True
-            ),
-            "latency_window": _check_int("latency_window", self.latency_window, minimum=1),
-            "publish_early_s": _check_number(
-                "publish_early_s", self.publish_early_s, minimum=0.0, strict=False
-            ),
-        }
-        if values["publish_early_s"] >= min_lead:
-            raise SchedulerConfigError(
-                f"publish_early_s {self.publish_early_s!r} must be < min_lead_s {min_lead!r}"
-            )
-        if values["lead_percentile"] > 100.0:
-            raise SchedulerConfigError(f"lead_percentile {self.lead_percentile!r} must be <= 100")
-        for name, value in values.items():
-            object.__setattr__(self, name, value)
-
-
-@dataclass(frozen=True, eq=False)
-class Publication:
-    """One chunk re-timed for publication; arrays are read-only.
-
-    Attributes:
-        stamp: header.stamp to publish with (= the poll time), seconds.
-        positions: (N, D) positions, one row per published action.
-        time_from_start: (N,) seconds after ``stamp``, spacing ``dt``, first
-            >= ``min_lead_s`` (within ``TIME_EPS_S``), strictly increasing.
-        t_obs: observation time of the chunk, seconds.
-        first_index: chunk index of ``positions[0]``.
-        switch_time: when the next chunk takes over (time of the last executed
-            action), seconds.
-        chunk_seq: 1-based sequence number of the chunk (order of receipt).
-        blended: how many leading points were cross-faded with the old chunk.
-        shift_s: how much later than ``t_obs + i*dt`` action ``i`` runs (s): the time
-            the arm stood still between the observation and the publication, which
-            is not skipped (a multiple of dt; 0 while the arm moved).
-    """
-
-    stamp: float
-    positions: np.ndarray
-    time_from_start: np.ndarray
-    t_obs: float
-    first_index: int
-    switch_time: float
-    chunk_seq: int
-    blended: int = 0
-    shift_s: float = 0.0
-
-    @property
-    def origin(self) -> float:
-        """When action 0 of the chunk runs on this publication's timeline (seconds):
-        ``t_obs + shift_s``; action ``i`` runs at ``origin + i*dt``."""
-        return self.t_obs + self.shift_s
-
-    @property
-    def times(self) -> np.ndarray:
-        """Absolute time of each point, ``stamp + time_from_start`` (seconds)."""
-        return self.stamp + self.time_from_start
-
-    @property
-    def end_time(self) -> float:
-        """Absolute time of the last point (seconds)."""
-        return float(self.stamp + self.time_from_start[-1])
-
-    @property
-    def first_time(self) -> float:
-        """Absolute time of the first point (seconds)."""
-        return float(self.stamp + self.time_from_start[0])
 
 
 @dataclass
@@ -516,7 +333,8 @@ class ChunkScheduler:
         blended = 0
         if self._current is not None and cfg.blend_steps > 0:
             blended = min(cfg.blend_steps, n)
-            old = self._chunk_at(self._current, now + tfs[:blended])
+            current = self._current
+            old = chunk_at(current.chunk, current.publication.origin, cfg.dt, now + tfs[:blended])
             weights = smooth_weights(blended)[:, None]
             positions[:blended] = (1.0 - weights) * old + weights * positions[:blended]
         switch_index = min(first + cfg.execute_horizon - 1, cfg.horizon - 1)
@@ -661,25 +479,6 @@ class ChunkScheduler:
             self._cfg.min_lead_s,
         )
 
-    def _chunk_at(self, active: _Active, times: np.ndarray) -> np.ndarray:
-        """The old chunk's actions (all H, not only the published ones) at ``times``."""
-        chunk = active.chunk
-        f = (np.asarray(times, dtype=np.float64) - active.publication.origin) / self._cfg.dt
-        f = np.clip(f, 0.0, chunk.shape[0] - 1)
-        i0 = np.floor(f).astype(np.int64)
-        i1 = np.minimum(i0 + 1, chunk.shape[0] - 1)
-        a = (f - i0)[:, None]
-        return (1.0 - a) * chunk[i0] + a * chunk[i1]
-
     @staticmethod
     def _commanded(active: _Active, now: float) -> np.ndarray:
-        pub = active.publication
-        times = np.concatenate(([pub.stamp], pub.times))
-        points = np.vstack((active.start[None, :], pub.positions))
-        if now <= times[0]:
-            return points[0].copy()
-        if now >= times[-1]:
-            return points[-1].copy()
-        j = int(np.searchsorted(times, now, side="right")) - 1
-        a = (now - times[j]) / (times[j + 1] - times[j])
-        return (1.0 - a) * points[j] + a * points[j + 1]
+        return commanded_position(active.publication, active.start, now)

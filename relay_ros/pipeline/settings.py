@@ -1,13 +1,15 @@
 """The settings the streaming core runs with, and which of them may change live.
 
 :class:`StreamingSettings` names what :class:`~relay_ros.pipeline.streaming.StreamingCore`
-reads; :class:`relay_ros.node.params.NodeConfig` has all of it, and so does any
-object a test builds. The settings that come with a node's wiring (model, URL,
-camera map, topics, joints, outputs, rates) need a restart, :data:`FIXED_SETTINGS`;
-the others change live through ``StreamingCore.apply_config``.
-:func:`check_live_settings` refuses values the safety checks would only reject when
-a chunk arrives, and :func:`scheduler_config` derives the scheduler's settings from
-them and the server.
+reads; :class:`relay_ros.node.node_config.NodeConfig` has all of it, and so does any
+object a test builds. It is the one place that says which settings change live:
+those of :class:`LiveSettings` (:data:`LIVE_SETTINGS`) change through
+``StreamingCore.apply_config``; the others, which come with a node's wiring (model,
+joints, outputs, rates, encoding), need a restart (:data:`FIXED_SETTINGS`). The
+node's parameter table takes its live flags from here
+(:mod:`relay_ros.node.params`). :func:`check_live_settings` refuses values the
+safety checks would only reject when a chunk arrives, and :func:`scheduler_config`
+derives the scheduler's settings from them and the server.
 """
 
 from __future__ import annotations
@@ -17,11 +19,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, cast
 
 from relay_ros.pipeline.safety import LIMITS_MODES, JointLimits, SafetyError
-from relay_ros.pipeline.scheduler import SchedulerConfig, SchedulerConfigError, SchedulerMode
+from relay_ros.pipeline.scheduler_config import SchedulerConfig, SchedulerConfigError, SchedulerMode
 from relay_ros.pipeline.server_spec import ServerSpec
 
 __all__ = [
     "FIXED_SETTINGS",
+    "LIVE_SETTINGS",
+    "FixedSettings",
+    "LiveSettings",
     "OutputSettings",
     "StreamingConfigError",
     "StreamingSettings",
@@ -29,28 +34,13 @@ __all__ = [
     "scheduler_config",
 ]
 
-#: Settings that need a new connection or a restart of the node to change.
-FIXED_SETTINGS = (
-    "model",
-    "policy_url",
-    "camera_map",
-    "joint_states_topic",
-    "state_joints",
-    "outputs",
-    "control_hz",
-    "tick_hz",
-    "reconnect_max_backoff_s",
-    "image_encoding",
-    "jpeg_quality",
-)
-
 
 class StreamingConfigError(ValueError):
     """A configuration change the core cannot apply; nothing was changed."""
 
 
 class OutputSettings(Protocol):
-    """One configured output controller (:class:`relay_ros.node.params.OutputSpec`)."""
+    """One configured output controller (:class:`relay_ros.node.node_config.OutputSpec`)."""
 
     @property
     def name(self) -> str: ...
@@ -59,15 +49,11 @@ class OutputSettings(Protocol):
     def as_mapping(self) -> dict[str, Any]: ...
 
 
-class StreamingSettings(Protocol):
-    """The settings the core reads (:class:`relay_ros.node.params.NodeConfig` has them)."""
+class FixedSettings(Protocol):
+    """The settings that come with the node's wiring: a change needs a restart."""
 
     @property
     def model(self) -> str: ...
-    @property
-    def prompt(self) -> str: ...
-    @property
-    def seed(self) -> int | None: ...
     @property
     def state_joints(self) -> tuple[str, ...]: ...
     @property
@@ -75,11 +61,28 @@ class StreamingSettings(Protocol):
     @property
     def commanded_joints(self) -> tuple[str, ...]: ...
     @property
+    def control_hz(self) -> float | None: ...
+    @property
+    def autostart(self) -> bool: ...
+    @property
+    def tick_hz(self) -> float: ...
+    @property
+    def image_encoding(self) -> str: ...
+    @property
+    def jpeg_quality(self) -> int: ...
+
+
+class LiveSettings(Protocol):
+    """The settings ``StreamingCore.apply_config`` changes while it runs."""
+
+    @property
+    def prompt(self) -> str: ...
+    @property
+    def seed(self) -> int | None: ...
+    @property
     def joint_limits(self) -> Mapping[str, tuple[float, float]]: ...
     @property
     def limits_mode(self) -> str: ...
-    @property
-    def control_hz(self) -> float | None: ...
     @property
     def execute_horizon(self) -> int | None: ...
     @property
@@ -98,14 +101,26 @@ class StreamingSettings(Protocol):
     def retry_delay_s(self) -> float: ...
     @property
     def request_timeout_s(self) -> float | None: ...
-    @property
-    def autostart(self) -> bool: ...
-    @property
-    def tick_hz(self) -> float: ...
-    @property
-    def image_encoding(self) -> str: ...
-    @property
-    def jpeg_quality(self) -> int: ...
+
+
+class StreamingSettings(FixedSettings, LiveSettings, Protocol):
+    """The settings the core reads (:class:`relay_ros.node.node_config.NodeConfig` has them)."""
+
+
+def _settings(protocol: type) -> tuple[str, ...]:
+    """The property names of ``protocol`` and its bases, in declaration order."""
+    names: list[str] = []
+    for klass in reversed(protocol.__mro__):
+        names += [n for n, v in vars(klass).items() if isinstance(v, property) and n not in names]
+    return tuple(names)
+
+
+#: Settings ``StreamingCore.apply_config`` changes while it runs.
+LIVE_SETTINGS: tuple[str, ...] = _settings(LiveSettings)
+#: Every other setting the core reads: changing one needs a restart of the node.
+FIXED_SETTINGS: tuple[str, ...] = tuple(
+    name for name in _settings(StreamingSettings) if name not in LIVE_SETTINGS
+)
 
 
 def scheduler_config(cfg: StreamingSettings, spec: ServerSpec) -> SchedulerConfig:

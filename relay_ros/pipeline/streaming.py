@@ -61,10 +61,11 @@ from relay_ros.pipeline.observation_inputs import (
     ObservationTiming,
     Snapshot,
 )
+from relay_ros.pipeline.publication import Publication
 from relay_ros.pipeline.replies import ReplyVerdict, judge_reply
 from relay_ros.pipeline.request_clock import RequestClock, RequestStart
 from relay_ros.pipeline.safety import Refusal, check_first_step
-from relay_ros.pipeline.scheduler import ChunkScheduler, Publication
+from relay_ros.pipeline.scheduler import ChunkScheduler
 from relay_ros.pipeline.server_session import ServerSession, SessionError
 from relay_ros.pipeline.server_spec import ServerSpec
 from relay_ros.pipeline.settings import (
@@ -124,7 +125,7 @@ class StreamingCore:
     """Decides when to request, what to publish and when to hold (see module docs).
 
     Args:
-        config: The settings (a :class:`relay_ros.node.params.NodeConfig`).
+        config: The settings (a :class:`relay_ros.node.node_config.NodeConfig`).
         camera_keys: The camera map's keys, in map order.
         submit: Hands an observation and its tag to the connection; False when it
             cannot take it now (not connected, a request in flight).
@@ -390,17 +391,16 @@ class StreamingCore:
     def apply_config(self, config: StreamingSettings, now: float) -> None:
         """Run with ``config`` from now on; takes effect before this returns.
 
-        Live: ``prompt``, ``seed``, ``execute_horizon``, ``request_lead_s``,
-        ``request_mode``, ``blend_steps``, ``retry_delay_s``, ``limits_mode``,
-        ``joint_limits``, ``max_joint_step``, ``sensor_timeout_s``, ``dry_run``.
+        The settings of :data:`~relay_ros.pipeline.settings.LIVE_SETTINGS` change.
         Switching ``dry_run`` on sends the controllers a hold at the commanded
         position first, so nothing keeps moving the robot; switching it off
         starts commanding from the next chunk (first-step check included).
 
         Raises:
-            StreamingConfigError: a setting that only a restart changes (model,
-                URL, camera map, topics, joints, outputs, rates), or values the
-                connected server cannot run with; nothing is changed then.
+            StreamingConfigError: a setting that only a restart changes
+                (:data:`~relay_ros.pipeline.settings.FIXED_SETTINGS`: model, joints,
+                outputs, rates, encoding), or values the connected server cannot
+                run with; nothing is changed then.
         """
         fixed = [
             name

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from relay_ros.pipeline.interpolation import TrajectoryError, finite_difference_velocities
-from relay_ros.pipeline.scheduler import Publication
+from relay_ros.pipeline.publication import Publication
 
 __all__ = [
     "T_OBS_PREFIX",

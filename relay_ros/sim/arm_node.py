@@ -9,8 +9,9 @@ history directly). All logic lives in `relay_ros.sim.trajectory_follower`.
 
 Parameters (declared in `SimArmNode._declare_parameters`; see docs/simulation.md):
 
-- ``controllers`` (string[]): controller names, default
-  ``["arm_controller", "gripper_controller"]``.
+- ``controller_names`` (string[]): controller names, default
+  ``["arm_controller", "gripper_controller"]`` (not ``controllers``: a list named like
+  the ``controllers.<name>.*`` namespace breaks ``ros2 param dump``).
 - ``controllers.<name>.joints`` (string[]): the controller's joints (defaults exist
   only for the two default controllers).
 - ``controllers.<name>.topic`` (string): default ``<name>/joint_trajectory``.
@@ -48,7 +49,12 @@ from relay_ros.node.node_main import (
     run_node,
     typed_row,
 )
-from relay_ros.sim._parameters import as_parameters
+from relay_ros.sim._parameters import (
+    as_parameters,
+    declare_if_given,
+    parameter_types,
+    refuse_renamed,
+)
 from relay_ros.sim.trajectory_follower import (
     FollowerMetrics,
     TrajectoryCommand,
@@ -68,7 +74,7 @@ DEFAULT_CONTROLLERS: Mapping[str, tuple[str, ...]] = MappingProxyType(
 
 # Node-wide parameters: name -> (default, description).
 _NODE_PARAMETERS: dict[str, tuple[Any, str]] = {
-    "controllers": (
+    "controller_names": (
         list(DEFAULT_CONTROLLERS),
         "Names of the simulated joint_trajectory_controllers; each has controllers.<name>.* "
         "parameters.",
@@ -143,6 +149,7 @@ class SimArmNode(Node):
         parameter_overrides: Parameter values, as ``{name: value}`` or a list of
             `rclpy.parameter.Parameter` (use the latter for empty arrays, whose type
             cannot be inferred).
+        cli_args: ROS arguments of this node only (e.g. ``--ros-args --params-file F``).
 
     Raises:
         SimArmConfigError: No controllers, a controller without joints, a joint in two
@@ -156,12 +163,14 @@ class SimArmNode(Node):
         namespace: str | None = None,
         context: Context | None = None,
         parameter_overrides: Mapping[str, Any] | Sequence[Parameter] | None = None,
+        cli_args: Sequence[str] | None = None,
     ) -> None:
         super().__init__(
             node_name,
             namespace=namespace,
             context=context,
             parameter_overrides=as_parameters(parameter_overrides),
+            cli_args=None if cli_args is None else list(cli_args),
         )
         try:
             self._setup()
@@ -283,18 +292,22 @@ class SimArmNode(Node):
 
     def _declare_parameters(self) -> dict[str, Any]:
         """Declare every parameter (with descriptions) and return the validated values."""
+        refuse_renamed(self, "controllers", "controller_names", SimArmConfigError)
         values: dict[str, Any] = {}
         for name, (default, description) in _NODE_PARAMETERS.items():
             values[name] = self.declare_parameter(
                 name, default, ParameterDescriptor(description=description)
             ).value
-        names = [str(n) for n in values["controllers"]]
+        names = [str(n) for n in values.pop("controller_names")]
         if not names:
-            raise SimArmConfigError("parameter 'controllers' is empty; expected at least one name")
+            raise SimArmConfigError(
+                "parameter 'controller_names' is empty; expected at least one name"
+            )
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise SimArmConfigError(
-                f"parameter 'controllers' lists {duplicates} more than once; expected unique names"
+                f"parameter 'controller_names' lists {duplicates} more than once; "
+                "expected unique names"
             )
         for key in ("joint_states_rate_hz",):
             if not values[key] > 0.0:
@@ -309,8 +322,7 @@ class SimArmNode(Node):
             settings: dict[str, Any] = {}
             for suffix, (kind, description) in _CONTROLLER_PARAMETERS.items():
                 full = f"controllers.{controller}.{suffix}"
-                descriptor = ParameterDescriptor(description=description)
-                settings[suffix] = self.declare_parameter(full, kind, descriptor).value
+                settings[suffix] = declare_if_given(self, full, kind, description)
             joints = list(settings["joints"] or DEFAULT_CONTROLLERS.get(controller, ()))
             if not joints:
                 raise SimArmConfigError(
@@ -400,14 +412,21 @@ def usage() -> str:
         ],
         docs="docs/simulation.md",
         example="sim_arm --ros-args -r __ns:=/robot1 "
-        "-p controllers:=[arm_controller] -p controllers.arm_controller.joints:=[j1,j2]",
+        "-p controller_names:=[arm_controller] -p controllers.arm_controller.joints:=[j1,j2]",
     )
 
 
 def main(args: list[str] | None = None) -> int:
     """Console entry point ``sim_arm``: spin the node until SIGINT or SIGTERM; the exit code."""
     return run_node(
-        NodeProgram("sim_arm", SimArmNode, usage, config_errors=(SimArmConfigError,)), args
+        NodeProgram(
+            "sim_arm",
+            SimArmNode,
+            usage,
+            config_errors=(SimArmConfigError,),
+            parameter_type=parameter_types(_NODE_PARAMETERS, "controllers", _CONTROLLER_PARAMETERS),
+        ),
+        args,
     )
 
 

@@ -15,7 +15,9 @@ sensor-data QoS (best effort, keep last 5) that real camera drivers use.
 
 Parameters (declared in `SimCamerasNode._declare_parameters`; see docs/simulation.md):
 
-- ``cameras`` (string[]): camera names, default ``["base", "wrist"]``.
+- ``camera_names`` (string[]): camera names, default ``["base", "wrist"]`` (not
+  ``cameras``: a list named like the ``cameras.<name>.*`` namespace breaks
+  ``ros2 param dump``).
 - ``cameras.<name>.topic`` (string): default ``camera/<name>/image_raw``, with
   ``/compressed`` appended for the compressed format.
 - ``cameras.<name>.format`` (string): ``raw`` (default) or ``compressed``.
@@ -57,7 +59,12 @@ from relay_ros.node.node_main import (
     run_node,
     typed_row,
 )
-from relay_ros.sim._parameters import as_parameters
+from relay_ros.sim._parameters import (
+    as_parameters,
+    declare_if_given,
+    parameter_types,
+    refuse_renamed,
+)
 from relay_ros.sim.scene import SceneError, SceneRenderer, encode_jpeg
 from relay_ros.sim.world_camera import CAMERA_ROLES, World, WorldCamera
 from relay_ros.stop_signals import take_stop_signals
@@ -69,7 +76,7 @@ SCENES = ("world", "shapes")
 
 # Node-wide parameters: name -> (default, description).
 _NODE_PARAMETERS: dict[str, tuple[Any, str]] = {
-    "cameras": (
+    "camera_names": (
         ["base", "wrist"],
         "Names of the simulated cameras; each has cameras.<name>.* parameters.",
     ),
@@ -151,6 +158,7 @@ class SimCamerasNode(Node):
         context: rclpy context (None = the global one).
         parameter_overrides: Parameter values, as ``{name: value}`` or a list of
             `rclpy.parameter.Parameter`.
+        cli_args: ROS arguments of this node only (e.g. ``--ros-args --params-file F``).
 
     Raises:
         SimCamerasConfigError: No cameras, an unknown format, a bad size, rate or quality.
@@ -163,12 +171,14 @@ class SimCamerasNode(Node):
         namespace: str | None = None,
         context: Context | None = None,
         parameter_overrides: Mapping[str, Any] | Sequence[Parameter] | None = None,
+        cli_args: Sequence[str] | None = None,
     ) -> None:
         super().__init__(
             node_name,
             namespace=namespace,
             context=context,
             parameter_overrides=as_parameters(parameter_overrides),
+            cli_args=None if cli_args is None else list(cli_args),
         )
         try:
             self._setup()
@@ -259,18 +269,21 @@ class SimCamerasNode(Node):
 
     def _declare_parameters(self) -> tuple[dict[str, CameraSettings], int, int]:
         """Declare every parameter (with descriptions) and return the validated values."""
+        refuse_renamed(self, "cameras", "camera_names", SimCamerasConfigError)
         values: dict[str, Any] = {}
         for name, (default, description) in _NODE_PARAMETERS.items():
             values[name] = self.declare_parameter(
                 name, default, ParameterDescriptor(description=description)
             ).value
-        names = [str(n) for n in values["cameras"]]
+        names = [str(n) for n in values["camera_names"]]
         if not names:
-            raise SimCamerasConfigError("parameter 'cameras' is empty; expected at least one name")
+            raise SimCamerasConfigError(
+                "parameter 'camera_names' is empty; expected at least one name"
+            )
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise SimCamerasConfigError(
-                f"parameter 'cameras' lists {duplicates} more than once; expected unique names"
+                f"parameter 'camera_names' lists {duplicates} more than once; expected unique names"
             )
         quality = values["jpeg_quality"]
         if not 1 <= quality <= 100:
@@ -295,8 +308,7 @@ class SimCamerasNode(Node):
             raw: dict[str, Any] = {}
             for suffix, (kind, description) in _CAMERA_PARAMETERS.items():
                 full = f"cameras.{camera}.{suffix}"
-                descriptor = ParameterDescriptor(description=description)
-                raw[suffix] = self.declare_parameter(full, kind, descriptor).value
+                raw[suffix] = declare_if_given(self, full, kind, description)
             fmt = raw["format"] or "raw"
             if fmt not in FORMATS:
                 raise SimCamerasConfigError(
@@ -358,7 +370,7 @@ def usage() -> str:
             ),
         ],
         docs="docs/simulation.md",
-        example="sim_cameras --ros-args -r __ns:=/robot1 -p cameras:=[base] "
+        example="sim_cameras --ros-args -r __ns:=/robot1 -p camera_names:=[base] "
         "-p cameras.base.rate_hz:=30.0",
     )
 
@@ -366,7 +378,13 @@ def usage() -> str:
 def main(args: list[str] | None = None) -> int:
     """Console entry point ``sim_cameras``: spin the node until SIGINT or SIGTERM; the exit code."""
     return run_node(
-        NodeProgram("sim_cameras", SimCamerasNode, usage, config_errors=(SimCamerasConfigError,)),
+        NodeProgram(
+            "sim_cameras",
+            SimCamerasNode,
+            usage,
+            config_errors=(SimCamerasConfigError,),
+            parameter_type=parameter_types(_NODE_PARAMETERS, "cameras", _CAMERA_PARAMETERS),
+        ),
         args,
     )
 

@@ -25,7 +25,8 @@ import numpy as np
 from relay_ros.demo.task import TaskMeasures, jerk_rms, task_measures
 from relay_ros.pipeline.action_prefix import committed_prefix
 from relay_ros.pipeline.images import resize_with_pad
-from relay_ros.pipeline.scheduler import ChunkScheduler, SchedulerConfig
+from relay_ros.pipeline.scheduler import ChunkScheduler
+from relay_ros.pipeline.scheduler_config import SchedulerConfig
 from relay_ros.pipeline.trajectory import finite_difference_velocities
 from relay_ros.server.action_prefix import default_soft_steps
 from relay_ros.server.chunk_noise import ChunkNoise

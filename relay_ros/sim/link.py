@@ -1,9 +1,9 @@
 """A network link emulator: a TCP proxy on loopback that shapes traffic like a real link.
 
-Every number in this project used to be measured on loopback, where a 450 kB request
-takes a fraction of a millisecond. A robot talks to a cloud GPU over a link with a
-few Mbit/s of uplink and tens of ms of round trip. :class:`LinkProxy` sits between
-client and server and imposes a :class:`~relay_ros.sim.link_profiles.LinkProfile`:
+On loopback a 450 kB request takes a fraction of a millisecond; a robot talks to a
+cloud GPU over a link with a few Mbit/s of uplink and tens of ms of round trip.
+:class:`LinkProxy` sits between client and server and imposes a
+:class:`~relay_ros.sim.link_profiles.LinkProfile`:
 
 - **bandwidth** per direction, as a token bucket (rate = the link's bandwidth, depth
   = ``burst_bytes``): bytes leave no faster than the link can carry them, and a

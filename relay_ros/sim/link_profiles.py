@@ -9,9 +9,9 @@ The presets (``PRESETS``):
 
 - ``lan``: a wired gigabit LAN to a GPU box in the same building. 1000 Mbit/s each
   way, 0.25 ms one way (0.5 ms RTT), 0.05 ms jitter.
-- ``wan``: a robot on an office or lab uplink talking to a cloud GPU service
-  (issue 11's numbers): 20 Mbit/s up, 100 Mbit/s down, 40 ms RTT +- 10 ms
-  (20 ms one way, +- 5 ms per direction).
+- ``wan``: a robot on an office or lab uplink talking to a cloud GPU service.
+  20 Mbit/s up, 100 Mbit/s down, 40 ms RTT +- 10 ms (20 ms one way, +- 5 ms per
+  direction).
 - ``lte``: a robot on a cellular modem. 10 Mbit/s up, 30 Mbit/s down, 60 ms RTT
   +- 20 ms, and a 150 ms stall every 10 s. Where the numbers come from: the public
   "4G" preset of the Loadero test service

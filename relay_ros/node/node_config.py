@@ -1,0 +1,310 @@
+"""NodeConfig: policy_node's validated parameters, built from raw values and changed live.
+
+:func:`collect_values` asks for every parameter of the table
+(:mod:`relay_ros.node.params`) in declaration order, the per-output and per-joint
+ones included; :func:`build_config` runs each row's validator and then the rules
+that tie parameters together (outputs against the model, joint limits from the
+URDF and the parameters, the image encoding). Who uses it:
+
+- the node declares the parameters and gets its values through
+  :func:`collect_values` (:mod:`relay_ros.node.ros_params`);
+- replay and the demo read a params file and call :func:`config_from_parameters`;
+- a live ``ros2 param set`` is checked by :func:`validate_change` with the rules
+  used at start.
+
+Plain Python (no rclpy): every mistake a robot team can make in a YAML file or a
+``ros2 param set`` gets a sentence naming the parameter, the bad value and what
+was expected.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from relay_ros.models import family_of
+from relay_ros.node.limit_params import (
+    LIMITS_PREFIX,
+    check_given_names,
+    limit_name,
+    limit_parameter_specs,
+    limit_params_from_values,
+    robot_description_from,
+    with_limit_change,
+)
+from relay_ros.node.param_spec import ParameterError, ParamSpec, is_list
+from relay_ros.node.params import (
+    LIVE_PARAMETERS,
+    PARAMETERS,
+    check_names,
+    check_topic,
+    output_parameter_specs,
+    spec_for,
+    unique_names,
+)
+from relay_ros.paths import config_dir
+from relay_ros.pipeline.image_encoding import ImageEncodingError, check_image_encoding
+from relay_ros.pipeline.joint_limits import (
+    JointLimit,
+    JointLimitsError,
+    LimitParams,
+    resolve_joint_limits,
+)
+from relay_ros.pipeline.urdf_limits import RobotDescription
+
+__all__ = [
+    "NodeConfig",
+    "OutputSpec",
+    "build_config",
+    "collect_values",
+    "config_from_parameters",
+    "validate_change",
+]
+
+_BY_NAME = {spec.name: spec for spec in PARAMETERS}
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """One output controller as configured (validated against metadata later)."""
+
+    name: str
+    topic: str
+    joints: tuple[str, ...]
+    dims: tuple[int, ...] | None
+    action_key: str | None
+
+    def as_mapping(self) -> dict[str, Any]:
+        """The dict form :func:`relay_ros.pipeline.outputs.load_outputs` takes."""
+        entry: dict[str, Any] = {"topic": self.topic, "joints": list(self.joints)}
+        if self.dims is not None:
+            entry["dims"] = list(self.dims)
+        if self.action_key:
+            entry["action_key"] = self.action_key
+        return entry
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """Validated policy_node settings. Values that need the server metadata stay optional.
+
+    ``joint_limits`` are the limits each commanded joint runs under, from the URDF
+    (``robot``) and the ``joint_limits.<joint>.*`` parameters (``limit_params``,
+    kept to apply a live change on top of the same URDF).
+    """
+
+    model: str
+    policy_url: str | None
+    camera_map: Path
+    prompt: str
+    seed: int | None
+    joint_states_topic: str
+    state_joints: tuple[str, ...]
+    outputs: tuple[OutputSpec, ...]
+    joint_limits: Mapping[str, JointLimit]
+    limits_mode: str
+    control_hz: float | None
+    execute_horizon: int | None
+    request_lead_s: float | None
+    request_mode: str
+    blend_steps: int
+    dry_run: bool
+    max_joint_step: float
+    sensor_timeout_s: float
+    retry_delay_s: float
+    request_timeout_s: float | None
+    autostart: bool
+    tick_hz: float
+    reconnect_max_backoff_s: float
+    image_encoding: str = "raw"
+    jpeg_quality: int = 90
+    thread_priority: int = 0
+    robot_description: str = ""
+    robot_description_file: str = ""
+    limit_params: Mapping[str, LimitParams] = dataclasses.field(default_factory=dict)
+    robot: RobotDescription | None = None
+
+    @property
+    def commanded_joints(self) -> tuple[str, ...]:
+        """Every joint some output drives, in output order."""
+        return tuple(joint for output in self.outputs for joint in output.joints)
+
+
+def collect_values(lookup: Callable[[ParamSpec], Any]) -> dict[str, Any]:
+    """Raw value of every node parameter (name -> value, unset = None), asked of ``lookup``.
+
+    ``lookup`` gets each :class:`ParamSpec` once, in declaration order: first
+    :data:`PARAMETERS`, then ``outputs.<name>.*`` for every name in ``output_names``,
+    then ``joint_limits.<joint>.*`` for every joint those outputs drive (their
+    names depend on the values before). policy_node's lookup declares the
+    parameter (the ``only_if_given`` ones only when given) and reads it;
+    :func:`config_from_parameters` reads a mapping.
+    """
+    values = {spec.name: lookup(spec) for spec in PARAMETERS}
+    outputs = values.get("output_names")
+    output_names = [str(n) for n in outputs] if is_list(outputs) else []
+    for name in output_names:
+        for spec in output_parameter_specs(name):
+            values[spec.name] = lookup(spec)
+    commanded: list[str] = []
+    for name in output_names:
+        joints = values.get(f"outputs.{name}.joints")
+        if is_list(joints):
+            commanded.extend(str(j) for j in joints)
+    for spec in limit_parameter_specs(list(dict.fromkeys(commanded))):
+        values[spec.name] = lookup(spec)
+    return values
+
+
+def config_from_parameters(
+    given: Mapping[str, Any],
+    *,
+    default_config_dir: Callable[[], Path] = config_dir,
+) -> NodeConfig:
+    """The NodeConfig for parameters given as a mapping (e.g. a params file plus overrides).
+
+    Resolved like policy_node resolves them: declared defaults, then ``given``;
+    names of earlier releases are refused (:func:`check_given_names`).
+    """
+    check_given_names(given)
+    values = collect_values(lambda spec: given.get(spec.name, spec.default))
+    return build_config(values, default_config_dir=default_config_dir)
+
+
+def _check(values: Mapping[str, Any], spec: ParamSpec) -> Any:
+    value = values.get(spec.name)
+    if value is None:
+        if spec.required:
+            raise ParameterError(f"parameter '{spec.name}' is required ({spec.description})")
+        value = spec.default
+    return spec.check(value)
+
+
+def _output(values: Mapping[str, Any], name: str, model: str) -> OutputSpec:
+    prefix = f"outputs.{name}."
+    topic_spec, joints_spec, dims_spec, key_spec = output_parameter_specs(name)
+    topic = topic_spec.check(values.get(topic_spec.name) or "")
+    if not topic:
+        raise ParameterError(f"output '{name}' needs parameter '{prefix}topic'")
+    check_topic(topic_spec, topic)
+    joints = check_names(joints_spec, joints_spec.check(values.get(joints_spec.name) or []))
+    raw_dims = values.get(dims_spec.name)
+    dims = tuple(dims_spec.check(raw_dims)) if raw_dims else None
+    action_key = key_spec.check(values.get(key_spec.name) or "") or None
+    groot = family_of(model) == "groot"
+    if groot and action_key is None:
+        raise ParameterError(
+            f"output '{name}' needs parameter '{prefix}action_key' for model {model} "
+            "(the action group, e.g. 'action.single_arm')"
+        )
+    if not groot and dims is None:
+        raise ParameterError(
+            f"output '{name}' needs parameter '{prefix}dims' for model {model} "
+            "(indices into the action vector, one per joint)"
+        )
+    return OutputSpec(name, topic, joints, dims, action_key)
+
+
+def _resolve(
+    joints: Sequence[str], params: Mapping[str, LimitParams], robot: RobotDescription | None
+) -> dict[str, JointLimit]:
+    try:
+        return resolve_joint_limits(joints, params, robot)
+    except JointLimitsError as exc:
+        raise ParameterError(str(exc)) from None
+
+
+def build_config(
+    values: Mapping[str, Any],
+    *,
+    default_config_dir: Callable[[], Path] = config_dir,
+) -> NodeConfig:
+    """Validate raw parameter values (name -> value, unset = None) into a NodeConfig.
+
+    ``values`` holds the :data:`PARAMETERS`, the ``outputs.<name>.*`` parameters of
+    every listed output and ``joint_limits.<joint>.*`` of every commanded joint
+    (what :func:`collect_values` returns). Each value passes its row's validator;
+    then the rules that tie parameters together (outputs, limits, model) apply:
+    every commanded joint needs position (unless continuous) and velocity limits
+    from the URDF or the parameters (:mod:`relay_ros.pipeline.joint_limits`).
+    """
+    fields = {spec.name: _check(values, spec) for spec in PARAMETERS}
+    model = fields["model"]
+    outputs = tuple(_output(values, name, model) for name in fields.pop("output_names"))
+    commanded = [joint for output in outputs for joint in output.joints]
+    unique_names("outputs.*.joints", commanded)
+    robot = robot_description_from(fields["robot_description"], fields["robot_description_file"])
+    limit_params = limit_params_from_values(values, commanded)
+    camera_map = fields["camera_map"]
+    fields["camera_map"] = (
+        Path(camera_map).expanduser()
+        if camera_map
+        else default_config_dir() / f"{model}_cameras.yaml"
+    )
+    try:
+        check_image_encoding(model, fields["image_encoding"], fields["jpeg_quality"])
+    except ImageEncodingError as exc:
+        raise ParameterError(f"parameter {exc}") from None
+    fields["outputs"] = outputs
+    fields["joint_limits"] = _resolve(commanded, limit_params, robot)
+    fields["limit_params"] = limit_params
+    fields["robot"] = robot
+    return NodeConfig(**fields)
+
+
+def validate_change(config: NodeConfig, name: str, value: Any) -> NodeConfig:
+    """``config`` with parameter ``name`` set to ``value`` while the node runs.
+
+    The value passes the same validator as at start. Only the parameters in
+    :data:`LIVE_PARAMETERS` and ``joint_limits.<joint>.*`` change live; the others
+    are read at start. A limit change is combined with the URDF as at start, so a
+    joint can never be left without limits. Whether the running node can use the
+    value (e.g. an ``execute_horizon`` within the server's ``action_horizon``) is
+    checked by the node when it applies the new configuration.
+
+    Raises:
+        ParameterError: ``name`` is not live (or unknown) or ``value`` is invalid;
+            the message names the parameter, the value and what is expected.
+    """
+    parts = limit_name(name)
+    if parts is not None:
+        joint, field = parts
+        if joint not in config.joint_limits:
+            raise ParameterError(
+                f"parameter '{name}': no output drives joint {joint!r}; limits are set for "
+                f"{list(config.joint_limits)}"
+            )
+        spec = spec_for(name)
+        assert spec is not None
+        params = dict(config.limit_params)
+        params[joint] = with_limit_change(
+            params.get(joint, LimitParams()), field, spec.check(value)
+        )
+        limit = _resolve([joint], params, config.robot)[joint]
+        return dataclasses.replace(
+            config, joint_limits={**config.joint_limits, joint: limit}, limit_params=params
+        )
+    if name.startswith(LIMITS_PREFIX):
+        raise ParameterError(
+            f"parameter '{name}' is not a joint limit; expected "
+            f"{LIMITS_PREFIX}<joint>.<field> with a field of ros2_control's convention "
+            "(has_position_limits, min_position, max_position, has_velocity_limits, "
+            "max_velocity, has_acceleration_limits, max_acceleration)"
+        )
+    spec = _BY_NAME.get(name)
+    if spec is None:
+        if spec_for(name) is not None:
+            raise ParameterError(
+                f"parameter '{name}' is read-only: it is read at start only; restart the "
+                "node to change it"
+            )
+        raise ParameterError(f"parameter '{name}' is not a policy_node parameter")
+    if not spec.live:
+        raise ParameterError(
+            f"parameter '{name}' is read-only: it is read at start only; restart the node "
+            f"to change it (live parameters: {', '.join(LIVE_PARAMETERS)})"
+        )
+    return dataclasses.replace(config, **{name: spec.check(value)})

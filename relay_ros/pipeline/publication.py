@@ -1,0 +1,108 @@
+"""A chunk re-timed for publication (:class:`Publication`), and what it commands over time.
+
+The :class:`~relay_ros.pipeline.scheduler.ChunkScheduler` builds publications; the
+trajectory messages, the holding logic and the checks read them. The helpers here
+answer "where is the arm told to be at time t" (:func:`commanded_position`), "what did
+a chunk say for time t" (:func:`chunk_at`) and how a new chunk is cross-faded in
+(:func:`smooth_weights`). Plain Python and NumPy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["Publication", "chunk_at", "commanded_position", "smooth_weights"]
+
+
+def smooth_weights(count: int) -> np.ndarray:
+    """The new chunk's weights of a ``count``-point cross-fade: ``s((j+1)/(count+1))``
+    for ``j = 0..count-1`` with the smoothstep ``s(x) = 3x^2 - 2x^3``, so that the
+    blend leaves the old chunk and joins the new one with zero slope."""
+    x = np.arange(1, count + 1, dtype=np.float64) / (count + 1)
+    return x * x * (3.0 - 2.0 * x)
+
+
+@dataclass(frozen=True, eq=False)
+class Publication:
+    """One chunk re-timed for publication; arrays are read-only.
+
+    Attributes:
+        stamp: header.stamp to publish with (= the poll time), seconds.
+        positions: (N, D) positions, one row per published action.
+        time_from_start: (N,) seconds after ``stamp``, spacing ``dt``, first
+            >= ``min_lead_s`` (within ``TIME_EPS_S``), strictly increasing.
+        t_obs: observation time of the chunk, seconds.
+        first_index: chunk index of ``positions[0]``.
+        switch_time: when the next chunk takes over (time of the last executed
+            action), seconds.
+        chunk_seq: 1-based sequence number of the chunk (order of receipt).
+        blended: how many leading points were cross-faded with the old chunk.
+        shift_s: how much later than ``t_obs + i*dt`` action ``i`` runs (s): the time
+            the arm stood still between the observation and the publication, which
+            is not skipped (a multiple of dt; 0 while the arm moved).
+    """
+
+    stamp: float
+    positions: np.ndarray
+    time_from_start: np.ndarray
+    t_obs: float
+    first_index: int
+    switch_time: float
+    chunk_seq: int
+    blended: int = 0
+    shift_s: float = 0.0
+
+    @property
+    def origin(self) -> float:
+        """When action 0 of the chunk runs on this publication's timeline (seconds):
+        ``t_obs + shift_s``; action ``i`` runs at ``origin + i*dt``."""
+        return self.t_obs + self.shift_s
+
+    @property
+    def times(self) -> np.ndarray:
+        """Absolute time of each point, ``stamp + time_from_start`` (seconds)."""
+        return self.stamp + self.time_from_start
+
+    @property
+    def end_time(self) -> float:
+        """Absolute time of the last point (seconds)."""
+        return float(self.stamp + self.time_from_start[-1])
+
+    @property
+    def first_time(self) -> float:
+        """Absolute time of the first point (seconds)."""
+        return float(self.stamp + self.time_from_start[0])
+
+
+def chunk_at(chunk: np.ndarray, origin: float, dt: float, times: np.ndarray) -> np.ndarray:
+    """A chunk's actions (all H rows, not only the published ones) at ``times``, seconds.
+
+    Action ``i`` runs at ``origin + i*dt``; between two actions linear interpolation,
+    before the first and after the last the end rows.
+    """
+    f = (np.asarray(times, dtype=np.float64) - origin) / dt
+    f = np.clip(f, 0.0, chunk.shape[0] - 1)
+    i0 = np.floor(f).astype(np.int64)
+    i1 = np.minimum(i0 + 1, chunk.shape[0] - 1)
+    a = (f - i0)[:, None]
+    return (1.0 - a) * chunk[i0] + a * chunk[i1]
+
+
+def commanded_position(publication: Publication, start: np.ndarray, now: float) -> np.ndarray:
+    """Where ``publication`` commands the joints at ``now`` (D,).
+
+    ``start`` is the position commanded when it was published: linear from there to
+    its first point, then between points, its last point after its end (what
+    joint_trajectory_controller does with linear segments).
+    """
+    times = np.concatenate(([publication.stamp], publication.times))
+    points = np.vstack((start[None, :], publication.positions))
+    if now <= times[0]:
+        return points[0].copy()
+    if now >= times[-1]:
+        return points[-1].copy()
+    j = int(np.searchsorted(times, now, side="right")) - 1
+    a = (now - times[j]) / (times[j + 1] - times[j])
+    return (1.0 - a) * points[j] + a * points[j + 1]
