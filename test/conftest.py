@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import random
+from pathlib import Path
 
 import pytest
 from helpers import scaled
@@ -48,6 +49,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             base = float(marker.args[0] if marker.args else marker.kwargs.get("timeout", default))
         if base > 0 and scaled(base) != base:
             item.add_marker(pytest.mark.timeout(scaled(base)), append=False)
+
+
+@pytest.fixture
+def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No WALLE_* from the developer's shell, and no .env above the checkout: the
+    test runs in its own empty directory (for tests of the client's URL lookup)."""
+    monkeypatch.delenv("WALLE_URL", raising=False)
+    monkeypatch.delenv("WALLE_DIRECT", raising=False)
+    monkeypatch.chdir(tmp_path)
 
 
 @pytest.fixture(scope="session")

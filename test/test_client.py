@@ -39,12 +39,8 @@ pi_observation = functools.partial(
 )
 
 
-@pytest.fixture(autouse=True)
-def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No WALLE_* from the developer's shell or a .env above the checkout."""
-    monkeypatch.delenv("WALLE_URL", raising=False)
-    monkeypatch.delenv("WALLE_DIRECT", raising=False)
-    monkeypatch.chdir(tmp_path)
+# No WALLE_* from the shell or a .env above the checkout (test/conftest.py).
+pytestmark = pytest.mark.usefixtures("isolated_env")
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ import queue
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,12 +19,8 @@ from relay_ros.server.app import ServerHandle, ServerOptions, run_server_in_thre
 from relay_ros.wire.connection import InferOutcome, PolicyConnection
 from relay_ros.wire.env import UnknownModelError
 
-
-@pytest.fixture(autouse=True)
-def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("WALLE_URL", raising=False)
-    monkeypatch.delenv("WALLE_DIRECT", raising=False)
-    monkeypatch.chdir(tmp_path)
+# No WALLE_* from the shell or a .env above the checkout (test/conftest.py).
+pytestmark = pytest.mark.usefixtures("isolated_env")
 
 
 @contextlib.contextmanager
