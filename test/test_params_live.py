@@ -214,27 +214,41 @@ def _switch_spacing(messages: list) -> float:
 TIMELINE = {"execute_horizon": 25, "request_lead_s": "0.1"}
 
 
-def test_execute_horizon_changes_the_switch_spacing(live):
+def _before_and_after(live, measure, counts: tuple[int, int], **change: Any) -> tuple:
+    """``measure(chunks)`` over the arm's chunks before and after a live change.
+
+    Before: from the second chunk (the first switch comes at start-up, on its own
+    timing) once ``counts[0]`` have come; after: from 0.6 s after the set returned
+    (the chunk held at the change may still follow the old value) once
+    ``counts[1]`` have come. Returns (before, after, params).
+    """
     rig, params = live(overrides=TIMELINE)
-    wait_until(lambda: len(rig.snapshot().arm) >= 4, timeout=15)
-    before = _switch_spacing(rig.snapshot().arm[1:])
-    result, returned = params.set(execute_horizon=10)
+    wait_until(lambda: len(rig.snapshot().arm) >= counts[0], timeout=15)
+    before = measure(rig.snapshot().arm[1:])
+    result, returned = params.set(**change)
     assert result.successful, result.reason
-    # The chunk held at the moment of the change may still switch on the old spacing.
-    wait_until(lambda: len(_chunks_after(rig.snapshot().arm, returned + 0.6)) >= 5, timeout=15)
-    after = _switch_spacing(_chunks_after(rig.snapshot().arm, returned + 0.6))
+
+    def later() -> list:
+        return _chunks_after(rig.snapshot().arm, returned + 0.6)
+
+    wait_until(lambda: len(later()) >= counts[1], timeout=15)
+    return before, measure(later()), params
+
+
+def test_execute_horizon_changes_the_switch_spacing(live):
+    before, after, _ = _before_and_after(live, _switch_spacing, (4, 5), execute_horizon=10)
     assert before == pytest.approx(25 * DT, abs=0.05)
     assert after == pytest.approx(10 * DT, abs=0.05)
 
 
+def _leads(messages: list) -> list[float]:
+    """How long before its publication each chunk's observation was taken."""
+    return [stamp_of(m) - t_obs_of(m) for m in messages]
+
+
 def test_request_lead_changes_how_early_observations_are_taken(live):
-    rig, params = live(overrides=TIMELINE)
-    wait_until(lambda: len(rig.snapshot().arm) >= 3, timeout=15)
-    before = [stamp_of(m) - t_obs_of(m) for m in rig.snapshot().arm[1:]]
-    result, returned = params.set(request_lead_s=0.3)  # a double works as well as "0.3"
-    assert result.successful, result.reason
-    wait_until(lambda: len(_chunks_after(rig.snapshot().arm, returned + 0.6)) >= 3, timeout=15)
-    after = [stamp_of(m) - t_obs_of(m) for m in _chunks_after(rig.snapshot().arm, returned + 0.6)]
+    # A double works as well as "0.3".
+    before, after, params = _before_and_after(live, _leads, (3, 3), request_lead_s=0.3)
     assert params.set(request_lead_s="auto")[0].successful
     assert statistics.median(before) == pytest.approx(0.1, abs=0.03)
     assert statistics.median(after) == pytest.approx(0.3, abs=0.03)
@@ -252,14 +266,7 @@ def _switch_jumps(messages: list) -> list[float]:
 
 
 def test_blend_steps_smooth_the_switch(live):
-    rig, params = live(overrides=TIMELINE)
-    wait_until(lambda: len(rig.snapshot().arm) >= 4, timeout=15)
-    # From the second chunk on: the first switch comes at start-up, on its own timing.
-    before = _switch_jumps(rig.snapshot().arm[1:])
-    result, returned = params.set(blend_steps=10)
-    assert result.successful, result.reason
-    wait_until(lambda: len(_chunks_after(rig.snapshot().arm, returned + 0.6)) >= 3, timeout=15)
-    after = _switch_jumps(_chunks_after(rig.snapshot().arm, returned + 0.6))
+    before, after, _ = _before_and_after(live, _switch_jumps, (4, 3), blend_steps=10)
     # Each chunk starts again from the state: 25 actions * 0.002 rad behind the old one.
     assert min(before) > 0.03
     # Cross-faded over 10 points, the first point moves only 1/11 of the way.
