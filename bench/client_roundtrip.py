@@ -196,9 +196,9 @@ def run_ours(client: PolicyClient, obs: dict[str, Any], n: int) -> tuple[list[fl
     times, server_ms = [], []
     for _ in range(n):
         start = time.perf_counter()
-        client.infer(obs)
+        reply = client.infer_reply(obs)
         times.append(time.perf_counter() - start)
-        timing = client.last_server_timing or {}
+        timing = reply.server_timing or {}
         server_ms.append(float(timing.get("infer_ms", float("nan"))))
     return times, server_ms
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["PolicyClient"]
-__version__ = "0.1.0"
+from relay_ros._version import __version__
+
+__all__ = ["PolicyClient", "__version__"]
 
 if TYPE_CHECKING:
     from relay_ros.wire.client import PolicyClient
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
 
 def __getattr__(name: str) -> Any:
     if name == "PolicyClient":
+        # Lazily: the network stack loads only for users of the client.
         from relay_ros.wire.client import PolicyClient
 
         return PolicyClient

@@ -17,7 +17,10 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from relay_ros.bag.reader import BagError
+from relay_ros.bag.replay import ReplayError, ReplayProgress, parse_param_override, replay
 from relay_ros.models import MODEL_IDS
+from relay_ros.paths import ConfigNotFoundError
 from relay_ros.stop_signals import interrupt_once
 
 __all__ = ["main"]
@@ -113,8 +116,6 @@ def _add_replay(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def _print_progress(progress: object) -> None:
-    from relay_ros.bag.replay import ReplayProgress
-
     assert isinstance(progress, ReplayProgress)
     state = f"holding: {progress.hold_reason}" if progress.hold_reason else "streaming"
     sys.stderr.write(
@@ -126,10 +127,6 @@ def _print_progress(progress: object) -> None:
 
 
 def _run_replay(args: argparse.Namespace) -> int:
-    from relay_ros.bag.reader import BagError
-    from relay_ros.bag.replay import ReplayError, parse_param_override, replay
-    from relay_ros.paths import ConfigNotFoundError
-
     try:
         overrides = dict(parse_param_override(text) for text in args.param)
         report = replay(

@@ -27,6 +27,7 @@ def _take_signals() -> None:
     """Hold SIGINT/SIGTERM at once (``signal`` is built in), then hand them to StopSignals."""
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _hold)
+    # Only now: a signal that comes while stop_signals (or a program) imports is held.
     from relay_ros.stop_signals import take_stop_signals
 
     take_stop_signals(pending=_early)

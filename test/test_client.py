@@ -29,9 +29,9 @@ from websockets.asyncio.server import serve as ws_serve
 from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI
 
 from relay_ros import PolicyClient
-from relay_ros.server.app import ServerHandle, ServerOptions, run_server_in_thread
+from relay_ros.models import UnknownModelError
+from relay_ros.server import ServerHandle, ServerOptions, run_server_in_thread
 from relay_ros.wire.codec import CodecError, packb, unpackb
-from relay_ros.wire.env import UnknownModelError
 
 # Every pi camera, seeded random pixels: the server sees a realistic request.
 pi_observation = functools.partial(
@@ -177,8 +177,8 @@ def test_direct_route_connects_there_and_closes_the_proxied_connection() -> None
         with PolicyClient("pi05", url=proxy.url_template) as client:
             # The proxied connection really closed on the server side.
             assert proxy.wait_closed_connections(1)
-            assert proxy.open_connections == 0
-            assert direct.open_connections == 1
+            assert proxy.stats.open_connections == 0
+            assert direct.stats.open_connections == 1
             assert client.url == direct.url("pi05")
             metadata = client.get_server_metadata()
             assert metadata["direct_url"] == direct.url("pi05")
@@ -199,9 +199,9 @@ def test_walle_direct_0_stays_on_the_proxied_connection(monkeypatch: pytest.Monk
             assert metadata["direct_url"] == direct.url("pi05")
             client.infer(pi_observation(metadata))
             assert client.url == proxy.url("pi05")
-            assert proxy.open_connections == 1
+            assert proxy.stats.open_connections == 1
             assert proxy.stats.frames == 1
-            assert direct.total_connections == 0
+            assert direct.stats.connections_opened == 0
 
 
 def test_walle_direct_from_env_file(tmp_path: Path) -> None:
@@ -212,7 +212,7 @@ def test_walle_direct_from_env_file(tmp_path: Path) -> None:
     ):
         with PolicyClient("pi05", url=proxy.url_template) as client:
             assert client.url == proxy.url("pi05")
-        assert direct.total_connections == 0
+        assert direct.stats.connections_opened == 0
 
 
 def test_unreachable_direct_route_closes_the_proxied_connection_and_raises() -> None:
@@ -221,7 +221,7 @@ def test_unreachable_direct_route_closes_the_proxied_connection_and_raises() -> 
         with pytest.raises(ConnectionRefusedError):
             PolicyClient("pi05", url=proxy.url_template)
         assert proxy.wait_closed_connections(1)
-        assert proxy.open_connections == 0
+        assert proxy.stats.open_connections == 0
 
 
 # --- infer ----------------------------------------------------------------------------
@@ -307,20 +307,21 @@ def test_unencodable_observation_raises_before_sending(server: ServerHandle) -> 
         assert isinstance(client.infer(pi_observation(metadata)), np.ndarray)
 
 
-def test_timing_fields(server: ServerHandle) -> None:
+def test_infer_reply_carries_the_request_timing(server: ServerHandle) -> None:
     with PolicyClient("pi05", url=server.url_template) as client:
-        assert client.last_server_timing is None
-        assert client.last_roundtrip_s is None
-        assert client.last_sent_at is None
         before = time.perf_counter()
-        client.infer(pi_observation(client.get_server_metadata()))
-        assert before < client.last_sent_at < time.perf_counter()
-        assert isinstance(client.last_server_timing, dict)
-        assert isinstance(client.last_server_timing["infer_ms"], float)
-        assert isinstance(client.last_roundtrip_s, float)
-        assert client.last_roundtrip_s > 0
-        client.infer({"state": 1})
-        assert isinstance(client.last_roundtrip_s, float)
+        reply = client.infer_reply(pi_observation(client.get_server_metadata()))
+        assert isinstance(reply.actions, np.ndarray) and reply.error is None
+        assert reply.sent_at is not None and before < reply.sent_at < time.perf_counter()
+        assert isinstance(reply.server_timing, dict)
+        assert isinstance(reply.server_timing["infer_ms"], float)
+        assert reply.timing is not None
+        assert reply.timing.server_s == pytest.approx(reply.server_timing["infer_ms"] / 1000)
+        assert isinstance(reply.roundtrip_s, float) and reply.roundtrip_s > 0
+        refused = client.infer_reply({"state": 1})
+        assert refused.actions is None and refused.error is not None
+        assert refused.result() == refused.error
+        assert isinstance(refused.roundtrip_s, float)
 
 
 def test_same_seed_same_actions_over_one_connection(server: ServerHandle) -> None:
@@ -445,12 +446,12 @@ def test_metadata_is_the_servers_and_needs_no_network() -> None:
 def test_close_then_every_call_raises_connection_closed(server: ServerHandle) -> None:
     client = PolicyClient("pi05", url=server.url_template)
     metadata = client.get_server_metadata()
-    opened = server.total_connections
-    closed = server.closed_connections
+    opened = server.stats.connections_opened
+    closed = server.stats.connections_closed
     client.close()
     client.close()  # idempotent
     assert server.wait_closed_connections(closed + 1)
-    assert server.total_connections == opened
+    assert server.stats.connections_opened == opened
     calls = [
         lambda: client.infer(pi_observation(metadata)),
         client.reset,
@@ -464,7 +465,7 @@ def test_close_then_every_call_raises_connection_closed(server: ServerHandle) ->
 
 
 def test_context_manager_closes(server: ServerHandle) -> None:
-    closed = server.closed_connections
+    closed = server.stats.connections_closed
     with PolicyClient("pi05", url=server.url_template) as client:
         assert isinstance(client, PolicyClient)
         metadata = client.get_server_metadata()
@@ -474,7 +475,7 @@ def test_context_manager_closes(server: ServerHandle) -> None:
 
 
 def test_context_manager_closes_on_exception(server: ServerHandle) -> None:
-    closed = server.closed_connections
+    closed = server.stats.connections_closed
     with pytest.raises(RuntimeError, match="boom"):
         with PolicyClient("pi05", url=server.url_template):
             raise RuntimeError("boom")
@@ -493,6 +494,20 @@ def test_idle_timeout_then_connection_closed_in_the_middle_of_a_run() -> None:
             # A new client and the same observation work (the documented advice).
             with PolicyClient("pi05", url=handle.url_template) as again:
                 assert isinstance(again.infer(pi_observation(metadata)), np.ndarray)
+
+
+def test_idle_servicer_reports_the_servers_idle_close() -> None:
+    closed = threading.Event()
+    with serving(models=("pi05",), idle_timeout_s=0.3) as handle:
+        with PolicyClient(
+            "pi05", url=handle.url_template, idle_poll_s=0.05, on_close=closed.set
+        ) as client:
+            assert client.is_open
+            assert closed.wait(10.0)
+            assert not client.is_open
+            assert client.close_received is not None and client.close_received.code == 1000
+    with pytest.raises(ValueError, match=r"idle_poll_s=0; expected a positive number"):
+        PolicyClient("pi05", url="ws://127.0.0.1:9/{model}", idle_poll_s=0)
 
 
 def test_server_stop_mid_run_raises_connection_closed() -> None:
@@ -515,8 +530,8 @@ def test_large_observation_round_trip(server: ServerHandle) -> None:
         assert isinstance(reply, np.ndarray)
 
 
-def test_dropped_client_is_closed_by_its_keepalive_thread(server: ServerHandle) -> None:
-    closed = server.closed_connections
+def test_dropped_client_is_closed_by_its_idle_servicer(server: ServerHandle) -> None:
+    closed = server.stats.connections_closed
     threads = threading.active_count()
     client = PolicyClient("pi05", url=server.url_template)
     client.infer(pi_observation(client.get_server_metadata()))
@@ -639,7 +654,7 @@ def test_wss_server_offering_a_plain_ws_direct_route_is_not_followed(
             assert metadata["direct_url"] == direct.url("pi05")  # offered, as the server said
             assert isinstance(client.infer(pi_observation(metadata)), np.ndarray)
             assert proxy.stats.frames == 1
-        assert direct.total_connections == 0
+        assert direct.stats.connections_opened == 0
     assert "it would leave TLS (wss:// to ws://)" in caplog.text
 
 

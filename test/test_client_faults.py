@@ -35,9 +35,9 @@ pytestmark = pytest.mark.usefixtures("isolated_env")
 def test_timeout_none_keeps_waiting_for_a_slow_reply() -> None:
     with FaultServer(["slow"], slow_s=1.0) as server:
         with PolicyClient("pi05", url=server.url_template) as client:
-            actions = client.infer(OBS)
-            assert isinstance(actions, np.ndarray)
-            assert client.last_roundtrip_s is not None and client.last_roundtrip_s >= 0.9
+            reply = client.infer_reply(OBS)
+            assert isinstance(reply.actions, np.ndarray)
+            assert reply.roundtrip_s is not None and reply.roundtrip_s >= 0.9
 
 
 def test_swallowed_request_times_out_and_closes_the_client() -> None:
@@ -356,7 +356,7 @@ def test_logger_argument_routes_the_clients_messages() -> None:
 
 
 def test_reply_decoder_accepts_openpi_float64_actions() -> None:
-    from relay_ros.wire.client import decode_reply
+    from relay_ros.wire.reply import decode_reply
 
     reply = decode_reply("pi0", packb({"actions": np.zeros((10, 7))}))
     assert reply.actions.shape == (10, 7)

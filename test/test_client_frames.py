@@ -12,7 +12,7 @@ from websockets.frames import Frame, Opcode
 from websockets.streams import StreamReader
 
 from relay_ros.wire.codec import CodecError, pack_parts, packb
-from relay_ros.wire.transport import FrameWriter
+from relay_ros.wire.frame_writer import FrameWriter
 
 Point = collections.namedtuple("Point", "x y")
 RNG = np.random.default_rng(3)

@@ -15,9 +15,9 @@ import pytest
 from helpers import free_port, pi_observation, scaled, wait_until
 from websockets.exceptions import InvalidURI
 
-from relay_ros.server.app import ServerHandle, ServerOptions, run_server_in_thread
+from relay_ros.models import UnknownModelError
+from relay_ros.server import ServerHandle, ServerOptions, run_server_in_thread
 from relay_ros.wire.connection import InferOutcome, PolicyConnection
-from relay_ros.wire.env import UnknownModelError
 
 # No WALLE_* from the shell or a .env above the checkout (test/conftest.py).
 pytestmark = pytest.mark.usefixtures("isolated_env")
@@ -112,7 +112,7 @@ def test_error_reply_is_an_outcome_and_the_connection_stays() -> None:
             assert str(outcome.reply["message"]).startswith("observation cannot be encoded: ")
             assert conn.submit(pi_observation(), tag="good")
             assert isinstance(recorder.result().reply, np.ndarray)
-            assert handle.total_connections == 1
+            assert handle.stats.connections_opened == 1
 
 
 def test_at_most_one_request_in_flight() -> None:
@@ -207,7 +207,7 @@ def test_reconnects_after_the_server_restarts_on_the_same_port() -> None:
             outcome = recorder.result()
             assert outcome.tag == "after"
             assert isinstance(outcome.reply, np.ndarray)
-            assert again.total_connections == 1
+            assert again.stats.connections_opened == 1
     finally:
         conn.close()
 
@@ -271,7 +271,7 @@ def test_close_while_the_server_is_still_loading_returns_promptly() -> None:
     recorder = Recorder()
     with serving(load_delay_s=30.0) as handle:
         conn = connection(handle.url_template, recorder, open_timeout=None)
-        assert wait_until(lambda: handle.total_connections == 1)
+        assert wait_until(lambda: handle.stats.connections_opened == 1)
         started = time.monotonic()
         conn.close(timeout=5.0)
         assert time.monotonic() - started < 4.0  # not the 30 s load, not the join timeout

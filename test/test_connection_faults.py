@@ -14,7 +14,7 @@ import pytest
 from fault_server import FaultServer
 from helpers import wait_until
 
-from relay_ros.server.app import ServerOptions, run_server_in_thread
+from relay_ros.server import ServerOptions, run_server_in_thread
 from relay_ros.wire.connection import InferOutcome, PolicyConnection
 
 OBS = {"state": np.zeros(32, np.float32), "prompt": "wave"}

@@ -40,8 +40,8 @@ from relay_ros.demo import (
     stall_intervals,
 )
 from relay_ros.demo.policy_settings import DemoPolicy
-from relay_ros.demo.task import TaskMeasures, jerk_rms
 from relay_ros.node.param_spec import flatten_parameters
+from relay_ros.sim.task import TaskMeasures, jerk_rms
 
 REPO = Path(__file__).resolve().parents[1]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

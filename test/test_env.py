@@ -7,14 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from relay_ros.wire.env import (
-    MODELS,
-    EnvSettingError,
-    UnknownModelError,
-    direct_enabled,
-    find_env_file,
-    resolve_url,
-)
+from relay_ros.models import MODEL_IDS, UnknownModelError
+from relay_ros.wire.env import EnvSettingError, direct_enabled, find_env_file, resolve_url
 
 
 def _write_env(directory: Path, text: str) -> Path:
@@ -32,7 +26,7 @@ def test_environment_fills_model() -> None:
 
 def test_every_model_id_is_accepted() -> None:
     env = {"WALLE_URL": "ws://127.0.0.1:8000/{model}"}
-    assert [resolve_url(m, environ=env) for m in MODELS] == [
+    assert [resolve_url(m, environ=env) for m in MODEL_IDS] == [
         "ws://127.0.0.1:8000/pi05",
         "ws://127.0.0.1:8000/pi0",
         "ws://127.0.0.1:8000/groot",

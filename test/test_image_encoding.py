@@ -20,7 +20,7 @@ from relay_ros.pipeline.image_encoding import (
     encode_jpeg,
 )
 from relay_ros.pipeline.images import resize_with_pad
-from relay_ros.server.app import ServerHandle, ServerOptions, run_server_in_thread
+from relay_ros.server import ServerHandle, ServerOptions, run_server_in_thread
 from relay_ros.sim.link import LinkThread
 from relay_ros.sim.scene import SceneRenderer
 
@@ -116,9 +116,9 @@ def test_jpeg_request_is_small_and_fast_over_wan(server: ServerHandle) -> None:
             for encoding in ("raw", "jpeg"):
                 images = encode_images(scene_frames(), meta["image_size"], encoding=encoding)
                 before = link.stats().bytes_up
-                client.infer({"images": images, "state": state, "prompt": "pick"})
-                assert client.last_roundtrip_s is not None
-                times[encoding] = client.last_roundtrip_s
+                reply = client.infer_reply({"images": images, "state": state, "prompt": "pick"})
+                assert reply.roundtrip_s is not None
+                times[encoding] = reply.roundtrip_s
                 sent[encoding] = link.stats().bytes_up - before
     assert sent["raw"] > 450_000
     assert sent["jpeg"] <= 60_000, f"{sent['jpeg']} bytes at quality {DEFAULT_JPEG_QUALITY}"

@@ -20,7 +20,7 @@ import pytest
 from helpers import wait_until
 
 from relay_ros import PolicyClient
-from relay_ros.server.app import ServerOptions, run_server_in_thread
+from relay_ros.server import ServerOptions, run_server_in_thread
 from relay_ros.sim.link import LinkError, LinkThread, parse_host_port
 from relay_ros.sim.link_profiles import PRESETS, LinkProfile, LinkProfileError, get_profile
 
@@ -207,10 +207,10 @@ def test_policy_client_over_wan_pays_for_raw_frames() -> None:
                 }
                 times = []
                 for _ in range(3):
-                    actions = client.infer(obs)
-                    assert isinstance(actions, np.ndarray)
-                    assert client.last_roundtrip_s is not None
-                    times.append(client.last_roundtrip_s)
+                    reply = client.infer_reply(obs)
+                    assert isinstance(reply.actions, np.ndarray)
+                    assert reply.roundtrip_s is not None
+                    times.append(reply.roundtrip_s)
             finally:
                 client.close()
     wire_s = 3 * height * width * 3 * 8 / 20e6

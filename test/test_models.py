@@ -61,7 +61,7 @@ def test_registry_refuses_bad_entries() -> None:
 def test_a_new_entry_is_accepted_by_env_server_params_and_demo(droid: ModelSpec) -> None:
     from relay_ros.demo.models import check_model
     from relay_ros.node.node_config import build_config
-    from relay_ros.server.app import ServerOptions
+    from relay_ros.server import ServerOptions
     from relay_ros.server.metadata import build_metadata
     from relay_ros.wire.env import resolve_url
 

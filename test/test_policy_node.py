@@ -273,7 +273,7 @@ def test_destroying_the_node_leaks_no_threads_or_sockets(ros_context, server, tm
     fds_before = _open_fds()
     with Rig(ros_context, server.url_template, tmp_path=tmp_path) as rig:
         wait_until(lambda: rig.snapshot().arm)
-    wait_until(lambda: server.open_connections == 0, timeout=5)
+    wait_until(lambda: server.stats.open_connections == 0, timeout=5)
     leaked = [t for t in threading.enumerate() if t.ident not in threads_before and t.is_alive()]
     assert [t.name for t in leaked if not t.name.startswith("ThreadPoolExecutor")] == []
     # DDS keeps a few descriptors per participant; sockets of ours would add more each run.

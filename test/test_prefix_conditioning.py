@@ -22,7 +22,7 @@ from relay_ros.server.metadata import build_metadata
 from relay_ros.server.synthetic import ReferencePolicy
 from relay_ros.server.validation import ObservationError, Request, check_action_prefix
 from relay_ros.server.visual_policy import VisualPolicy, approach_side
-from relay_ros.sim.world import World
+from relay_ros.world import World
 
 H = 50
 

@@ -19,7 +19,7 @@ import pytest
 from fault_server import FaultServer
 from helpers import free_port, wait_until
 
-from relay_ros.server.app import ServerHandle, ServerOptions, run_server_in_thread
+from relay_ros.server import ServerHandle, ServerOptions, run_server_in_thread
 from relay_ros.wire.connection import InferOutcome, PolicyConnection
 from relay_ros.wire.reconnect import Backoff, RetryWait, WaitEnd, port_closed
 
@@ -89,7 +89,7 @@ def test_a_server_restarted_on_its_port_is_reconnected_within_a_long_backoff() -
         with serving(port) as again:
             assert wait_until(lambda: conn.connected, WAIT_S)
             assert conn.connect_attempts == attempts + 1
-            assert again.total_connections == 1  # probes are not WebSocket connections
+            assert again.stats.connections_opened == 1  # probes are not WebSocket connections
             assert conn.submit(OBS, "after")
             outcome = results.get(timeout=20)
             assert outcome.tag == "after" and isinstance(outcome.reply, np.ndarray)

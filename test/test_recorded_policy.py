@@ -23,6 +23,7 @@ from make_fixture_bags import (
     read_joint_states,
 )
 
+from relay_ros.bag.recorded_policy import load_recorded_policy
 from relay_ros.bag.replay_inputs import (
     ReplayError,
     check_joint_names,
@@ -42,12 +43,7 @@ from relay_ros.pipeline.trajectory import TrajectoryError, read_joint_trajectory
 from relay_ros.server import ServerOptions, run_server_in_thread
 from relay_ros.server.__main__ import build_parser, options_from_args
 from relay_ros.server.metadata import build_metadata
-from relay_ros.server.recorded import (
-    RecordedPolicy,
-    RecordedPolicyError,
-    load_recorded_policy,
-    policy_for_config,
-)
+from relay_ros.server.recorded import RecordedPolicy, RecordedPolicyError, policy_for_config
 from relay_ros.sim.scene import encode_jpeg
 from relay_ros.wire.client import PolicyClient
 

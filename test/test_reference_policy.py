@@ -19,9 +19,9 @@ from relay_ros.server import ServerOptions, run_server_in_thread
 from relay_ros.server.action_prefix import apply_prefix, default_soft_steps
 from relay_ros.server.chunk_noise import ChunkNoise
 from relay_ros.server.visual_policy import VisualPolicy, crop_letterbox, find_red
-from relay_ros.sim.world import World
 from relay_ros.sim.world_camera import WorldCamera
 from relay_ros.wire.codec import packb, unpackb
+from relay_ros.world import World
 
 TIMEOUT = scaled(10.0)
 

@@ -60,13 +60,12 @@ def test_policy_client_reports_the_split_over_an_emulated_link() -> None:
     import numpy as np
 
     from relay_ros import PolicyClient
-    from relay_ros.server.app import ServerOptions, run_server_in_thread
+    from relay_ros.server import ServerOptions, run_server_in_thread
     from relay_ros.sim.link import LinkThread
 
     with run_server_in_thread(ServerOptions(latency_ms=50.0)) as server:
         with LinkThread("wan", ("127.0.0.1", server.port), lifetime_s=60, seed=2) as link:
             with PolicyClient("pi05", url=link.proxied_url(server.url("pi05"))) as client:
-                assert client.last_timing is None
                 meta = client.get_server_metadata()
                 height, width = meta["image_size"]
                 obs = {
@@ -75,9 +74,9 @@ def test_policy_client_reports_the_split_over_an_emulated_link() -> None:
                     "prompt": "pick",
                 }
                 before = link.stats()
-                client.infer(obs)
+                reply = client.infer_reply(obs)
                 after = link.stats()
-                timing = client.last_timing
+                timing = reply.timing
     assert timing is not None
     assert timing.bytes_sent == after.bytes_up - before.bytes_up
     assert timing.bytes_received == after.bytes_down - before.bytes_down
@@ -86,4 +85,5 @@ def test_policy_client_reports_the_split_over_an_emulated_link() -> None:
     assert timing.server_s is not None and timing.server_s >= 0.05
     # 150 kB over 20 Mbit/s is 60 ms, plus a 30 ms (at least) round trip.
     assert timing.upload_s >= 0.08
-    assert timing.total_s == pytest.approx(client.last_roundtrip_s, abs=0.02)
+    assert reply.roundtrip_s == timing.total_s
+    assert reply.sent_at == timing.send_done

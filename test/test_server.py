@@ -20,8 +20,7 @@ from helpers import groot_observation, pi_observation, scaled
 from websockets.exceptions import ConnectionClosed, ConnectionClosedError, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
-from relay_ros.server import ServerOptions, run_server_in_thread
-from relay_ros.server.app import ServerHandle, ServerStartError
+from relay_ros.server import ServerHandle, ServerOptions, ServerStartError, run_server_in_thread
 from relay_ros.wire.codec import packb, unpackb
 
 INTERNAL = {"type": "error", "message": "Internal inference error"}
@@ -147,7 +146,7 @@ def test_direct_url_in_metadata() -> None:
 def test_handle_urls_and_counters(server: ServerHandle) -> None:
     assert server.url("groot") == f"ws://127.0.0.1:{server.port}/groot"
     assert server.url_template == f"ws://127.0.0.1:{server.port}/{{model}}"
-    before = server.closed_connections
+    before = server.stats.connections_closed
     ws, _ = open_ws(server)
     assert server.stats.wait_for(lambda s: s.open_connections >= 1, TIMEOUT)
     ws.close()
@@ -241,7 +240,7 @@ def test_internal_detail_is_logged_not_sent(
     server: ServerHandle, caplog: pytest.LogCaptureFixture
 ) -> None:
     ws, _ = open_ws(server)
-    with ws, caplog.at_level("WARNING", logger="relay_ros.server.app"):
+    with ws, caplog.at_level("WARNING", logger="relay_ros.server.policy_server"):
         reply = ask(ws, pi_obs(state=np.zeros(31, np.float32)))
     assert reply == INTERNAL  # nothing beyond the fixed message
     assert "state has shape (31,); expected (32,) or (1, 32)" in caplog.text
@@ -529,7 +528,7 @@ def test_idle_connection_is_closed() -> None:
             ws.recv(timeout=TIMEOUT)
         assert info.value.rcvd is not None and info.value.rcvd.code == 1000
         assert handle.wait_closed_connections(1, TIMEOUT)
-        assert handle.open_connections == 0
+        assert handle.stats.open_connections == 0
 
 
 def test_simulated_latency_reported_in_server_timing() -> None:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from relay_ros.paths import ConfigNotFoundError, config_dir, config_file
-from relay_ros.server.app import ServerOptions, hard_size_limit
+from relay_ros.server import ServerOptions, hard_size_limit
 from relay_ros.server.embodiment import EmbodimentError, load_embodiment, load_embodiments
 from relay_ros.server.metadata import build_metadata
 from relay_ros.server.synthetic import SyntheticPolicy

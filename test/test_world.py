@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from relay_ros.sim.closed_loop import LoopSettings, run_closed_loop
-from relay_ros.sim.world import PlanarArm, TargetSchedule, World
 from relay_ros.sim.world_camera import DISTRACTOR_RGB, TARGET_RGB, WorldCamera
+from relay_ros.world import PlanarArm, TargetSchedule, World
 
 
 def test_inverse_kinematics_reaches_every_waypoint():

@@ -71,6 +71,7 @@ from relay_ros.bag.replay_session import (
     ReplaySession,
     ros_context,
 )
+from relay_ros.server import ServerOptions, run_server_in_thread
 
 __all__ = [
     "POLICIES",
@@ -199,8 +200,6 @@ def _policy_server(
     if plan.node_url is not None:
         yield plan.node_url, plan.url_text
         return
-    from relay_ros.server import ServerOptions, run_server_in_thread
-
     recorded = plan.recorded_policy
 
     def factory() -> Any:  # the server builds its policy from a zero-argument factory

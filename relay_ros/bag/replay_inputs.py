@@ -33,8 +33,13 @@ import numpy as np
 import yaml
 
 from relay_ros.bag.reader import BagReader
+from relay_ros.node.limit_params import limit_name
+from relay_ros.node.node_config import config_from_parameters
 from relay_ros.node.param_spec import flatten_parameters
+from relay_ros.node.params import spec_for
 from relay_ros.node.topic_names import expand_topic_name
+from relay_ros.pipeline.camera_map import camera_constraints, load_camera_map
+from relay_ros.wire.env import resolve_url
 
 __all__ = [
     "FORCED_PARAMETERS",
@@ -220,8 +225,6 @@ def _typed(name: str, value: Any) -> Any:
     rclpy refuses both for a declared double or string parameter, while a params
     file would write ``50.0`` and ``"123"``.
     """
-    from relay_ros.node.params import spec_for
-
     spec = spec_for(name)
     kind = spec.type if spec is not None else None
     is_int = isinstance(value, int) and not isinstance(value, bool)
@@ -258,8 +261,6 @@ def check_joint_names(
         for joint in output.joints:
             if joint not in recorded:
                 unknown.setdefault(joint, []).append(f"outputs.{output.name}.joints")
-    from relay_ros.node.limit_params import limit_name
-
     for name in given:
         parts = limit_name(name)
         if parts is not None and parts[0] not in recorded:
@@ -284,15 +285,11 @@ def node_config(file_params: Mapping[str, Any], overrides: Mapping[str, Any]) ->
     Raises:
         ParameterError: A parameter is missing or invalid (the message names it).
     """
-    from relay_ros.node.node_config import config_from_parameters
-
     return config_from_parameters({**file_params, **overrides})
 
 
 def required_topics(config: Any) -> dict[str, str]:
     """Topic -> type the node subscribes to (cameras from the camera map, joint states)."""
-    from relay_ros.pipeline.camera_map import camera_constraints, load_camera_map
-
     allowed, max_cameras = camera_constraints(config.model)
     cameras = load_camera_map(config.camera_map, allowed_keys=allowed, max_cameras=max_cameras)
     # Relative names resolve in the root namespace, where replay runs the node.
@@ -306,8 +303,6 @@ def resolve_server_url(url: str | None, model: str) -> tuple[str | None, str]:
     if url is None:
         return None, "reference server"
     if url in ("", "env", "WALLE_URL"):
-        from relay_ros.wire.env import resolve_url
-
         try:
             resolved = resolve_url(model)
         except KeyError:

@@ -30,6 +30,8 @@ from relay_ros.bag.replay_inputs import (
     resolve_server_url,
 )
 from relay_ros.node.topic_names import expand_topic_name
+from relay_ros.paths import config_dir
+from relay_ros.server.recorded import RecordedPolicyError, policy_for_config
 
 __all__ = ["POLICIES", "ReplayPlan", "plan_replay"]
 
@@ -83,8 +85,6 @@ def plan_replay(
     clock_hz: float,
 ) -> ReplayPlan:
     """Check every input (options, params, bag, joints) before a server or node starts."""
-    from relay_ros.paths import config_dir
-
     if not (isinstance(rate, (int, float)) and math.isfinite(rate) and rate > 0):
         raise ReplayError(f"rate {rate!r} must be a finite number > 0")
     if storage not in SUPPORTED_STORAGES:
@@ -131,8 +131,6 @@ def plan_replay(
         raise ReplayError(f"directory of the plot '{plot}' does not exist")
     recorded = None
     if policy == "recorded":
-        from relay_ros.server.recorded import RecordedPolicyError, policy_for_config
-
         try:
             recorded = policy_for_config(config, inputs.joint_times, inputs.joint_positions)
         except RecordedPolicyError as exc:

@@ -97,6 +97,8 @@ class ReplaySession:
     """
 
     def __init__(self, plan: ReplayPlan, context: Any, server_url: str) -> None:
+        # rclpy and the nodes load only when a replay runs: the checks before it
+        # (relay_ros.bag.replay's plain-Python part) work without ROS.
         from rclpy.clock import Clock, ClockType
         from rclpy.executors import SingleThreadedExecutor
         from rclpy.node import Node
@@ -165,7 +167,7 @@ class ReplaySession:
 
     def play(self, progress: Callable[[ReplayProgress], None] | None) -> dict[str, int]:
         """Play the configured topics with ``/clock``; messages played per topic."""
-        from relay_ros.bag.player import CLOCK_TOPIC, BagPlayer
+        from relay_ros.bag.player import CLOCK_TOPIC, BagPlayer  # rclpy: only when playing
 
         plan = self.plan
         self.player = BagPlayer(

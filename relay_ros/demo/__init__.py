@@ -13,7 +13,7 @@ joint positions.
 One module per concept, so that everything except `run_demo` is tested without ROS:
 
 - ``errors.py``: `DemoError`, `DemoArgumentError`;
-- ``models.py``: `DEMO_MODELS`, `REQUEST_MODES`, `load_model_config`;
+- ``models.py``: `REQUEST_MODES`, `load_model_config`;
 - ``launch_plan.py``: `demo_node_parameters`, `DEMO_LAUNCH_ARGUMENTS`,
   `demo_launch_plan`: what the demo starts and with which parameters (also used by
   ``launch/demo.launch.py``);
@@ -22,7 +22,7 @@ One module per concept, so that everything except `run_demo` is tested without R
 - ``policy_settings.py``: `DemoPolicy`, `FAULTS`: the policy, its noise, the
   smoothing and the wiring mistake to make;
 - ``result.py``: `DemoResult`, `CommandedChunk`, `DemoProgress`: what a run produced;
-- ``task.py``: `TaskMeasures`, `task_measures`, `jerk_rms`: tracking error and jerk;
+- ``relay_ros.sim.task``: `TaskMeasures`, `task_measures`, `jerk_rms` (re-exported);
 - ``recorder.py``: `ChunkRecorder`, `LatencyCollector`: what a run records;
 - ``rig.py``: `DemoRig`: the steps of a run on rclpy (start, wait, run, snapshot, stop);
 - ``run.py``: `run_demo` -> `DemoResult`: one run of the loop with its measures and
@@ -47,18 +47,17 @@ from relay_ros.demo.launch_plan import (
     demo_launch_plan,
     demo_node_parameters,
 )
-from relay_ros.demo.models import DEMO_MODELS, REQUEST_MODES, load_model_config
+from relay_ros.demo.models import REQUEST_MODES, load_model_config
 from relay_ros.demo.plot import plot_demo
 from relay_ros.demo.policy_settings import FAULTS, POLICY_KINDS, SMOOTHINGS, DemoPolicy
 from relay_ros.demo.report import format_progress, format_summary, stall_intervals
 from relay_ros.demo.result import CommandedChunk, DemoProgress, DemoResult
 from relay_ros.demo.run import run_demo
 from relay_ros.demo.server_process import ServerProcess, server_command
-from relay_ros.demo.task import TaskMeasures
+from relay_ros.sim.task import TaskMeasures
 
 __all__ = [
     "DEMO_LAUNCH_ARGUMENTS",
-    "DEMO_MODELS",
     "FAULTS",
     "POLICY_KINDS",
     "REQUEST_MODES",

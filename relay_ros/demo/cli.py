@@ -18,12 +18,12 @@ from typing import Any
 
 from relay_ros.demo.errors import DemoError
 from relay_ros.demo.launch_plan import ARM_NODE, CAMERAS_NODE, POLICY_NODE
-from relay_ros.demo.models import DEMO_MODELS
 from relay_ros.demo.plot import plot_demo
 from relay_ros.demo.policy_settings import FAULTS, POLICY_KINDS, SMOOTHINGS, DemoPolicy
 from relay_ros.demo.report import format_progress, format_summary
 from relay_ros.demo.result import DemoProgress, DemoResult
 from relay_ros.demo.run import run_demo
+from relay_ros.models import MODEL_IDS
 from relay_ros.sim.link_profiles import PRESETS
 from relay_ros.stop_signals import interrupt_once
 
@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
         "policy_node on this machine; compare early and synchronous requests; write a PNG.",
     )
     p.add_argument(
-        "--model", choices=DEMO_MODELS, default="pi05", help="policy model (default %(default)s)"
+        "--model", choices=MODEL_IDS, default="pi05", help="policy model (default %(default)s)"
     )
     p.add_argument(
         "--duration",

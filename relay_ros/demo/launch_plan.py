@@ -21,11 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from relay_ros.demo.errors import DemoArgumentError, DemoError
-from relay_ros.demo.models import DEMO_MODELS, check_mode, load_model_config
+from relay_ros.demo.models import check_mode, load_model_config
 from relay_ros.demo.policy_settings import DemoPolicy
 from relay_ros.demo.server_process import server_command
+from relay_ros.models import MODEL_IDS
 from relay_ros.node.launch_args import LaunchArgument
 from relay_ros.paths import config_file
+from relay_ros.pipeline.camera_map import load_camera_map
 
 __all__ = [
     "ARM_NODE",
@@ -83,7 +85,7 @@ def demo_node_parameters(
     policy's ``seed``.
 
     Args:
-        model: One of `DEMO_MODELS`.
+        model: A model ID of `relay_ros.models`.
         port: TCP port of the reference server.
         request_mode: ``"early"`` or ``"sync"``.
         host: Host of the reference server.
@@ -101,8 +103,6 @@ def demo_node_parameters(
     check_mode(request_mode)
     if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
         raise DemoArgumentError(f"port {port!r} is not an integer in [1, 65535]")
-    from relay_ros.pipeline.camera_map import load_camera_map
-
     cameras = load_camera_map(config.camera_map, allowed_keys=None, max_cameras=None)
     policy = policy or DemoPolicy()
     camera_params: dict[str, Any] = {
@@ -156,7 +156,7 @@ def demo_node_parameters(
 
 #: Arguments of ``launch/demo.launch.py`` (launch passes every value as a string).
 DEMO_LAUNCH_ARGUMENTS: tuple[LaunchArgument, ...] = (
-    LaunchArgument("model", "pi05", f"Policy model: one of {', '.join(DEMO_MODELS)}."),
+    LaunchArgument("model", "pi05", f"Policy model: one of {', '.join(MODEL_IDS)}."),
     LaunchArgument("port", "8000", "TCP port of the reference policy server."),
     LaunchArgument("latency_ms", "80", "Simulated inference latency of the server, ms."),
     LaunchArgument("jitter_ms", "20", "Uniform extra latency in [-J, +J] ms."),

@@ -20,22 +20,20 @@ from relay_ros.node.node_config import NodeConfig, config_from_parameters
 from relay_ros.node.param_spec import flatten_parameters
 from relay_ros.paths import config_dir, config_file
 
-__all__ = ["DEMO_MODELS", "REQUEST_MODES", "check_mode", "check_model", "load_model_config"]
+__all__ = ["REQUEST_MODES", "check_mode", "check_model", "load_model_config"]
 
-#: Models the demo can run (each has ``config/<model>.yaml`` and a camera map).
-DEMO_MODELS = MODEL_IDS
 #: ``request_mode`` values of policy_node.
 REQUEST_MODES: tuple[str, ...] = ("early", "sync")
 
 
 def check_model(model: str) -> str:
-    """Return ``model`` if it is one of `DEMO_MODELS`.
+    """Return ``model`` if it is a registered model ID.
 
     Raises:
         DemoArgumentError: it is not (names the value and the choices).
     """
-    if model not in DEMO_MODELS:
-        raise DemoArgumentError(f"model {model!r} is not one of {list(DEMO_MODELS)}")
+    if model not in MODEL_IDS:
+        raise DemoArgumentError(f"model {model!r} is not one of {list(MODEL_IDS)}")
     return model
 
 
@@ -70,7 +68,7 @@ def load_model_config(model: str) -> NodeConfig:
     Unset parameters take their node defaults, exactly as policy_node would.
 
     Raises:
-        DemoArgumentError: ``model`` is not one of `DEMO_MODELS`.
+        DemoArgumentError: ``model`` is not a registered model ID.
         DemoError: the file has no ``ros__parameters`` section.
         relay_ros.node.param_spec.ParameterError: the file's values are invalid.
     """

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from relay_ros.demo.policy_settings import DemoPolicy
-from relay_ros.demo.task import TaskMeasures
+from relay_ros.sim.task import TaskMeasures
 
 __all__ = ["PRE_ROLL_S", "CommandedChunk", "DemoProgress", "DemoResult"]
 

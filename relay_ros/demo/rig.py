@@ -123,7 +123,7 @@ class DemoRig:
     """One run's processes, nodes and threads; see the module docstring for the steps.
 
     Args:
-        model: One of `DEMO_MODELS`.
+        model: A model ID of `relay_ros.models`.
         config: ``config/<model>.yaml`` as policy_node reads it.
         request_mode: ``"early"`` or ``"sync"``.
         latency_ms: Simulated inference latency of the server (ms).
@@ -226,6 +226,7 @@ class DemoRig:
         return {"sim_cameras": cameras, "sim_arm": dict(params["sim_arm"][0]), "policy": policy}
 
     def _start_nodes(self, params: Mapping[str, list[Any]]) -> None:
+        # rclpy and the nodes load only when a run starts: relay_ros.demo imports without ROS.
         import rclpy
         from trajectory_msgs.msg import JointTrajectory
 

@@ -21,10 +21,10 @@ from relay_ros.demo.policy_settings import DemoPolicy, check_fault
 from relay_ros.demo.result import PRE_ROLL_S, CommandedChunk, DemoProgress, DemoResult
 from relay_ros.demo.rig import DemoRig, RunSnapshot
 from relay_ros.demo.server_process import server_command
-from relay_ros.demo.task import jerk_rms, task_measures
 from relay_ros.node.node_config import NodeConfig
 from relay_ros.sim.link_profiles import LinkProfile, get_profile
-from relay_ros.sim.world import World
+from relay_ros.sim.task import jerk_rms, task_measures
+from relay_ros.world import World
 
 __all__ = ["result_from_snapshot", "run_demo"]
 
@@ -54,7 +54,7 @@ def run_demo(
     even on Ctrl-C.
 
     Args:
-        model: One of `DEMO_MODELS`.
+        model: A model ID of `relay_ros.models`.
         duration_s: Seconds to run after the first chunk (> 0).
         request_mode: ``"early"`` or ``"sync"``.
         latency_ms: Simulated inference latency of the server in ms (>= 0).

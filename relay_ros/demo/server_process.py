@@ -51,7 +51,7 @@ def server_command(
     """The command line of the reference server for the demo.
 
     Args:
-        model: One of `DEMO_MODELS` (the only model served).
+        model: A model ID of `relay_ros.models` (the only model served).
         port: TCP port, 0 = any free port (then pass ``port_file``).
         latency_ms: Simulated inference time per request in ms (>= 0).
         jitter_ms: Uniform random extra latency in [-J, +J] ms (>= 0).

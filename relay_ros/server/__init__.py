@@ -8,18 +8,25 @@ from __future__ import annotations
 
 # relay_ros.wire checks the websockets version first: one clear line when it is too old.
 from relay_ros import wire as _wire  # noqa: F401
-from relay_ros.server.app import (
-    PolicyServer,
-    ServerHandle,
+from relay_ros.server.in_thread import ServerHandle, run_server_in_thread
+from relay_ros.server.options import (
+    DEFAULT_MAX_SESSIONS,
     ServerOptions,
     ServerStartError,
-    run_server_in_thread,
+    hard_size_limit,
+    load_policy_factory,
 )
+from relay_ros.server.policy_server import PolicyServer
+from relay_ros.server.stats import ServerStats
 
 __all__ = [
+    "DEFAULT_MAX_SESSIONS",
     "PolicyServer",
     "ServerHandle",
     "ServerOptions",
     "ServerStartError",
+    "ServerStats",
+    "hard_size_limit",
+    "load_policy_factory",
     "run_server_in_thread",
 ]

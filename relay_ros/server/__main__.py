@@ -19,14 +19,9 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from relay_ros.server.app import (
-    DEFAULT_MAX_SESSIONS,
-    PolicyServer,
-    ServerOptions,
-    ServerStartError,
-)
-from relay_ros.server.metadata import MODELS
-from relay_ros.server.recorded import recorded_factory
+from relay_ros.models import MODEL_IDS
+from relay_ros.server.options import DEFAULT_MAX_SESSIONS, ServerOptions, ServerStartError
+from relay_ros.server.policy_server import PolicyServer
 from relay_ros.stop_signals import stop_signals, take_stop_signals
 
 __all__ = ["build_parser", "main", "options_from_args"]
@@ -53,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--model",
         action="append",
-        choices=MODELS,
+        choices=MODEL_IDS,
         help="model served on /MODEL; repeatable (default: all of pi05, pi0, groot)",
     )
     p.add_argument(
@@ -171,6 +166,10 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
     """
     policy = args.policy
     if args.recorded_bag or args.recorded_params:
+        # Here, not at the top: the bag reader (rosbags) and the node's parameter
+        # table load only for --recorded-bag.
+        from relay_ros.bag.recorded_policy import recorded_factory
+
         policy = recorded_factory(
             args.recorded_bag,
             args.recorded_params,
@@ -181,7 +180,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
     return ServerOptions(
         host=args.host,
         port=args.port,
-        models=tuple(dict.fromkeys(args.model)) if args.model else MODELS,
+        models=tuple(dict.fromkeys(args.model)) if args.model else MODEL_IDS,
         lora_adapters=tuple(dict.fromkeys(args.lora)),
         latency_ms=args.latency_ms,
         jitter_ms=args.jitter_ms,

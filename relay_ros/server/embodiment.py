@@ -8,11 +8,12 @@ file given by path, so robot teams can dry-run their own layout.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from relay_ros.paths import config_file
@@ -23,6 +24,7 @@ __all__ = [
     "EmbodimentError",
     "load_embodiment",
     "load_embodiments",
+    "split_action_groups",
 ]
 
 EMBODIMENTS_FILE = "groot_embodiments.yaml"
@@ -169,3 +171,19 @@ def load_embodiment(spec: str | None = None) -> Embodiment:
     if chosen not in embodiments:
         raise EmbodimentError(f"embodiment {chosen!r} is not one of {sorted(embodiments)}")
     return embodiments[chosen]
+
+
+def split_action_groups(
+    flat: np.ndarray, action_groups: Sequence[tuple[str, int]]
+) -> dict[str, np.ndarray]:
+    """A GR00T reply's actions from a flat ``(H, D)`` chunk: ``{key: (1, H, width)}``.
+
+    The groups take consecutive columns in ``action_groups`` order (``(key, width)``
+    pairs whose widths add up to ``D``); each array is contiguous, as the codec sends it.
+    """
+    groups: dict[str, np.ndarray] = {}
+    start = 0
+    for key, width in action_groups:
+        groups[key] = np.ascontiguousarray(flat[None, :, start : start + width])
+        start += width
+    return groups

@@ -14,14 +14,12 @@ from relay_ros.models import MODEL_IDS, family_of, get_model
 from relay_ros.server.embodiment import Embodiment
 
 __all__ = [
-    "MODELS",
     "PI_CAMERA_KEYS",
     "PROTOCOL_VERSION",
     "build_metadata",
 ]
 
 PROTOCOL_VERSION = 1
-MODELS = MODEL_IDS
 # Camera keys π0/π0.5 accept, in openpi's order (base camera first).
 PI_CAMERA_KEYS = get_model("pi05").camera_keys
 
@@ -54,8 +52,8 @@ def build_metadata(
     Raises:
         ValueError: unknown model, or GR00T without an embodiment.
     """
-    if model not in MODELS:
-        raise ValueError(f"model {model!r} is not one of {list(MODELS)!r}")
+    if model not in MODEL_IDS:
+        raise ValueError(f"model {model!r} is not one of {list(MODEL_IDS)!r}")
     meta: dict[str, Any] = {"protocol": PROTOCOL_VERSION, "model": model}
     meta.update(get_model(model).server_metadata)
     if family_of(model) == "groot":

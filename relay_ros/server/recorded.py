@@ -18,30 +18,32 @@ key, so they never receive it.
 
 Joint positions are interpolated linearly between recorded samples and held at
 the first/last sample outside the recording. Action dimensions no output reads
-are 0. Plain Python and NumPy; :func:`load_recorded_policy` reads the bag and a
-params file for ``relay-policy-server --recorded-bag``.
+are 0. Plain Python and NumPy; :func:`policy_for_config` builds it for a node
+configuration, and :mod:`relay_ros.bag.recorded_policy` reads the bag and the params
+file for ``relay-policy-server --recorded-bag``.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
-import os
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+
+from relay_ros.models import family_of
+from relay_ros.pipeline.outputs import load_outputs
+from relay_ros.pipeline.server_spec import ServerSpec
+from relay_ros.server.embodiment import load_embodiment, split_action_groups
+from relay_ros.server.metadata import build_metadata
 
 __all__ = [
     "OBSERVATION_TIME_KEY",
     "RecordedPolicy",
     "RecordedPolicyError",
-    "load_recorded_policy",
     "observation_time",
     "policy_for_config",
-    "recorded_factory",
 ]
 
 logger = logging.getLogger(__name__)
@@ -155,12 +157,7 @@ class RecordedPolicy:
         flat = self.chunk(t)
         if self.action_groups is None:
             return {"actions": flat}
-        groups: dict[str, np.ndarray] = {}
-        start = 0
-        for key, width in self.action_groups:
-            groups[key] = np.ascontiguousarray(flat[None, :, start : start + width])
-            start += width
-        return {"actions": groups}
+        return {"actions": split_action_groups(flat, self.action_groups)}
 
     def reset(self) -> None:
         """Nothing to forget: the chunk depends only on the observation time."""
@@ -187,73 +184,6 @@ def observation_time(obs: Mapping[str, Any]) -> float:
     return t
 
 
-def recorded_factory(
-    bag: str | None,
-    params_file: str | None,
-    *,
-    models: Sequence[str] | None,
-    embodiment: str | None,
-    policy: str | None,
-) -> Callable[[], RecordedPolicy]:
-    """The server's zero-argument policy factory for ``--recorded-bag BAG --recorded-params F``.
-
-    The bag is read when the server loads the policy.
-
-    Raises:
-        ValueError: one of the two options without the other, together with
-            ``--policy``, or not exactly one ``--model``.
-    """
-    if not (bag and params_file):
-        raise ValueError("--recorded-bag and --recorded-params go together")
-    if policy:
-        raise ValueError("--recorded-bag serves the recorded policy; it cannot go with --policy")
-    if not models or len(set(models)) != 1:
-        raise ValueError("--recorded-bag serves one model: give exactly one --model")
-    return functools.partial(
-        load_recorded_policy, bag, params_file, model=models[0], embodiment=embodiment
-    )
-
-
-def load_recorded_policy(
-    bag: str | os.PathLike[str],
-    params_file: str | os.PathLike[str],
-    *,
-    model: str | None = None,
-    embodiment: str | None = None,
-    node_name: str = "policy_node",
-) -> RecordedPolicy:
-    """A :class:`RecordedPolicy` from a bag and the policy_node params file that maps it.
-
-    The params file gives the model (unless ``model`` is given), the joint states
-    topic and the outputs (joints -> action dims, or GR00T action groups); the
-    reference server's metadata for that model gives the horizon and rate.
-
-    Raises:
-        RecordedPolicyError: the bag or params file does not fit (message names it).
-        BagError: the bag is missing or unreadable.
-    """
-    from relay_ros.bag.replay_inputs import (
-        ReplayError,
-        node_config,
-        read_bag_input,
-        read_params_file,
-    )
-
-    try:
-        file_params = read_params_file(params_file, node_name)
-        config = node_config(file_params, {"model": model} if model else {})
-        from relay_ros.node.topic_names import expand_topic_name
-
-        # Relative names resolve in the root namespace, as in a replay.
-        topic = expand_topic_name(config.joint_states_topic)
-        inputs = read_bag_input(Path(bag), {topic: "sensor_msgs/msg/JointState"}, topic)
-    except (ReplayError, ValueError) as exc:
-        raise RecordedPolicyError(str(exc)) from None
-    return policy_for_config(
-        config, inputs.joint_times, inputs.joint_positions, embodiment=embodiment
-    )
-
-
 def policy_for_config(
     config: Any,
     joint_times: np.ndarray,
@@ -267,12 +197,6 @@ def policy_for_config(
         RecordedPolicyError: the outputs do not fit the model's action space, or a
             commanded joint is not recorded.
     """
-    from relay_ros.models import family_of
-    from relay_ros.pipeline.outputs import load_outputs
-    from relay_ros.pipeline.server_spec import ServerSpec
-    from relay_ros.server.embodiment import load_embodiment
-    from relay_ros.server.metadata import build_metadata
-
     try:
         groot = family_of(config.model) == "groot"
         body = load_embodiment(embodiment) if groot else None

@@ -1,6 +1,6 @@
 """The reference server's visual policy: find the red target in the cameras, move the arm to it.
 
-A stand-in for a trained VLA in the simulated world of `relay_ros.sim.world`. Like a
+A stand-in for a trained VLA in the simulated world of `relay_ros.world`. Like a
 trained model it knows how the arm and the cameras are built (their geometry is
 what it was "trained" on) and what each camera key means, but not where the target
 is: it only sees the images and the state of the observation, under the model's
@@ -45,7 +45,7 @@ from typing import Any
 import cv2
 import numpy as np
 
-from relay_ros.sim.world import PlanarArm, World
+from relay_ros.world import PlanarArm, World
 
 __all__ = [
     "CAMERA_KEY_ROLES",

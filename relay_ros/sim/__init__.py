@@ -1,7 +1,7 @@
 """Simulated robot for relay_ros: a joint_trajectory_controller stand-in, a world with a
 task, and cameras that see it.
 
-The plain modules (`trajectory_follower`, `world`, `world_camera`, `scene`,
+The plain modules (`trajectory_follower`, `task`, `world_camera`, `scene`,
 `closed_loop`) need no rclpy; the thin nodes (`arm_node`, `cameras_node`) wrap them
 for ROS 2. Only the plain names are re-exported here so that ``import relay_ros.sim``
 works without ROS; the camera names are imported lazily because they pull in OpenCV.
@@ -25,7 +25,7 @@ from relay_ros.sim.trajectory_follower import (
     format_t_obs,
     parse_t_obs,
 )
-from relay_ros.sim.world import (
+from relay_ros.world import (
     BaseCameraModel,
     PlanarArm,
     TargetSchedule,
@@ -64,11 +64,11 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name in ("SceneError", "SceneRenderer", "encode_jpeg"):
-        from relay_ros.sim import scene
+        from relay_ros.sim import scene  # OpenCV: only when asked for
 
         return getattr(scene, name)
     if name == "WorldCamera":
-        from relay_ros.sim import world_camera
+        from relay_ros.sim import world_camera  # OpenCV: only when asked for
 
         return world_camera.WorldCamera
     raise AttributeError(f"module 'relay_ros.sim' has no attribute {name!r}")

@@ -1,7 +1,7 @@
 """``sim_cameras``: simulated cameras publishing the world (or a moving scene) as ROS images.
 
 With ``scene: world`` (default) each camera draws the simulated world of
-`relay_ros.sim.world` from the arm's state (`relay_ros.sim.world_camera.WorldCamera`):
+`relay_ros.world` from the arm's state (`relay_ros.sim.world_camera.WorldCamera`):
 the node subscribes to the joint states, places the arm by its first two joints
 (``arm_joints``) and renders the base or wrist view with the target where its
 seeded schedule puts it at the frame's time. With ``scene: shapes`` it renders

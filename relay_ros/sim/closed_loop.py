@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 import cv2
 import numpy as np
 
-from relay_ros.demo.task import TaskMeasures, jerk_rms, task_measures
 from relay_ros.pipeline.action_prefix import committed_prefix
 from relay_ros.pipeline.images import resize_with_pad
 from relay_ros.pipeline.scheduler import ChunkScheduler
@@ -32,9 +31,10 @@ from relay_ros.server.action_prefix import default_soft_steps
 from relay_ros.server.chunk_noise import ChunkNoise
 from relay_ros.server.synthetic import ReferencePolicy
 from relay_ros.server.validation import Request
+from relay_ros.sim.task import TaskMeasures, jerk_rms, task_measures
 from relay_ros.sim.trajectory_follower import TrajectoryCommand, TrajectoryFollower
-from relay_ros.sim.world import World
 from relay_ros.sim.world_camera import WorldCamera
+from relay_ros.world import World
 
 __all__ = ["SMOOTHINGS", "ClosedLoopResult", "LoopSettings", "run_closed_loop"]
 

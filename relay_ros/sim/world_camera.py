@@ -1,4 +1,4 @@
-"""Camera frames of the simulated world (`relay_ros.sim.world`), drawn from the arm's state.
+"""Camera frames of the simulated world (`relay_ros.world`), drawn from the arm's state.
 
 `WorldCamera` renders what the base camera or the wrist camera sees at time ``t``
 with the arm at joint positions ``(q1, q2)``: the table with a 10 cm grid, the red
@@ -17,7 +17,7 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-from relay_ros.sim.world import World
+from relay_ros.world import World
 
 __all__ = [
     "CAMERA_ROLES",

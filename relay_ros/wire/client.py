@@ -15,14 +15,16 @@
   views of the received bytes, or the server's ``{"type": "error", "message": str}``
   map without raising; the connection stays usable. Replies are decoded under
   :data:`~relay_ros.wire.codec.REPLY_LIMITS` and a size cap, and checked against
-  the model family.
+  the model family. ``infer_reply`` returns the same as a
+  :class:`~relay_ros.wire.reply.Reply` that also says when the request went out,
+  its round trip and the server's timing.
 - After ``close()``, every call raises ``websockets.exceptions.ConnectionClosed``.
 
 The socket, TLS, framing, pings and deadlines live in
-:mod:`relay_ros.wire.transport`. Between calls, a small keep-alive thread services
-the idle socket every 0.5 s (answers pings and the server's closing handshake,
-sends keepalive pings) so that an idle client behaves like websockets' own; it
-never touches the socket while a call is running, so replies never pass through it.
+:mod:`relay_ros.wire.transport`. Between calls, an
+:class:`~relay_ros.wire.idle_servicer.IdleServicer` thread services the idle socket
+(pings, the server's closing handshake) so that an idle client behaves like
+websockets' own.
 """
 
 from __future__ import annotations
@@ -31,7 +33,6 @@ import dataclasses
 import logging
 import threading
 import time
-import weakref
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any
@@ -41,14 +42,17 @@ import numpy as np
 from websockets.exceptions import ConnectionClosed
 from websockets.frames import Close, CloseCode
 
-from relay_ros.models import family_of
+from relay_ros.models import get_model
 from relay_ros.wire.codec import REPLY_LIMITS, CodecError, DecodeLimits, unpackb
-from relay_ros.wire.env import check_model, direct_enabled, redact_url, resolve_url
+from relay_ros.wire.deadline import Deadline
+from relay_ros.wire.env import direct_enabled, redact_url, resolve_url
 from relay_ros.wire.errors import OpenCancelled, PolicyServerError, RequestTimeout
+from relay_ros.wire.idle_servicer import DEFAULT_IDLE_POLL_S, IdleServicer
 from relay_ros.wire.logsafe import shorten
 from relay_ros.wire.metadata import read_metadata
+from relay_ros.wire.reply import Reply, decode_reply
 from relay_ros.wire.request_timing import RequestTiming, server_seconds
-from relay_ros.wire.transport import Deadline, Transport
+from relay_ros.wire.transport import Transport
 
 __all__ = [
     "DEFAULT_MAX_REPLY_BYTES",
@@ -59,7 +63,6 @@ __all__ = [
     "PolicyServerError",
     "Reply",
     "RequestTimeout",
-    "decode_reply",
 ]
 
 _module_logger = logging.getLogger(__name__)
@@ -71,41 +74,6 @@ DEFAULT_MAX_REPLY_BYTES = 8 * 2**20
 DEFAULT_PING_INTERVAL_S = 20.0
 #: Default seconds a ping may go unanswered before the connection is failed.
 DEFAULT_PING_TIMEOUT_S = 20.0
-# How often the keep-alive thread services an idle connection, seconds.
-_KEEPALIVE_POLL_S = 0.5
-
-
-def _keepalive_loop(
-    client_ref: weakref.ref[PolicyClient],
-    transport: Transport,
-    lock: threading.Lock,
-    stop: threading.Event,
-) -> None:
-    """Service an idle connection: answer pings and the server's closing handshake.
-
-    Holds only a weak reference to the client, so a client that is dropped without
-    ``close()`` is closed here instead of keeping its socket and this thread alive.
-    """
-    while not stop.wait(_KEEPALIVE_POLL_S):
-        # Never wait for the lock: a running call reads the socket itself.
-        if not lock.acquire(blocking=False):
-            continue
-        try:
-            client = client_ref()
-            if client is None:
-                transport.close()
-                return
-            closed = client._closed
-            del client
-            if closed or not transport.poll():
-                return
-        except Exception:  # the helper thread must never die noisily
-            _module_logger.debug(
-                "keep-alive poll of %s failed", transport.display_url, exc_info=True
-            )
-            return
-        finally:
-            lock.release()
 
 
 def _abandon(transport: Transport, exc: BaseException) -> None:
@@ -116,92 +84,6 @@ def _abandon(transport: Transport, exc: BaseException) -> None:
         transport.abandon(CloseCode.PROTOCOL_ERROR, "unusable metadata")
     else:
         transport.abandon(CloseCode.NORMAL_CLOSURE, "open abandoned")
-
-
-@dataclasses.dataclass(frozen=True)
-class Reply:
-    """One decoded reply: exactly one of ``actions`` and ``error`` is set.
-
-    Attributes:
-        actions: π0/π0.5 a 2-D float array, GR00T a dict of float arrays.
-        error: the server's error map ``{"type": "error", "message": ...}`` (a text
-            frame, as openpi sends its traceback, becomes one too).
-        timing: the reply's ``server_timing`` map, if any.
-    """
-
-    actions: Any = None
-    error: dict[str, Any] | None = None
-    timing: dict[str, Any] | None = None
-
-
-def decode_reply(
-    model: str, message: bytes | str, limits: DecodeLimits = REPLY_LIMITS, source: str = "server"
-) -> Reply:
-    """Decode one reply to an observation and check it against the model family.
-
-    Args:
-        model: the model ID the client asked for (its family fixes the action type).
-        message: the received message.
-        limits: decode bounds (size cap, objects, nesting, lengths).
-        source: who sent it, for error texts (a redacted URL).
-
-    Raises:
-        PolicyServerError: not decodable within ``limits``, not a map with
-            ``actions`` nor an error map, or actions of the wrong type.
-    """
-    if isinstance(message, str):
-        return Reply(error={"type": "error", "message": message})
-    try:
-        reply = unpackb(message, limits)
-    except CodecError as exc:
-        raise PolicyServerError(f"{source} sent an undecodable reply: {exc}") from exc
-    if not isinstance(reply, dict):
-        raise PolicyServerError(
-            f"{source} sent {type(reply).__name__} {shorten(reply, 80)} as a reply; "
-            "expected a map with 'actions' or an error map"
-        )
-    timing = reply.get("server_timing")
-    timing = timing if isinstance(timing, dict) else None
-    if reply.get("type") == "error":
-        message_text = reply.get("message")
-        if not isinstance(message_text, str):
-            raise PolicyServerError(
-                f"{source} sent an error map whose message is {shorten(message_text, 80)}; "
-                "expected a str"
-            )
-        return Reply(error=reply, timing=timing)
-    if "actions" not in reply:
-        raise PolicyServerError(
-            f"{source} sent a map with keys {shorten(list(reply), 80)} as a reply; "
-            "expected 'actions' or an error map"
-        )
-    _check_actions(model, reply["actions"], source)
-    return Reply(actions=reply["actions"], timing=timing)
-
-
-def _check_actions(model: str, actions: Any, url: str) -> None:
-    """Raise PolicyServerError unless ``actions`` has the model family's type:
-    π0/π0.5 a 2-D float array, GR00T a non-empty dict of float arrays."""
-    if family_of(model) == "groot":
-        if (
-            isinstance(actions, dict)
-            and actions
-            and all(
-                isinstance(key, str) and isinstance(value, np.ndarray) and value.dtype.kind == "f"
-                for key, value in actions.items()
-            )
-        ):
-            return
-        expected = "a dict of float arrays, one per action group"
-    else:
-        if isinstance(actions, np.ndarray) and actions.ndim == 2 and actions.dtype.kind == "f":
-            return
-        expected = "a 2-D float array (action_horizon, action_dim)"
-    if isinstance(actions, np.ndarray):
-        got = f"an array of shape {actions.shape} and dtype {actions.dtype}"
-    else:
-        got = f"{type(actions).__name__} {shorten(actions, 80)}"
-    raise PolicyServerError(f"{url} sent {got} as {model} actions; expected {expected}")
 
 
 class PolicyClient:
@@ -224,11 +106,15 @@ class PolicyClient:
         cancel: When this event is set, opening gives up with
             :class:`~relay_ros.wire.errors.OpenCancelled` (used by ``PolicyConnection``
             so that its ``close()`` returns promptly while a server is loading).
+        idle_poll_s: Seconds between two services of the idle connection (pings,
+            the server's closing handshake) by the client's idle servicer thread.
+        on_close: Called on that thread when it finds the connection closed
+            between calls (server close, network, unanswered ping).
         logger: A ``logging.Logger``-like object for this client's messages
             (default: this module's logger), e.g. a ROS node's logger.
 
     Raises:
-        relay_ros.wire.env.UnknownModelError: ``model`` is not a known model ID.
+        relay_ros.models.UnknownModelError: ``model`` is not a known model ID.
         KeyError: ``WALLE_URL`` is not set (and no ``url`` was given).
         websockets.exceptions.InvalidURI: the URL is not a ``ws://``/``wss://`` URL.
         websockets.exceptions.InvalidStatus: the server refused the upgrade, e.g.
@@ -243,10 +129,6 @@ class PolicyClient:
     """
 
     model: str
-    last_server_timing: dict[str, Any] | None
-    last_roundtrip_s: float | None
-    last_sent_at: float | None
-    last_timing: RequestTiming | None
 
     def __init__(
         self,
@@ -258,21 +140,19 @@ class PolicyClient:
         ping_interval: float | None = DEFAULT_PING_INTERVAL_S,
         ping_timeout: float | None = DEFAULT_PING_TIMEOUT_S,
         cancel: threading.Event | None = None,
+        idle_poll_s: float = DEFAULT_IDLE_POLL_S,
+        on_close: Callable[[], None] | None = None,
         logger: Any = None,
     ) -> None:
-        self.model = check_model(model)
+        self.model = get_model(model).id
         if not (isinstance(max_reply_bytes, int) and max_reply_bytes > 0):
             raise ValueError(f"max_reply_bytes={max_reply_bytes!r}; expected a positive int")
+        if not idle_poll_s > 0:
+            raise ValueError(f"idle_poll_s={idle_poll_s!r}; expected a positive number of seconds")
         for name, value in (("ping_interval", ping_interval), ("ping_timeout", ping_timeout)):
             if value is not None and not value > 0:
                 raise ValueError(f"{name}={value!r}; expected a positive number of seconds or None")
         self._log = logger if logger is not None else _module_logger
-        self.last_server_timing = None
-        self.last_roundtrip_s = None
-        self.last_sent_at = None
-        self.last_timing = None
-        self._sent_at: float | None = None
-        self._timing: RequestTiming | None = None
         self._lock = threading.Lock()
         self._closed = False
         self._transport: Transport | None = None
@@ -325,14 +205,9 @@ class PolicyClient:
         self._transport = transport
         self._metadata: dict[str, Any] = metadata
         self._protocol_version = metadata.get("protocol", 0)
-        self._stop_keepalive = threading.Event()
-        self._keepalive = threading.Thread(
-            target=_keepalive_loop,
-            args=(weakref.ref(self), transport, self._lock, self._stop_keepalive),
-            name="relay-client-keepalive",
-            daemon=True,
+        self._idle = IdleServicer(
+            self, transport, self._lock, interval_s=idle_poll_s, on_close=on_close, logger=self._log
         )
-        self._keepalive.start()
         self._log.info(
             "connected to %s (model %s, protocol %s)",
             transport.display_url,
@@ -396,14 +271,6 @@ class PolicyClient:
             stays usable). An openpi server's text reply (its traceback) is
             returned the same way.
 
-        Also sets :attr:`last_server_timing` (the reply's ``server_timing`` map or
-        None), :attr:`last_roundtrip_s` (wall time of this call, seconds) and
-        :attr:`last_sent_at` (``time.perf_counter()`` when the observation was
-        fully written to the socket, for pipeline latency measurements) and
-        :attr:`last_timing` (a :class:`~relay_ros.wire.request_timing.RequestTiming`:
-        bytes each way and when the reply's first byte came, to split the latency
-        into upload, server and download).
-
         Raises:
             websockets.exceptions.ConnectionClosed: the connection is closed (by
                 ``close()``, the server's idle timeout, the network, or a ping the
@@ -414,37 +281,41 @@ class PolicyClient:
             PolicyServerError: the reply could not be decoded, is over the size cap,
                 or is not the model family's action type.
         """
-        return self._infer(obs, timeout)
-
-    def _infer(
-        self,
-        obs: dict[str, Any],
-        timeout: float | None,
-        on_sent: Callable[[], None] | None = None,
-    ) -> np.ndarray | dict[str, np.ndarray] | dict[str, Any]:
-        """:meth:`infer`, calling ``on_sent`` (if given) on this thread as soon as the
-        observation is fully written to the socket, before the reply is awaited
-        (``wire.connection`` uses it to hand the GIL back to the node's executor)."""
-        if timeout is not None and not timeout > 0:
-            raise ValueError(f"timeout={timeout!r}; expected a positive number of seconds or None")
-        start = time.perf_counter()
-        with self._lock:
-            transport = self._require_open()
-            message = self._exchange(transport, obs, timeout, "infer", on_sent)
-            self.last_sent_at = self._sent_at
-        reply = decode_reply(self.model, message, self._reply_limits, transport.display_url)
-        self.last_roundtrip_s = time.perf_counter() - start
-        self.last_server_timing = reply.timing
-        timing = self._timing
-        self.last_timing = (
-            None
-            if timing is None
-            else dataclasses.replace(timing, server_s=server_seconds(reply.timing))
-        )
+        reply = self.infer_reply(obs, timeout)
         if reply.error is not None:
             self._log.debug("server refused the observation: %s", shorten(reply.error["message"]))
-            return reply.error
-        return reply.actions
+        return reply.result()
+
+    def infer_reply(
+        self,
+        obs: dict[str, Any],
+        timeout: float | None = None,
+        *,
+        on_sent: Callable[[], None] | None = None,
+    ) -> Reply:
+        """:meth:`infer`, returning the whole result of the request: the actions or
+        error map, the reply's ``server_timing``, and its
+        :class:`~relay_ros.wire.request_timing.RequestTiming` (when it was sent, the
+        round trip, bytes each way, the upload / server / download split).
+
+        Args:
+            obs, timeout: As for :meth:`infer`.
+            on_sent: Called on this thread as soon as the observation is fully
+                written to the socket, before the reply is awaited
+                (``PolicyConnection`` uses it to hand the GIL back to the node's
+                executor).
+
+        Raises:
+            As :meth:`infer`.
+        """
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"timeout={timeout!r}; expected a positive number of seconds or None")
+        with self._lock:
+            transport = self._require_open()
+            message, timing = self._exchange(transport, obs, timeout, "infer", on_sent)
+        reply = decode_reply(self.model, message, self._reply_limits, transport.display_url)
+        timing = dataclasses.replace(timing, server_s=server_seconds(reply.server_timing))
+        return dataclasses.replace(reply, timing=timing)
 
     def _exchange(
         self,
@@ -453,35 +324,34 @@ class PolicyClient:
         timeout: float | None,
         what: str,
         on_sent: Callable[[], None] | None = None,
-    ) -> bytes | str:
-        """Send ``obj`` and return the next message, all within ``timeout``; on a
-        timeout close the connection and raise RequestTimeout. ``on_sent`` is called
-        once ``obj`` is written. Holds the lock."""
+    ) -> tuple[bytes | str, RequestTiming]:
+        """Send ``obj`` and return the next message and the request's timing, all
+        within ``timeout``; on a timeout close the connection and raise
+        RequestTimeout. ``on_sent`` is called once ``obj`` is written. Holds the lock."""
         deadline = Deadline(timeout)
         transport.discard_stale()
-        self._timing = None
         sent, received = transport.bytes_sent, transport.bytes_received
         try:
             transport.first_rx_at = None
             send_start = time.perf_counter()
             transport.send(obj, deadline if timeout is not None else None)
-            self._sent_at = time.perf_counter()
+            send_done = time.perf_counter()
             if on_sent is not None:
                 on_sent()
             message = transport.recv(deadline if timeout is not None else None)
             done = time.perf_counter()
-            self._timing = RequestTiming(
+            timing = RequestTiming(
                 bytes_sent=transport.bytes_sent - sent,
                 bytes_received=transport.bytes_received - received,
                 send_start=send_start,
-                send_done=self._sent_at,
+                send_done=send_done,
                 first_byte=transport.first_rx_at if transport.first_rx_at is not None else done,
                 reply_done=done,
             )
-            return message
+            return message, timing
         except TimeoutError as exc:
             self._closed = True
-            self._stop_keepalive.set()
+            self._idle.stop()
             transport.abort()
             transport.close()
             self._log.debug(
@@ -524,7 +394,7 @@ class PolicyClient:
             if not isinstance(self._protocol_version, int) or self._protocol_version < 1:
                 self._log.debug("reset() is a no-op: the server has no control frames (openpi)")
                 return
-            message = self._exchange(transport, {"type": "reset"}, timeout, "reset")
+            message, _timing = self._exchange(transport, {"type": "reset"}, timeout, "reset")
         reply = self._decode_control(transport, message) if isinstance(message, bytes) else message
         if not (isinstance(reply, dict) and reply.get("type") == "reset"):
             raise PolicyServerError(
@@ -552,7 +422,7 @@ class PolicyClient:
         a call is running, it waits for that call to finish (use :meth:`abort` first
         to end the call at once).
         """
-        self._stop_keepalive.set()
+        self._idle.stop()
         with self._lock:
             if not self._closed:
                 self._closed = True
@@ -560,8 +430,7 @@ class PolicyClient:
                 if transport is not None:
                     transport.close()
                     self._log.debug("closed %s", transport.display_url)
-        if self._keepalive is not threading.current_thread():
-            self._keepalive.join()
+        self._idle.join()
 
     def __enter__(self) -> PolicyClient:
         self._require_open()
@@ -584,23 +453,23 @@ class PolicyClient:
 
     # For owners that run the client on a thread of their own (PolicyConnection).
 
-    def poll(self) -> bool:
-        """Service an idle connection now: answer pings, send a keepalive ping when
-        due, notice a connection the server closed. Returns False once the connection
-        is closed; True while it is open or a call is running."""
-        if self._closed or self._transport is None:
-            return False
-        if not self._lock.acquire(blocking=False):
-            return True  # a call is running and reading the socket
-        try:
-            return self._transport.poll()
-        finally:
-            self._lock.release()
+    @property
+    def is_open(self) -> bool:
+        """True until the connection is closed (by :meth:`close`, the server, the
+        network or an unanswered ping); no network call."""
+        transport = self._transport
+        return not self._closed and transport is not None and transport.is_open
 
     def closed_error(self) -> ConnectionClosed:
-        """The ``ConnectionClosed`` that describes how the connection ended."""
+        """The ``ConnectionClosed`` that describes how the connection ended.
+
+        Waits for the call lock: the idle servicer may be in the middle of the
+        closing handshake (:attr:`is_open` is already False), and only once it is
+        done does the error say who closed with which code.
+        """
         assert self._transport is not None
-        return self._transport.closed_error()
+        with self._lock:
+            return self._transport.closed_error()
 
     @property
     def close_received(self) -> Close | None:

@@ -14,10 +14,10 @@ non-blocking front:
   once; at most one request is in flight. The worker delivers exactly one
   :class:`InferOutcome` per accepted request through ``on_result``, called on
   the worker thread (the node forwards it to its executor).
-- While idle, the worker answers the server's pings, pings a silent server and
-  notices a closed connection. The server's idle close (30 s without a request,
-  e.g. while the robot waits for its cameras) is expected: the worker reconnects
-  at once and says so at INFO the first time, DEBUG afterwards.
+- While idle, the client's idle servicer answers the server's pings, pings a silent
+  server and wakes the worker when the connection closes. The server's idle close
+  (30 s without a request, e.g. while the robot waits for its cameras) is expected:
+  the worker reconnects at once and says so at INFO the first time, DEBUG afterwards.
 - A request has a timeout (``request_timeout_s``, a number or a function asked
   before each request); when it passes the outcome carries ``connection_error``
   naming the timeout, and the worker drops the connection and reconnects, since
@@ -44,11 +44,13 @@ import numpy as np
 from websockets.exceptions import ConnectionClosed
 from websockets.uri import parse_uri
 
+from relay_ros.models import get_model
 from relay_ros.wire.client import PolicyClient
 from relay_ros.wire.codec import CodecError
-from relay_ros.wire.env import check_model, redact_text, redact_url, resolve_url
+from relay_ros.wire.env import redact_text, redact_url, resolve_url
 from relay_ros.wire.errors import OpenCancelled, PolicyServerError, RequestTimeout
 from relay_ros.wire.reconnect import DEFAULT_PROBE_S, Backoff, RetryWait, WaitEnd
+from relay_ros.wire.reply import Reply
 from relay_ros.wire.request_timing import RequestTiming
 
 __all__ = ["InferOutcome", "PolicyConnection"]
@@ -77,8 +79,8 @@ class InferOutcome:
             the client refused, an unexpected fault); the worker then reconnects.
         sent_at: ``time.perf_counter()`` when the observation was fully written to
             the socket; None when nothing was sent.
-        timing: Bytes and timestamps of the request (``PolicyClient.last_timing``)
-            for the upload / server / download split; None when it failed.
+        timing: Bytes and timestamps of the request (``Reply.timing``) for the
+            upload / server / download split; None when it failed.
     """
 
     tag: object
@@ -88,6 +90,14 @@ class InferOutcome:
     connection_error: str | None
     sent_at: float | None = None
     timing: RequestTiming | None = None
+
+    @classmethod
+    def of_reply(cls, tag: object, reply: Reply) -> InferOutcome:
+        """The outcome of a request that got ``reply`` (actions or an error map)."""
+        timing, server_timing = reply.timing, reply.server_timing
+        return cls(
+            tag, reply.result(), reply.roundtrip_s, server_timing, None, reply.sent_at, timing
+        )
 
 
 def _describe(exc: BaseException) -> str:
@@ -127,8 +137,8 @@ class PolicyConnection:
         reconnect_probe_s: While waiting to retry, probe the server's port with a TCP
             connect this often (seconds); the first probe that connects after the port
             was closed ends the wait. None: no probes, the delay alone decides.
-        idle_poll_s: How often an idle worker services the socket (pings, close
-            detection), seconds.
+        idle_poll_s: How often the client's idle servicer services the idle socket
+            (pings, close detection), seconds.
         request_timeout_s: Seconds one request may take (send and reply), a
             function returning that (asked before each request, so it can follow
             measured latency), or None for no timeout.
@@ -139,7 +149,7 @@ class PolicyConnection:
             clients' messages (default: this module's logger).
 
     Raises:
-        relay_ros.wire.env.UnknownModelError: unknown model ID.
+        relay_ros.models.UnknownModelError: unknown model ID.
         KeyError: ``WALLE_URL`` is not set and no ``url`` was given.
         websockets.exceptions.InvalidURI: the URL is not a ws:// or wss:// URL.
         ValueError: a timing option is not positive.
@@ -165,7 +175,7 @@ class PolicyConnection:
         max_reply_bytes: int = 8 * 2**20,
         logger: Any = None,
     ) -> None:
-        check_model(model)
+        get_model(model)
         for name, value in (
             ("idle_poll_s", idle_poll_s),
             ("open_timeout", 1.0 if open_timeout is None else open_timeout),
@@ -334,6 +344,8 @@ class PolicyConnection:
                     url=self.url,
                     open_timeout=self._open_timeout,
                     cancel=self._stop,
+                    idle_poll_s=self._idle_poll_s,
+                    on_close=self._work.set,
                     logger=self._log,
                     **self._client_options,
                 )
@@ -438,7 +450,7 @@ class PolicyConnection:
                 reason = self._infer(client, *pending)
                 if reason is not None:
                     return None if self._stop.is_set() else reason
-            elif not reset and not client.poll():
+            elif not client.is_open:
                 return _describe(client.closed_error())
 
     def _infer(self, client: PolicyClient, obs: dict[str, Any], tag: object) -> str | None:
@@ -446,15 +458,8 @@ class PolicyConnection:
         reason: str | None = None
         timeout = self._timeout_now()
         try:
-            reply = client._infer(obs, timeout, self._sent.set)
-            outcome = InferOutcome(
-                tag,
-                reply,
-                client.last_roundtrip_s,
-                client.last_server_timing,
-                None,
-                client.last_sent_at,
-                client.last_timing,
+            outcome = InferOutcome.of_reply(
+                tag, client.infer_reply(obs, timeout, on_sent=self._sent.set)
             )
         except CodecError as exc:  # nothing was sent; the connection is fine
             message = f"observation cannot be encoded: {exc}"

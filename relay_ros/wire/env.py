@@ -8,7 +8,7 @@ not leak into child processes or into other libraries of the robot's process.
 
 ``WALLE_URL`` holds a ``{model}`` placeholder, e.g.
 ``wss://acme--walle-{model}.modal.run`` or ``ws://127.0.0.1:8000/{model}``;
-:func:`resolve_url` fills it with one of the model IDs in :data:`MODELS`.
+:func:`resolve_url` fills it with one of the model IDs of :mod:`relay_ros.models`.
 
 A URL may carry secrets (``wss://user:token@host/...``, ``?token=...``). The
 client needs them to connect, but nothing else may show them: every log line,
@@ -26,13 +26,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 from dotenv import dotenv_values, find_dotenv
 
-from relay_ros.models import MODEL_IDS as MODELS
+from relay_ros.models import get_model
 
 __all__ = [
-    "MODELS",
     "EnvSettingError",
-    "UnknownModelError",
-    "check_model",
     "direct_enabled",
     "find_env_file",
     "get_setting",
@@ -42,23 +39,8 @@ __all__ = [
 ]
 
 
-class UnknownModelError(ValueError):
-    """The model ID is not one of :data:`MODELS`."""
-
-
 class EnvSettingError(ValueError):
     """An environment setting has a value this module cannot use."""
-
-
-def check_model(model: str) -> str:
-    """Return ``model`` unchanged if it is a known model ID.
-
-    Raises:
-        UnknownModelError: ``model`` is not one of :data:`MODELS`.
-    """
-    if model not in MODELS:
-        raise UnknownModelError(f"model {model!r} is not one of {list(MODELS)}")
-    return model
 
 
 def find_env_file(cwd: Path | None = None) -> Path | None:
@@ -117,11 +99,11 @@ def resolve_url(
             directory.
 
     Raises:
-        UnknownModelError: ``model`` is not one of :data:`MODELS`.
+        relay_ros.models.UnknownModelError: ``model`` is not a registered model ID.
         KeyError: ``KeyError('WALLE_URL')`` when neither the environment nor a
             ``.env`` file sets it.
     """
-    check_model(model)
+    get_model(model)
     template = get_setting("WALLE_URL", environ=environ, cwd=cwd)
     if template is None:
         raise KeyError("WALLE_URL")

@@ -1,4 +1,4 @@
-"""TCP opening under a :class:`~relay_ros.wire.deadline.Deadline` and a cancel event.
+"""TCP and TLS opening under a :class:`~relay_ros.wire.deadline.Deadline` and a cancel event.
 
 Used by :class:`~relay_ros.wire.transport.Transport` (the TCP step of an open) and by
 the reconnect probe (:mod:`relay_ros.wire.reconnect`), which resolves a server's name
@@ -10,6 +10,7 @@ once and then only tries its addresses:
 - :func:`connect`: a non-blocking connect to each address in turn, all under the one
   deadline, ``TCP_NODELAY`` set (requests are single large writes and replies must not
   wait for Nagle's algorithm).
+- :func:`start_tls`: the TLS handshake of ``wss://``, non-blocking under the deadline.
 - :func:`wait_socket`: block until a socket is readable or writable, the deadline
   passes or the cancel event is set.
 """
@@ -24,10 +25,9 @@ import ssl
 import threading
 from typing import Any
 
-from relay_ros.wire.deadline import CANCEL_POLL_S, Deadline, timeout_error
-from relay_ros.wire.errors import OpenCancelled
+from relay_ros.wire.deadline import Deadline, wait_slice
 
-__all__ = ["Address", "connect", "open_tcp", "resolve", "wait_socket"]
+__all__ = ["Address", "connect", "open_tcp", "resolve", "start_tls", "wait_socket"]
 
 #: One ``getaddrinfo`` result: ``(family, type, proto, canonname, sockaddr)``.
 Address = tuple[Any, ...]
@@ -46,13 +46,7 @@ def wait_socket(
     if not write and isinstance(sock, ssl.SSLSocket) and sock.pending():
         return
     while True:
-        if cancel is not None and cancel.is_set():
-            raise OpenCancelled(what)
-        timeout = deadline.remaining()
-        if timeout is not None and timeout <= 0:
-            raise timeout_error(deadline, what)
-        if cancel is not None:
-            timeout = CANCEL_POLL_S if timeout is None else min(timeout, CANCEL_POLL_S)
+        timeout = wait_slice(deadline, cancel, what)
         if write:
             _, ready, _ = select.select([], [sock], [], timeout)
         else:
@@ -93,13 +87,7 @@ def resolve(
 
     threading.Thread(target=lookup, name="relay-resolve", daemon=True).start()
     while not done.is_set():
-        if cancel is not None and cancel.is_set():
-            raise OpenCancelled(what)
-        timeout = deadline.remaining()
-        if timeout is not None and timeout <= 0:
-            raise timeout_error(deadline, what)
-        wait = CANCEL_POLL_S if timeout is None else min(timeout, CANCEL_POLL_S)
-        done.wait(wait)
+        done.wait(wait_slice(deadline, cancel, what))
     outcome = result[0]
     if isinstance(outcome, BaseException):
         raise outcome
@@ -160,3 +148,31 @@ def open_tcp(
         OpenCancelled: ``cancel`` was set.
     """
     return connect(resolve(host, port, deadline, cancel, what), host, port, deadline, cancel, what)
+
+
+def start_tls(
+    sock: socket.socket,
+    host: str,
+    deadline: Deadline,
+    cancel: threading.Event | None,
+    what: str,
+) -> ssl.SSLSocket:
+    """Run the TLS handshake for ``wss://`` with the system's default trust store
+    (``SSL_CERT_FILE``/``SSL_CERT_DIR`` apply) and hostname checking.
+
+    Raises:
+        ssl.SSLError: the handshake failed (an ``OSError``).
+    """
+    context = ssl.create_default_context()
+    tls = context.wrap_socket(sock, server_hostname=host, do_handshake_on_connect=False)
+    tls.setblocking(False)
+    while True:
+        try:
+            tls.do_handshake()
+            break
+        except ssl.SSLWantReadError:
+            wait_socket(tls, write=False, deadline=deadline, cancel=cancel, what=what)
+        except ssl.SSLWantWriteError:
+            wait_socket(tls, write=True, deadline=deadline, cancel=cancel, what=what)
+    tls.setblocking(True)
+    return tls

@@ -13,9 +13,8 @@ module moves bytes between it and a socket, under deadlines:
   bytes; when nothing arrives within ``ping_timeout`` after it, the connection is
   failed with close code 1011 ("keepalive ping timeout"), as websockets' own
   keepalive does. So a dead peer or a half-open TCP connection is noticed.
-- Outgoing data frames are built by :class:`FrameWriter`: the msgpack pieces from
-  :func:`relay_ros.wire.codec.pack_parts` copied once into a reusable buffer and
-  masked in place.
+- Outgoing data frames are built by :class:`~relay_ros.wire.frame_writer.FrameWriter`:
+  the msgpack pieces copied once into a reusable buffer and masked in place.
 
 Why not ``websockets.sync.client``: it reads the socket on a background thread and
 hands each message over through a condition variable. A policy client makes one
@@ -31,28 +30,26 @@ import secrets
 import select
 import socket
 import ssl
-import struct
 import threading
 import time
 from collections import deque
 from typing import Any
 
-import numpy as np
 from websockets.client import ClientProtocol
 from websockets.exceptions import ConnectionClosed, ConnectionClosedOK, PayloadTooBig
 from websockets.frames import Close, CloseCode, Frame, Opcode
 from websockets.http11 import Response
 from websockets.protocol import State
-from websockets.uri import WebSocketURI, parse_uri
+from websockets.uri import parse_uri
 
-from relay_ros import __version__
-from relay_ros.wire.codec import pack_parts
-from relay_ros.wire.deadline import CANCEL_POLL_S, Deadline, timeout_error
+from relay_ros._version import __version__
+from relay_ros.wire.deadline import Deadline, timeout_error, wait_slice
 from relay_ros.wire.env import redact_url
-from relay_ros.wire.errors import OpenCancelled, PolicyServerError
-from relay_ros.wire.tcp import open_tcp, wait_socket
+from relay_ros.wire.errors import PolicyServerError
+from relay_ros.wire.frame_writer import FrameWriter
+from relay_ros.wire.tcp import open_tcp, start_tls
 
-__all__ = ["Deadline", "FrameWriter", "Transport"]
+__all__ = ["Transport"]
 
 _module_logger = logging.getLogger(__name__)
 
@@ -145,7 +142,7 @@ class Transport:
         try:
             self._sock = open_tcp(ws_uri.host, ws_uri.port, deadline, cancel, self.display_url)
             if ws_uri.secure:
-                self._sock = _start_tls(self._sock, ws_uri, deadline, cancel, self.display_url)
+                self._sock = start_tls(self._sock, ws_uri.host, deadline, cancel, self.display_url)
             self._handshake(deadline, cancel)
         except BaseException:
             self._close_socket()
@@ -305,18 +302,9 @@ class Transport:
         assert sock is not None
         if isinstance(sock, ssl.SSLSocket) and sock.pending():
             return
+        next_event = (lambda: self._keepalive(time.monotonic())) if keepalive else None
         while True:
-            if cancel is not None and cancel.is_set():
-                raise OpenCancelled(self.display_url)
-            timeout = None if deadline is None else deadline.remaining()
-            if timeout is not None and timeout <= 0:
-                raise timeout_error(deadline, self.display_url)  # type: ignore[arg-type]
-            if keepalive:
-                next_event = self._keepalive(time.monotonic())
-                if next_event is not None:
-                    timeout = next_event if timeout is None else min(timeout, next_event)
-            if cancel is not None:
-                timeout = CANCEL_POLL_S if timeout is None else min(timeout, CANCEL_POLL_S)
+            timeout = wait_slice(deadline, cancel, self.display_url, next_event)
             if timeout is None:
                 return  # block in recv()
             readable, _, _ = select.select([sock], [], [], max(timeout, 0.0))
@@ -500,92 +488,3 @@ class Transport:
         finally:
             if not self._closed:
                 self._connection_lost()
-
-
-# Frame buffers up to this size are kept for the next request, bytes.
-_KEEP_BUFFER_BYTES = 16 * 2**20
-# Payload offset in the frame buffer: room for the longest WebSocket header
-# (2 + 8 + 4 bytes) in front of it, and 4-byte alignment for in-place masking.
-_PAYLOAD_OFFSET = 16
-
-
-class FrameWriter:
-    """Builds a masked binary WebSocket frame in a reusable buffer.
-
-    Why: a π0.5 observation is ~450 kB. ``codec.packb`` + ``ClientProtocol``
-    would copy it four times into fresh allocations (msgpack buffer, bytes,
-    masked copy, frame assembly), and on a loaded machine the page faults of
-    those allocations cost more than the copies. Here each array is copied once
-    into a buffer that is kept between requests and masked in place (RFC 6455
-    masking with a fresh random key per frame, as websockets does).
-    """
-
-    def __init__(self) -> None:
-        self._buffer = bytearray(_PAYLOAD_OFFSET + 64 * 1024)
-
-    def frame(self, obj: Any) -> memoryview:
-        """Return a view of the complete frame for ``obj``; release it after sending.
-
-        Raises:
-            relay_ros.wire.codec.CodecError: ``obj`` cannot be encoded.
-        """
-        parts = pack_parts(obj)
-        length = sum(len(part) if isinstance(part, bytes) else part.nbytes for part in parts)
-        needed = _PAYLOAD_OFFSET + length
-        buffer = self._buffer
-        if needed > len(buffer):
-            buffer = bytearray(max(needed, 2 * len(buffer)))
-            if len(buffer) <= _KEEP_BUFFER_BYTES:
-                self._buffer = buffer
-        offset = _PAYLOAD_OFFSET
-        for part in parts:
-            end = offset + (len(part) if isinstance(part, bytes) else part.nbytes)
-            buffer[offset:end] = part
-            offset = end
-        mask = secrets.token_bytes(4)
-        if length < 126:
-            header = struct.pack(">BB", 0x82, 0x80 | length)
-        elif length < 0x10000:
-            header = struct.pack(">BBH", 0x82, 0x80 | 126, length)
-        else:
-            header = struct.pack(">BBQ", 0x82, 0x80 | 127, length)
-        header += mask
-        start = _PAYLOAD_OFFSET - len(header)
-        buffer[start:_PAYLOAD_OFFSET] = header
-        words = length // 4
-        if words:
-            # Native-order uint32 XOR keeps byte i paired with mask[i % 4].
-            view = np.frombuffer(buffer, np.uint32, count=words, offset=_PAYLOAD_OFFSET)
-            np.bitwise_xor(view, np.frombuffer(mask, np.uint32)[0], out=view)
-            del view
-        for index in range(_PAYLOAD_OFFSET + 4 * words, needed):
-            buffer[index] ^= mask[(index - _PAYLOAD_OFFSET) % 4]
-        return memoryview(buffer)[start:needed]
-
-
-def _start_tls(
-    sock: socket.socket,
-    ws_uri: WebSocketURI,
-    deadline: Deadline,
-    cancel: threading.Event | None,
-    what: str,
-) -> ssl.SSLSocket:
-    """Run the TLS handshake for ``wss://`` with the system's default trust store
-    (``SSL_CERT_FILE``/``SSL_CERT_DIR`` apply) and hostname checking.
-
-    Raises:
-        ssl.SSLError: the handshake failed (an ``OSError``).
-    """
-    context = ssl.create_default_context()
-    tls = context.wrap_socket(sock, server_hostname=ws_uri.host, do_handshake_on_connect=False)
-    tls.setblocking(False)
-    while True:
-        try:
-            tls.do_handshake()
-            break
-        except ssl.SSLWantReadError:
-            wait_socket(tls, write=False, deadline=deadline, cancel=cancel, what=what)
-        except ssl.SSLWantWriteError:
-            wait_socket(tls, write=True, deadline=deadline, cancel=cancel, what=what)
-    tls.setblocking(True)
-    return tls

@@ -15,8 +15,8 @@ with validation, on the server's decode threads (started with the server, at mos
 ``DECODE_THREADS``), so a client sending a costly frame delays only its own reply.
 Log lines quote client values through :func:`relay_ros.wire.logsafe.shorten`.
 
-:func:`run_server_in_thread` runs a server on its own event loop in a background
-thread, for tests, the demo and benchmarks.
+Its options are :mod:`relay_ros.server.options`; :mod:`relay_ros.server.in_thread`
+runs it in a background thread.
 """
 
 from __future__ import annotations
@@ -26,13 +26,10 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import functools
-import importlib
 import logging
-import math
 import random
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
@@ -45,10 +42,18 @@ from websockets.exceptions import ConnectionClosed
 
 from relay_ros.models import family_of
 from relay_ros.server.chunk_noise import ChunkNoise
-from relay_ros.server.embodiment import Embodiment, load_embodiment
-from relay_ros.server.metadata import MODELS, PI_CAMERA_KEYS, build_metadata
+from relay_ros.server.embodiment import Embodiment, load_embodiment, split_action_groups
+from relay_ros.server.idle_watchdog import IdleWatchdog
+from relay_ros.server.metadata import PI_CAMERA_KEYS, build_metadata
+from relay_ros.server.options import (
+    ServerOptions,
+    ServerStartError,
+    hard_size_limit,
+    load_policy_factory,
+)
 from relay_ros.server.sessions import Session, SessionTable
-from relay_ros.server.synthetic import POLICY_KINDS, ReferencePolicy
+from relay_ros.server.stats import ServerStats
+from relay_ros.server.synthetic import ReferencePolicy
 from relay_ros.server.validation import (
     INTERNAL_ERROR,
     INVALID_PAYLOAD,
@@ -61,195 +66,12 @@ from relay_ros.server.validation import (
 from relay_ros.wire.codec import OBSERVATION_LIMITS, CodecError, packb, unpackb
 from relay_ros.wire.logsafe import shorten
 
-__all__ = [
-    "DEFAULT_MAX_SESSIONS",
-    "PolicyServer",
-    "ServerHandle",
-    "ServerOptions",
-    "ServerStartError",
-    "ServerStats",
-    "hard_size_limit",
-    "load_policy_factory",
-    "run_server_in_thread",
-]
+__all__ = ["DECODE_THREADS", "PolicyServer"]
 
 logger = logging.getLogger(__name__)
 
-MIB = 1024 * 1024
 #: Threads that decode and validate frames off the event loop.
 DECODE_THREADS = 4
-#: Sessions kept per connection by default (one robot uses one per episode, or one
-#: per arm; a client multiplexing a fleet over one connection stays far below it).
-DEFAULT_MAX_SESSIONS = 256
-
-
-class ServerStartError(RuntimeError):
-    """The server could not start (bad options, port in use, policy factory failed)."""
-
-
-def hard_size_limit(max_message_bytes: int) -> int:
-    """Largest frame websockets buffers (bytes): ``max(2 * limit, limit + 1 MiB)``.
-
-    Frames between ``max_message_bytes`` and this cap are answered with
-    ``Invalid request payload``; larger ones close the connection with 1009.
-    """
-    return max(2 * max_message_bytes, max_message_bytes + MIB)
-
-
-@dataclass(frozen=True)
-class ServerOptions:
-    """Everything that configures a :class:`PolicyServer` (the CLI flags map 1:1).
-
-    Attributes:
-        host: interface to bind.
-        port: TCP port; 0 picks a free one (see :attr:`ServerHandle.port`).
-        models: model IDs served, each on ``/{model}``.
-        lora_adapters: adapter names accepted in ``sampling_params.lora``.
-        latency_ms: simulated inference time added to every observation (ms).
-        jitter_ms: uniform random extra in ``[-jitter_ms, +jitter_ms]`` (ms, total >= 0).
-        load_delay_s: metadata is sent only this long after the server starts (s),
-            simulating model loading; connections opened meanwhile wait.
-        idle_timeout_s: close a connection after this long without a frame (s); 0 = never.
-        max_message_mib: frames larger than this get ``Invalid request payload`` (MiB).
-        direct_url: advertised as metadata ``direct_url`` when set.
-        embodiment: GR00T embodiment: a name in ``config/groot_embodiments.yaml``, a
-            YAML path, or ``path.yaml:name``; ``None`` uses the file's default.
-        policy: ``"module:factory"`` or a zero-argument callable returning a policy object
-            with ``infer(obs: dict) -> dict | np.ndarray`` (openpi's ``BasePolicy``);
-            optional ``metadata`` (dict merged into the metadata) and ``reset()``.
-            ``None`` serves the built-in synthetic policy.
-        needs_session_id: advertise ``needs_session_id`` and refuse observations
-            without ``session_id``.
-        synthetic: the built-in policy's plan: ``"flow"`` (ignores the cameras) or
-            ``"visual"`` (moves to the red target of the simulated world).
-        chunk_noise: scale of the built-in policy's chunk-to-chunk variation (0 = off,
-            1 = the realistic default of `ChunkNoise`).
-        action_prefix: advertise and honour the ``action_prefix`` extension
-            (built-in policy only).
-        seed: seeds the random streams of observations without ``seed`` (session k
-            of the server gets ``[seed, k]``); None = fresh OS entropy.
-        max_sessions: sessions kept per connection; a new ``session_id`` beyond it
-            evicts the least recently used session of that connection (its random
-            stream starts afresh if it comes back), so a client can never grow the
-            server's memory without bound. The default session counts as one.
-        observation_hook: called as ``hook(model, observation)`` with every
-            observation that passed validation, before the policy runs, on the
-            server's loop (so it must be quick); ``relay-ros replay
-            --save-observations`` uses it.
-    """
-
-    host: str = "127.0.0.1"
-    port: int = 0
-    models: tuple[str, ...] = MODELS
-    lora_adapters: tuple[str, ...] = ()
-    latency_ms: float = 0.0
-    jitter_ms: float = 0.0
-    load_delay_s: float = 0.0
-    idle_timeout_s: float = 30.0
-    max_message_mib: float = 64.0
-    direct_url: str | None = None
-    embodiment: str | None = None
-    policy: str | Callable[[], Any] | None = None
-    needs_session_id: bool = False
-    synthetic: str = "flow"
-    chunk_noise: float = 0.0
-    action_prefix: bool = False
-    seed: int | None = None
-    observation_hook: Callable[[str, dict[str, Any]], None] | None = None
-    max_sessions: int = DEFAULT_MAX_SESSIONS
-
-    def __post_init__(self) -> None:
-        if self.synthetic not in POLICY_KINDS:
-            raise ValueError(f"synthetic={self.synthetic!r}; expected one of {list(POLICY_KINDS)}")
-        if not math.isfinite(self.chunk_noise) or self.chunk_noise < 0:
-            raise ValueError(f"chunk_noise={self.chunk_noise!r}; expected a finite number >= 0")
-        if not self.models:
-            raise ValueError(f"models is empty; expected some of {list(MODELS)!r}")
-        for model in self.models:
-            if model not in MODELS:
-                raise ValueError(f"model {model!r} is not one of {list(MODELS)!r}")
-        if len(set(self.models)) != len(self.models):
-            raise ValueError(f"models {list(self.models)!r} lists a model twice")
-        if not 0 <= self.port <= 65535:
-            raise ValueError(f"port {self.port} is not in 0..65535")
-        for name in ("latency_ms", "jitter_ms", "load_delay_s", "idle_timeout_s"):
-            value = getattr(self, name)
-            if not math.isfinite(value) or value < 0:
-                raise ValueError(f"{name}={value!r}; expected a finite number >= 0")
-        if not math.isfinite(self.max_message_mib) or self.max_message_mib <= 0:
-            raise ValueError(f"max_message_mib={self.max_message_mib!r}; expected a number > 0")
-        if (
-            isinstance(self.max_sessions, bool)
-            or not isinstance(self.max_sessions, int)
-            or self.max_sessions < 1
-        ):
-            raise ValueError(f"max_sessions={self.max_sessions!r}; expected an integer >= 1")
-
-    @property
-    def max_message_bytes(self) -> int:
-        """Largest accepted frame (bytes)."""
-        return int(self.max_message_mib * MIB)
-
-
-def load_policy_factory(spec: str) -> Callable[[], Any]:
-    """Import ``"package.module:factory"`` and return the callable.
-
-    Raises:
-        ServerStartError: malformed spec, module not importable, or no such callable.
-    """
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise ServerStartError(f"policy {spec!r} is not 'module:factory'")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ServerStartError(f"policy module {module_name!r} cannot be imported: {exc}") from exc
-    target: Any = module
-    for part in attr.split("."):
-        target = getattr(target, part, None)
-    if not callable(target):
-        raise ServerStartError(f"policy {spec!r}: {attr!r} is not a callable in {module_name!r}")
-    return target
-
-
-class ServerStats:
-    """Connection counters, readable from any thread (updated on the server loop).
-
-    Only the server's loop thread writes the counters, so a bump is a plain increment;
-    the condition is taken only while some thread waits in :meth:`wait_for`.
-    """
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._waiting = 0
-        self.connections_opened = 0
-        self.connections_closed = 0
-        self.frames = 0
-        self.errors = 0
-        self.sessions_evicted = 0
-
-    @property
-    def open_connections(self) -> int:
-        """WebSocket connections whose handler is running."""
-        with self._cond:
-            return self.connections_opened - self.connections_closed
-
-    def _bump(self, name: str) -> None:
-        setattr(self, name, getattr(self, name) + 1)
-        # A waiter registers under the lock before it first evaluates its predicate, so
-        # either it sees this increment or this check sees it and wakes it.
-        if self._waiting:
-            with self._cond:
-                self._cond.notify_all()
-
-    def wait_for(self, predicate: Callable[[ServerStats], bool], timeout: float) -> bool:
-        """Block until ``predicate(self)`` holds or ``timeout`` (s) passes; its last value."""
-        with self._cond:
-            self._waiting += 1
-            try:
-                return self._cond.wait_for(lambda: predicate(self), timeout)
-            finally:
-                self._waiting -= 1
 
 
 @dataclass(frozen=True)
@@ -280,56 +102,6 @@ class _Connection:
     model: str
     peer: str
     sessions: SessionTable
-
-
-class _IdleWatchdog:
-    """Closes one connection after ``idle_s`` without a frame, with a single timer.
-
-    The handler sets :attr:`busy` when a frame arrives and calls :meth:`idle` once its
-    reply is sent; the timer, armed for the earliest possible deadline, re-arms itself
-    when it finds the connection busy or active since. So a frame costs two attribute
-    writes and one clock read, not a timeout context around every ``recv()``. As before,
-    the idle time counts from the last reply (or the metadata), not while a request
-    runs; the close is code 1000 with reason ``"idle for N s"``.
-    """
-
-    __slots__ = ("_idle_s", "_loop", "_peer", "_timer", "_ws", "busy", "closing", "since")
-
-    def __init__(self, ws: ServerConnection, idle_s: float, peer: str) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._ws = ws
-        self._idle_s = idle_s
-        self._peer = peer
-        self.busy = False
-        self.since = self._loop.time()
-        self.closing: asyncio.Task[None] | None = None
-        self._timer = self._loop.call_at(self.since + idle_s, self._check)
-
-    def idle(self) -> None:
-        """The reply is sent: the idle time starts now."""
-        self.since = self._loop.time()
-        self.busy = False
-
-    def _check(self) -> None:
-        now = self._loop.time()
-        if self.busy:
-            due = now + self._idle_s
-        else:
-            due = self.since + self._idle_s
-            if due <= now:
-                logger.info("%s idle for %.1f s; closing", self._peer, self._idle_s)
-                self.closing = asyncio.ensure_future(
-                    self._ws.close(1000, f"idle for {self._idle_s:g} s")
-                )
-                return
-        self._timer = self._loop.call_at(due, self._check)
-
-    async def stop(self) -> None:
-        """Disarm the timer and let an idle close that started finish."""
-        self._timer.cancel()
-        if self.closing is not None:
-            with contextlib.suppress(Exception):
-                await self.closing
 
 
 def _error(message: str) -> dict[str, str]:
@@ -557,11 +329,11 @@ class PolicyServer:
             self.options.max_sessions,
             self._new_session,
             f"{peer} {model}",
-            functools.partial(self.stats._bump, "sessions_evicted"),
+            functools.partial(self.stats.bump, "sessions_evicted"),
         )
         conn = _Connection(model=model, peer=peer, sessions=sessions)
-        self.stats._bump("connections_opened")
-        watchdog: _IdleWatchdog | None = None
+        self.stats.bump("connections_opened")
+        watchdog: IdleWatchdog | None = None
         try:
             if not await self._wait_loaded(ws):
                 return
@@ -570,7 +342,7 @@ class PolicyServer:
             if not self.options.idle_timeout_s:
                 while True:
                     await send(await reply(conn, await recv()))
-            watchdog = _IdleWatchdog(ws, self.options.idle_timeout_s, conn.peer)
+            watchdog = IdleWatchdog(ws, self.options.idle_timeout_s, conn.peer)
             while True:
                 message = await recv()  # raises ConnectionClosed once the watchdog closed
                 watchdog.busy = True
@@ -586,12 +358,12 @@ class PolicyServer:
                 if watchdog is not None:
                     await watchdog.stop()
             finally:
-                self.stats._bump("connections_closed")
+                self.stats.bump("connections_closed")
 
     # ----------------------------------------------------------------- requests
     async def _reply(self, conn: _Connection, message: str | bytes) -> bytes:
         """Encoded reply to one client frame; never raises for client input."""
-        self.stats._bump("frames")
+        self.stats.bump("frames")
         try:
             return await self._answer(conn, message)
         except Exception:
@@ -671,7 +443,7 @@ class PolicyServer:
         return Session(rng=np.random.default_rng([self.options.seed, self._sessions_made]))
 
     def _refuse(self, conn: _Connection, message: str, detail: str | None) -> bytes:
-        self.stats._bump("errors")
+        self.stats.bump("errors")
         if detail is not None:
             logger.warning(
                 "%s %s: %s (%s)", conn.peer, conn.model, shorten(message), shorten(detail)
@@ -701,12 +473,7 @@ class PolicyServer:
         if family_of(model) != "groot":
             return flat
         assert self._embodiment is not None
-        groups: dict[str, np.ndarray] = {}
-        start = 0
-        for key, width in self._embodiment.action_groups:
-            groups[key] = np.ascontiguousarray(flat[None, :, start : start + width])
-            start += width
-        return groups
+        return split_action_groups(flat, self._embodiment.action_groups)
 
     async def _control(self, conn: _Connection, frame: dict[str, Any]) -> bytes:
         kind = frame.get("type")
@@ -720,102 +487,3 @@ class PolicyServer:
         return self._refuse(
             conn, INVALID_PAYLOAD, f"unknown control frame type {shorten(kind, 80)}"
         )
-
-
-class ServerHandle:
-    """A server running in a background thread (from :func:`run_server_in_thread`)."""
-
-    def __init__(
-        self, server: PolicyServer, thread: threading.Thread, failure: list[BaseException]
-    ):
-        self.server = server
-        self._thread = thread
-        self._failure = failure
-        assert server.port is not None
-        self.port: int = server.port
-        host = server.options.host
-        self.host: str = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
-
-    def url(self, model: str = "pi05") -> str:
-        """``ws://HOST:PORT/{model}`` of this server (wildcard hosts become loopback)."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"ws://{host}:{self.port}/{model}"
-
-    @property
-    def url_template(self) -> str:
-        """A ``WALLE_URL`` value for this server: ``ws://HOST:PORT/{model}``."""
-        return self.url("{model}")
-
-    @property
-    def stats(self) -> ServerStats:
-        """Live counters."""
-        return self.server.stats
-
-    @property
-    def open_connections(self) -> int:
-        """WebSocket connections currently open on the server side."""
-        return self.server.stats.open_connections
-
-    @property
-    def closed_connections(self) -> int:
-        """WebSocket connections the server side has finished (any reason)."""
-        return self.server.stats.connections_closed
-
-    @property
-    def total_connections(self) -> int:
-        """WebSocket connections accepted so far (HTTP 404 and /healthz not counted)."""
-        return self.server.stats.connections_opened
-
-    def wait_closed_connections(self, count: int, timeout: float = 5.0) -> bool:
-        """Block until at least ``count`` connections have closed, or ``timeout`` (s)."""
-        return self.server.stats.wait_for(lambda s: s.connections_closed >= count, timeout)
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Close every connection and stop the server; idempotent.
-
-        Raises:
-            ServerStartError: the policy factory had failed while loading.
-        """
-        self.server.request_stop()
-        self._thread.join(timeout)
-        if self._failure:
-            failure = self._failure.pop()
-            raise failure
-
-
-@contextlib.contextmanager
-def run_server_in_thread(options: ServerOptions | None = None) -> Iterator[ServerHandle]:
-    """Run a :class:`PolicyServer` on its own event loop in a daemon thread.
-
-    Yields once the socket listens (metadata may still wait for ``load_delay_s``);
-    stops the server on exit.
-
-    Raises:
-        ServerStartError: bad options or the port cannot be bound.
-    """
-    server = PolicyServer(options or ServerOptions())
-    bound = threading.Event()
-    failure: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            asyncio.run(server.serve_forever(on_bound=lambda _port: bound.set()))
-        except BaseException as exc:  # reported to the caller thread
-            failure.append(exc)
-            if not bound.is_set():
-                logger.error("policy server failed to start", exc_info=True)
-        finally:
-            bound.set()
-
-    thread = threading.Thread(target=run, name="relay-policy-server", daemon=True)
-    thread.start()
-    bound.wait()
-    if server.port is None:
-        thread.join()
-        exc = failure.pop() if failure else None
-        raise ServerStartError(f"policy server did not start: {exc}") from exc
-    handle = ServerHandle(server, thread, failure)
-    try:
-        yield handle
-    finally:
-        handle.stop()

@@ -4,7 +4,7 @@ Plain NumPy over recorded series, shared by the demo and ``bench/boundaries.py``
 
 - **tracking error**: at each control cycle, the distance from the end effector
   (forward kinematics of the followed joint positions) to the target where its
-  seeded schedule put it (`relay_ros.sim.world`); the policy never sees the
+  seeded schedule put it (`relay_ros.world`); the policy never sees the
   schedule, only the cameras;
 - **time on target**: the share of cycles with the end effector over the target
   disk (error <= its radius, 3 cm);
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from relay_ros.sim.world import World
+from relay_ros.world import World
 
 __all__ = ["TaskMeasures", "jerk_rms", "task_measures"]
 
