@@ -52,6 +52,7 @@ bench: setup
 	$(PY) bench/client_roundtrip.py
 	$(PY) bench/pipeline.py
 	$(PY) bench/boundaries.py
+	$(PY) bench/motion.py
 
 # ROS-free tests on Python 3.10 + NumPy 1.x and Python 3.12 + NumPy 2.x (docs/compat.md).
 compat:

@@ -39,12 +39,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 __all__ = [
+    "ALIGNED_START_S",
     "BaseCameraModel",
     "PlanarArm",
     "TargetSchedule",
     "World",
     "WristCameraModel",
 ]
+
+#: World time at the first published chunk when runs are aligned to it (so that two
+#: runs of one seed see the same target motion from their first chunk on).
+ALIGNED_START_S = 1000.0
 
 
 @dataclass(frozen=True)

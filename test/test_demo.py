@@ -41,7 +41,8 @@ from relay_ros.demo import (
 )
 from relay_ros.demo.policy_settings import DemoPolicy
 from relay_ros.node.param_spec import flatten_parameters
-from relay_ros.sim.task import TaskMeasures, jerk_rms
+from relay_ros.sim.motion_measures import SwitchSummary
+from relay_ros.sim.task import TaskMeasures
 
 REPO = Path(__file__).resolve().parents[1]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -131,6 +132,9 @@ def _result(mode: str, *, stall: float, latencies_ms: list[float]) -> DemoResult
         chunks=chunks,
         task=TaskMeasures(errors_m=np.array([0.01, 0.02, 0.025, 0.02, 0.1]), on_target_m=0.03),
         jerk_rms=1234.4,
+        startup_s=0.0834,
+        first_point_distance=0.0012,
+        switches=SwitchSummary(9, 2, 0.004, 0.001, 0.002, 0.15, 0.3),
     )
 
 
@@ -200,26 +204,20 @@ def test_run_demo_argument_errors():
         assert str(info.value) == message
 
 
-def test_demo_policy_blend_steps_follow_the_horizon():
+def test_demo_policy_blend_steps_are_the_server_soft_window():
+    from relay_ros.demo.models import load_model_config
     from relay_ros.models import MODEL_IDS, get_model
-    from relay_ros.server.action_prefix import default_soft_steps
+    from relay_ros.server.action_prefix import soft_steps
 
+    blend = DemoPolicy(smoothing="blend")
     for model in MODEL_IDS:
         horizon = get_model(model).server_metadata["action_horizon"]
-        assert DemoPolicy(smoothing="blend").blend_steps(model) == default_soft_steps(horizon)
-    assert DemoPolicy(smoothing="blend").blend_steps("pi05") == 20
-    assert DemoPolicy(smoothing="blend").blend_steps("groot") == 6
-    assert DemoPolicy(smoothing="prefix").blend_steps("pi05") == 0
-
-
-def test_jerk_is_the_rms_third_difference():
-    times = np.arange(10) * 0.01
-    # x = t^3 has a constant third derivative of 6.
-    positions = np.stack([times**3, np.zeros(10)], axis=1)
-    assert jerk_rms(times, positions) == pytest.approx(6.0 / np.sqrt(2.0))
-    assert jerk_rms(times[:3], positions[:3]) is None
-    positions[5, 0] = np.nan
-    assert jerk_rms(times, positions) is None
+        execute = load_model_config(model).execute_horizon
+        assert blend.blend_steps(model, execute) == soft_steps(execute, horizon)
+    assert blend.blend_steps("pi05", 25) == 12
+    assert blend.blend_steps("pi05", None) == 12  # half of half of H = 50
+    assert blend.blend_steps("groot", 8) == 4
+    assert DemoPolicy(smoothing="prefix").blend_steps("pi05", 25) == 0
 
 
 # --------------------------------------------------------------------------- what starts
@@ -244,7 +242,7 @@ def test_node_parameters_match_the_model_config(model):
         },
     ]
     blended = demo_node_parameters(model, policy=DemoPolicy(smoothing="blend", seed=4))
-    assert blended["policy_node"][1]["blend_steps"] == (20 if model == "pi05" else 6)
+    assert blended["policy_node"][1]["blend_steps"] == (12 if model == "pi05" else 4)  # E // 2
     assert blended["sim_cameras"][0]["seed"] == 4
 
     cameras = params["sim_cameras"][0]
@@ -407,22 +405,27 @@ def test_summary_table_puts_runs_side_by_side():
         "relay_ros demo: pi05, simulated inference 80 ms +/- 20 ms, dt 20.0 ms, execute horizon 25"
     )
     assert lines[1] == "visual policy, chunk noise 1, smoothing prefix, seed 0"
-    assert lines[3].split() == ["early", "(4", "s)", "sync", "(4", "s)"]
+    assert "same world" in lines[2]
+    assert lines[4].split() == ["early", "(4", "s)", "sync", "(4", "s)"]
     rows = {}
-    for line in lines[5:]:
+    for line in lines[6:]:
         label, *cells = re.split(r"\s{2,}", line.strip())
         rows[label] = " ".join(cells).split()
     assert rows["latency p50 / p99 [ms]"] == ["85", "/", "100", "80", "/", "80"]
     assert rows["stall time [s]"] == ["0.000", "(0.0%)", "0.500", "(12.5%)"]
-    assert rows["boundary step arm med / max"] == ["1.00", "/", "1.20", "1.00", "/", "1.20"]
-    assert rows["boundary step gripper med / max"] == ["n/a", "n/a"]
+    assert rows["start-up: first request -> chunk [ms]"] == ["83", "83"]
+    assert rows["start-up: refusals before it"] == ["0", "0"]
+    assert rows["start-up: first point from state [rad]"] == ["0.001", "0.001"]
+    assert rows["switches moving / at rest"] == ["9", "/", "2", "9", "/", "2"]
+    assert rows["switch C0 / typical step (moving)"] == ["0.25", "0.25"]
+    assert rows["switch C1 med [rad/s] (moving)"] == ["0.15", "0.15"]
     assert rows["action age p50 / max [ms]"] == ["350", "/", "610", "350", "/", "610"]
     assert rows["rejected messages"] == ["0", "0"]
     assert rows["requests"] == ["10", "10"]
     assert rows["target error med / p90 [cm]"] == ["2.0", "/", "7.0", "2.0", "/", "7.0"]
     assert rows["time on target"] == ["80%", "80%"]
-    assert rows["jerk RMS [rad/s^3]"] == ["1234", "1234"]
-    for label in ("chunks (received/published)", "stall events", "refused by the node"):
+    assert rows["jerk RMS [rad/s^3] (real sample times)"] == ["1234", "1234"]
+    for label in ("chunks (received/published)", "stall events", "refused by the node (whole run)"):
         assert label in rows
     with pytest.raises(DemoArgumentError) as info:
         format_summary([])

@@ -21,8 +21,9 @@ from helpers import wait_until
 
 from relay_ros import PolicyClient
 from relay_ros.server import ServerOptions, run_server_in_thread
-from relay_ros.sim.link import LinkError, LinkThread, parse_host_port
+from relay_ros.sim.link import LinkThread, parse_host_port
 from relay_ros.sim.link_profiles import PRESETS, LinkProfile, LinkProfileError, get_profile
+from relay_ros.sim.link_proxy import LinkError
 
 PI_CAMERAS = ("base_0_rgb", "left_wrist_0_rgb", "right_wrist_0_rgb")
 

@@ -236,7 +236,7 @@ def test_policy_node_drives_the_simulated_robot_in_a_namespace(robot_ns, server,
         thread.start()
     try:
         follower = arm.followers["arm_controller"]
-        wait_until(lambda: follower.metrics().accepted >= 2, timeout=30)
+        wait_until(lambda: follower.measures.metrics().accepted >= 2, timeout=30)
     finally:
         executor.shutdown(timeout_sec=5.0)
         root_executor.shutdown(timeout_sec=5.0)
@@ -244,5 +244,5 @@ def test_policy_node_drives_the_simulated_robot_in_a_namespace(robot_ns, server,
             thread.join(timeout=5.0)
         for each in (node, arm, cameras, root):
             each.destroy_node()
-    assert follower.metrics().rejected == 0
+    assert follower.measures.metrics().rejected == 0
     assert at_root == []

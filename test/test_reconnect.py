@@ -21,7 +21,9 @@ from helpers import free_port, wait_until
 
 from relay_ros.server import ServerHandle, ServerOptions, run_server_in_thread
 from relay_ros.wire.connection import InferOutcome, PolicyConnection
+from relay_ros.wire.deadline import Deadline
 from relay_ros.wire.reconnect import Backoff, RetryWait, WaitEnd, port_closed
+from relay_ros.wire.tcp import connect, refused_by, resolve
 
 # A backoff far longer than any wait below: a test that connects within it shows the
 # probe ended the wait, however slow the machine.
@@ -198,6 +200,37 @@ def test_a_port_that_opens_during_the_wait_ends_it() -> None:
     with socket.create_server(("127.0.0.1", port)):
         thread.join(20)
     assert ended == [WaitEnd.REACHABLE]
+
+
+def _refusal(port: int) -> OSError:
+    """The error of a real TCP connect to 127.0.0.1:``port``, where nothing listens."""
+    stop = threading.Event()
+    addresses = resolve("127.0.0.1", port, Deadline(5.0), stop, "test")
+    with pytest.raises(ConnectionRefusedError) as refused:
+        connect(addresses, "127.0.0.1", port, Deadline(5.0), stop, "test")
+    return refused.value
+
+
+def test_a_server_back_before_the_first_probe_ends_the_wait_after_its_own_refusal() -> None:
+    """The attempt was refused by this port and the server came up before the wait's
+    first probe (a loaded machine can put a restart between the two): the refusal
+    counts as the port seen closed, so the first probe that connects ends the wait."""
+    port = free_port()
+    refusal = _refusal(port)
+    assert refused_by(refusal) == ("127.0.0.1", port)
+    wait = RetryWait("127.0.0.1", port, threading.Event(), probe_s=0.05)
+    with socket.create_server(("127.0.0.1", port)):
+        assert wait.wait(LONG_BACKOFF_S, failure=refusal) == WaitEnd.REACHABLE
+    assert wait.probes == 1
+
+
+def test_a_refusal_by_another_port_is_no_shortcut_when_this_one_is_open() -> None:
+    refusal = _refusal(free_port())  # a direct route elsewhere refused the attempt
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = int(listener.getsockname()[1])
+        wait = RetryWait("127.0.0.1", port, threading.Event(), probe_s=0.05)
+        assert wait.wait(0.3, failure=refusal) == WaitEnd.ELAPSED
+        assert wait.probes == 1
 
 
 def test_a_port_open_from_the_first_probe_on_waits_the_whole_delay_with_one_probe() -> None:

@@ -24,9 +24,9 @@ from rclpy.qos import qos_profile_sensor_data  # noqa: E402
 from sensor_msgs.msg import CompressedImage, Image, JointState  # noqa: E402
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint  # noqa: E402
 
+from relay_ros.pipeline.trajectory import format_t_obs  # noqa: E402
 from relay_ros.sim.arm_node import SimArmConfigError, SimArmNode  # noqa: E402
 from relay_ros.sim.cameras_node import SimCamerasConfigError, SimCamerasNode  # noqa: E402
-from relay_ros.sim.trajectory_follower import format_t_obs  # noqa: E402
 from relay_ros.sim.world_camera import World, WorldCamera  # noqa: E402
 
 pytestmark = pytest.mark.ros
@@ -117,7 +117,7 @@ def test_sim_arm_follows_a_trajectory_on_joint_states(ros_context, executor) -> 
         assert (arm_metrics.accepted, arm_metrics.rejected) == (1, 0)
         assert arm_metrics.action_age_samples > 0
         assert arm_metrics.action_age_max_s >= 0.05
-        assert arm.followers["gripper"].metrics().accepted == 0
+        assert arm.followers["gripper"].measures.metrics().accepted == 0
 
         assert spin_until(executor, lambda: bool(metrics), 10)
         (status,) = [s for s in metrics[-1].status if s.name == f"{name}: arm"]
@@ -144,8 +144,8 @@ def test_sim_arm_rejects_and_reports_a_bad_trajectory(ros_context, executor) -> 
         assert spin_until(executor, lambda: pub.get_subscription_count() > 0, 10)
         pub.publish(trajectory(["g"], [0.2, 0.1], [[0.01], [0.02]]))
         follower = arm.followers["gripper"]
-        assert spin_until(executor, lambda: follower.metrics().rejected == 1, 10)
-        assert follower.metrics().last_rejection == (
+        assert spin_until(executor, lambda: follower.measures.metrics().rejected == 1, 10)
+        assert follower.measures.metrics().last_rejection == (
             "controller 'gripper': time_from_start is not strictly increasing: point 1 at "
             "0.100000 s follows point 0 at 0.200000 s"
         )

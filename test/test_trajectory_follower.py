@@ -9,15 +9,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from relay_ros.sim.trajectory_follower import (
-    REJECT_CODES,
-    FollowerConfigError,
-    TrajectoryCommand,
-    TrajectoryFollower,
-    TrajectoryPoint,
-    format_t_obs,
-    parse_t_obs,
-)
+from relay_ros.pipeline.trajectory import format_t_obs, parse_t_obs
+from relay_ros.sim.trajectory_command import REJECT_CODES, TrajectoryCommand, TrajectoryPoint
+from relay_ros.sim.trajectory_follower import FollowerConfigError, TrajectoryFollower
 
 JOINTS = ["j1", "j2"]
 
@@ -87,8 +81,8 @@ def test_only_the_latest_of_two_messages_between_cycles_runs() -> None:
     f.receive(ramp(0.0, [1.0], start=7.0), now=0.2)
     f.update(0.2)
     np.testing.assert_allclose(f.sample(1.2), [7.0, -7.0])
-    assert f.metrics().superseded == 1
-    assert f.metrics().accepted == 2
+    assert f.measures.metrics().superseded == 1
+    assert f.measures.metrics().accepted == 2
 
 
 def test_holds_the_last_point_after_the_end() -> None:
@@ -174,7 +168,7 @@ def test_first_order_lag_trails_the_command() -> None:
     sample = f.update(0.1)
     np.testing.assert_allclose(sample.commanded_positions, [1.0, 1.0])
     np.testing.assert_allclose(sample.positions, [1 - np.exp(-1.0)] * 2)
-    history = f.history()
+    history = f.measures.history()
     np.testing.assert_allclose(history.commanded[-1], [1.0, 1.0])
     np.testing.assert_allclose(history.positions[-1], sample.positions)
 
@@ -265,7 +259,7 @@ def test_each_rejection_rule_has_its_reason_and_keeps_the_running_trajectory(
     assert (result.code, result.reason) == (code, reason)
     assert code in REJECT_CODES
     assert reason in caplog.text
-    metrics = f.metrics()
+    metrics = f.measures.metrics()
     assert (metrics.rejected, metrics.rejection_reasons, metrics.last_rejection) == (
         1,
         {code: 1},
@@ -307,7 +301,7 @@ def test_stall_time_counts_holding_after_the_end() -> None:
     f.receive(ramp(0.0, [0.5, 1.0]), now=0.0)
     for k in range(16):  # 0.0 .. 1.5 in 0.1 s cycles; trajectory ends at t=1.0
         f.update(k * 0.1)
-    metrics = f.metrics()
+    metrics = f.measures.metrics()
     assert metrics.stall_time_s == pytest.approx(0.5)
     assert metrics.stall_events == 1
     assert metrics.longest_stall_s == pytest.approx(0.5)
@@ -323,7 +317,7 @@ def test_stall_time_is_zero_when_each_chunk_arrives_before_the_previous_ends() -
         for _ in range(3):
             f.update(t)
             t += 0.1
-    metrics = f.metrics()
+    metrics = f.measures.metrics()
     assert metrics.stall_time_s == 0.0
     assert metrics.stall_events == 0
     assert metrics.switches == 4
@@ -338,7 +332,7 @@ def test_stall_episodes_end_at_a_new_trajectory() -> None:
     f.update(1.0)
     f.update(1.2)  # following
     f.update(2.0)  # stalled 0.5 again
-    metrics = f.metrics()
+    metrics = f.measures.metrics()
     assert metrics.stall_time_s == pytest.approx(1.0)
     assert metrics.stall_events == 2
     assert metrics.longest_stall_s == pytest.approx(0.5)
@@ -354,11 +348,11 @@ def test_boundary_step_is_about_one_for_a_seamless_continuation() -> None:
     # Chunk 2 continues the same line, re-timed to now with its first point one dt ahead.
     f.receive(ramp(0.5, [dt * (k + 1) for k in range(10)], start=0.05, step=step), now=0.5)
     f.update(0.5)
-    (boundary,) = f.boundary_steps()
+    (boundary,) = f.measures.boundary_steps()
     assert boundary.jump == pytest.approx(step)
     assert boundary.ratio == pytest.approx(1.0)
-    assert f.metrics().boundary_step_max == pytest.approx(1.0)
-    np.testing.assert_allclose(f.history().switch_times, [0.5])
+    assert f.measures.metrics().boundary_step_max == pytest.approx(1.0)
+    np.testing.assert_allclose(f.measures.history().switch_times, [0.5])
 
 
 def test_boundary_step_is_large_for_a_jump() -> None:
@@ -368,7 +362,7 @@ def test_boundary_step_is_large_for_a_jump() -> None:
     f.update(0.5)
     f.receive(ramp(0.0, [0.1 * (k + 1) for k in range(10)], start=1.0, step=0.01), now=0.5)
     f.update(0.5)
-    metrics = f.metrics()
+    metrics = f.measures.metrics()
     assert metrics.boundary_step_last == pytest.approx((1.0 - 0.04) / 0.01)
     assert metrics.boundary_jump_max == pytest.approx(0.96)
 
@@ -378,7 +372,7 @@ def test_action_age_uses_the_observation_time() -> None:
     f.receive(ramp(0.0, [0.1, 0.2, 0.3]), now=1.0, t_obs=0.9)
     for t in (1.0, 1.1, 1.2):
         f.update(t)
-    metrics = f.metrics()
+    metrics = f.measures.metrics()
     assert metrics.action_age_samples == 3
     assert metrics.action_age_mean_s == pytest.approx(0.2)
     assert metrics.action_age_p50_s == pytest.approx(0.2)
@@ -386,16 +380,16 @@ def test_action_age_uses_the_observation_time() -> None:
     # t_obs may also travel inside the command (the node parses header.frame_id).
     f.receive(ramp(0.0, [0.1], t_obs=1.15), now=1.2)
     f.update(1.25)
-    assert f.metrics().action_age_max_s == pytest.approx(0.3)
-    assert f.metrics().action_age_samples == 4
+    assert f.measures.metrics().action_age_max_s == pytest.approx(0.3)
+    assert f.measures.metrics().action_age_samples == 4
 
 
 def test_no_action_age_without_observation_time() -> None:
     f = follower()
     f.receive(ramp(0.0, [0.1]), now=0.0)
     f.update(0.0)
-    assert f.metrics().action_age_samples == 0
-    assert f.metrics().action_age_mean_s is None
+    assert f.measures.metrics().action_age_samples == 0
+    assert f.measures.metrics().action_age_mean_s is None
 
 
 def test_reset_metrics_clears_measures_but_keeps_the_state() -> None:
@@ -404,19 +398,21 @@ def test_reset_metrics_clears_measures_but_keeps_the_state() -> None:
     f.update(0.0)
     f.update(3.0)
     f.receive(TrajectoryCommand(0.0, [], []), now=3.0)
-    f.reset_metrics()
-    metrics = f.metrics()
+    f.measures.reset()
+    metrics = f.measures.metrics()
     assert (metrics.accepted, metrics.rejected, metrics.stall_time_s) == (0, 0, 0.0)
-    assert f.history().times.size == 0
+    assert f.measures.history().times.size == 0
     np.testing.assert_allclose(f.sample(4.0), [2.0, -2.0])
-    assert f.metrics().stall_time_s == 0.0  # not measuring until the next accepted trajectory
+    assert (
+        f.measures.metrics().stall_time_s == 0.0
+    )  # not measuring until the next accepted trajectory
 
 
 def test_history_is_bounded() -> None:
     f = follower(history_length=5)
     for k in range(12):
         f.update(k * 0.01)
-    history = f.history()
+    history = f.measures.history()
     assert history.times.shape == (5,)
     assert history.commanded.shape == (5, 2)
     assert history.positions.shape == (5, 2)
@@ -430,7 +426,7 @@ def test_metrics_are_json_friendly() -> None:
     f = follower()
     f.receive(ramp(0.0, [0.1]), now=0.0, t_obs=-0.1)
     f.update(0.0)
-    data = json.loads(json.dumps(f.metrics().to_dict()))
+    data = json.loads(json.dumps(f.measures.metrics().to_dict()))
     assert data["name"] == "arm"
     assert data["accepted"] == 1
 
@@ -452,7 +448,7 @@ def test_concurrent_receive_and_update_are_safe() -> None:
         f.update(k * 0.0005)
     thread.join()
     assert not errors
-    assert f.metrics().accepted == 200
+    assert f.measures.metrics().accepted == 200
 
 
 # ---------------------------------------------------------------- message conversion
@@ -488,3 +484,36 @@ def test_t_obs_tag_round_trips_and_ignores_other_frame_ids() -> None:
     assert parse_t_obs("base_link") is None
     assert parse_t_obs("t_obs=soon") is None
     assert parse_t_obs("t_obs=nan") is None
+
+
+def test_switch_gaps_at_the_same_instant_read_zero_for_a_seamless_line() -> None:
+    # The new chunk continues the old line: its own curve, extended back from its first
+    # point, meets the old command at the switch instant in position and velocity.
+    f = follower()
+    f.receive(ramp(0.0, [0.1 * (k + 1) for k in range(10)], step=0.01), now=0.0)
+    f.update(0.0)
+    f.update(0.5)
+    f.receive(ramp(0.5, [0.1 * (k + 1) for k in range(10)], start=0.05, step=0.01), now=0.5)
+    f.update(0.5)
+    (boundary,) = f.measures.boundary_steps()
+    assert boundary.position_gap == pytest.approx(0.0, abs=1e-12)
+    assert boundary.velocity_gap == pytest.approx(0.0, abs=1e-9)
+    assert boundary.typical_step == pytest.approx(0.01)
+    assert not boundary.at_rest
+
+
+def test_switch_gaps_read_a_step_and_a_standing_switch_counts_as_at_rest() -> None:
+    f = follower()
+    f.receive(ramp(0.0, [0.1 * (k + 1) for k in range(10)], step=0.01), now=0.0)
+    f.update(0.0)
+    f.update(0.5)  # old command 0.04 moving at 0.1/s
+    # Same slope, 0.2 higher: one C0 step of 0.2, no C1 step.
+    f.receive(ramp(0.5, [0.1 * (k + 1) for k in range(10)], start=0.25, step=0.01), now=0.5)
+    f.update(0.5)
+    f.update(2.0)  # both chunks over: the command stands at the last point
+    f.receive(ramp(0.0, [2.1, 2.2], start=0.34, step=0.0), now=2.0)
+    f.update(2.0)
+    moving, standing = f.measures.boundary_steps()
+    assert moving.position_gap == pytest.approx(0.2)
+    assert moving.velocity_gap == pytest.approx(0.0, abs=1e-9)
+    assert standing.at_rest and standing.position_gap == pytest.approx(0.0, abs=1e-12)

@@ -22,7 +22,7 @@ One module per concept, so that everything except `run_demo` is tested without R
 - ``policy_settings.py``: `DemoPolicy`, `FAULTS`: the policy, its noise, the
   smoothing and the wiring mistake to make;
 - ``result.py``: `DemoResult`, `CommandedChunk`, `DemoProgress`: what a run produced;
-- ``relay_ros.sim.task``: `TaskMeasures`, `task_measures`, `jerk_rms` (re-exported);
+- ``relay_ros.sim.task``: `TaskMeasures`, `task_measures` (re-exported);
 - ``recorder.py``: `ChunkRecorder`, `LatencyCollector`: what a run records;
 - ``rig.py``: `DemoRig`: the steps of a run on rclpy (start, wait, run, snapshot, stop);
 - ``run.py``: `run_demo` -> `DemoResult`: one run of the loop with its measures and

@@ -145,7 +145,7 @@ def demo_node_parameters(
     policy_overrides = {
         "policy_url": f"ws://{url_host}:{port}/{model}",
         "request_mode": request_mode,
-        "blend_steps": policy.blend_steps(model),
+        "blend_steps": policy.blend_steps(model, config.execute_horizon),
     }
     return {
         "sim_cameras": [camera_params],

@@ -64,15 +64,20 @@ class DemoPolicy:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise DemoArgumentError(f"seed {self.seed!r} is not an integer >= 0")
 
-    def blend_steps(self, model: str) -> int:
-        """policy_node's ``blend_steps``: the server's soft window with ``blend``, else 0."""
+    def blend_steps(self, model: str, execute_horizon: int | None) -> int:
+        """policy_node's ``blend_steps``: the server's soft window with ``blend``, else 0.
+
+        The reference server cross-fades over half the execute horizon
+        (``server.action_prefix.soft_steps``, not imported: importing the demo package
+        must not load the server), so blend and prefix cross-fade over the same time;
+        a test checks that the two agree. ``execute_horizon`` None: half the model's
+        action horizon, as the node's default.
+        """
         if self.smoothing != "blend":
             return 0
-        # The reference server's soft window (server.action_prefix.default_soft_steps,
-        # not imported: importing the demo package must not load the server), so blend
-        # and prefix cross-fade over the same time; a test checks that the two agree.
-        horizon = int(get_model(model).server_metadata["action_horizon"])
-        return max(1, 2 * horizon // 5)
+        if execute_horizon is None:
+            execute_horizon = int(get_model(model).server_metadata["action_horizon"]) // 2
+        return max(1, int(execute_horizon) // 2)
 
     def label(self) -> str:
         """Short description for tables, e.g. ``visual policy, chunk noise 1, smoothing prefix``."""

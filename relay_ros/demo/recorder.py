@@ -9,7 +9,7 @@ ROS callbacks or the main thread and read from the main thread; neither imports 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -31,6 +31,9 @@ class ChunkRecorder:
 
     def __init__(self, joints: Sequence[str]) -> None:
         self.joints = tuple(joints)
+        #: Called with the first chunk's stamp when it arrives (the demo starts the
+        #: world there), from the subscription's thread.
+        self.on_first: Callable[[float], None] | None = None
         self._column = {name: i for i, name in enumerate(self.joints)}
         self._chunks: list[RecordedChunk] = []
         self._lock = threading.Lock()
@@ -45,7 +48,10 @@ class ChunkRecorder:
         for i, name in enumerate(data.joint_names):
             positions[:, self._column[name]] = raw[:, i]
         with self._lock:
+            first = not self._chunks
             self._chunks.append((data.stamp, data.times, positions))
+        if first and self.on_first is not None:
+            self.on_first(data.stamp)
 
     def first_stamp(self) -> float | None:
         """Publication time of the first chunk, or None before it."""

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
 from relay_ros.demo.errors import DemoArgumentError
 from relay_ros.demo.result import DemoProgress, DemoResult
 
@@ -49,11 +47,16 @@ def format_progress(p: DemoProgress) -> str:
 
 def _summary_rows(r: DemoResult) -> list[tuple[str, str]]:
     share = 100.0 * r.stall_time_s / r.duration_s if r.duration_s > 0 else 0.0
-    steps = []
-    for name, ratios in r.boundary_steps.items():
-        value = "n/a" if ratios.size == 0 else f"{np.median(ratios):.2f} / {ratios.max():.2f}"
-        label = name.removesuffix("_controller")
-        steps.append((f"boundary step {label} med / max", value))
+    sw = r.switches
+    if sw is None:
+        c0 = c1 = counted = "n/a"
+    else:
+        counted = f"{sw.moving} / {sw.at_rest}"
+        ratio = sw.c0_over_step
+        c0 = "n/a" if ratio is None else f"{ratio:.2f}"
+        c1 = "n/a" if sw.c1_median is None else f"{sw.c1_median:.2f}"
+    startup = "n/a" if r.startup_s is None else f"{r.startup_s * 1000:.0f}"
+    first = "n/a" if r.first_point_distance is None else f"{r.first_point_distance:.3f}"
     if r.action_age_p50_s is None:
         age = "n/a"
     else:
@@ -66,6 +69,9 @@ def _summary_rows(r: DemoResult) -> list[tuple[str, str]]:
         on_target = f"{100.0 * (task.on_target_share or 0.0):.0f}%"
     jerk = "n/a" if r.jerk_rms is None else f"{r.jerk_rms:.0f}"
     return [
+        ("start-up: first request -> chunk [ms]", startup),
+        ("start-up: refusals before it", str(r.refusals_before_first)),
+        ("start-up: first point from state [rad]", first),
         ("target error med / p90 [cm]", error),
         ("time on target", on_target),
         ("chunks (received/published)", f"{r.chunks_received} / {r.chunks_published}"),
@@ -73,11 +79,13 @@ def _summary_rows(r: DemoResult) -> list[tuple[str, str]]:
         ("latency p50 / p99 [ms]", f"{format_ms(r.latency_p50_s)} / {format_ms(r.latency_p99_s)}"),
         ("stall time [s]", f"{r.stall_time_s:.3f} ({share:.1f}%)"),
         ("stall events", str(r.stall_events)),
-        *steps,
-        ("jerk RMS [rad/s^3]", jerk),
+        ("switches moving / at rest", counted),
+        ("switch C0 / typical step (moving)", c0),
+        ("switch C1 med [rad/s] (moving)", c1),
+        ("jerk RMS [rad/s^3] (real sample times)", jerk),
         ("action age p50 / max [ms]", age),
         ("rejected messages", str(r.rejected)),
-        ("refused by the node", str(r.refusals)),
+        ("refused by the node (whole run)", str(r.refusals)),
         *(
             [("bytes per request (uplink)", f"{r.bytes_per_request:,.0f}")]
             if r.bytes_per_request is not None
@@ -130,6 +138,7 @@ def format_summary(results: Sequence[DemoResult]) -> str:
         header += f"\n{policies.pop()}"
     if first.link is not None:
         header += f"\nlink {first.link}; frames {first.image_encoding}"
+    header += "\nthe target moves from each run's first chunk on: every column sees the same world"
     titles = [_title(r, len(policies) > 1) for r in results]
     rows = [_summary_rows(r) for r in results]
     labels = [label for label, _ in rows[0]]

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from relay_ros.demo.policy_settings import DemoPolicy
+from relay_ros.sim.motion_measures import SwitchSummary
 from relay_ros.sim.task import TaskMeasures
 
 __all__ = ["PRE_ROLL_S", "CommandedChunk", "DemoProgress", "DemoResult"]
@@ -113,6 +114,12 @@ class DemoResult:
         network: policy_node's latency split, p50 in seconds: ``upload_s``,
             ``server_s``, ``download_s``, ``total_s`` (docs/network.md).
         image_encoding: How policy_node sent the frames (``raw`` or ``jpeg``).
+        startup_s: First request to the first published chunk (s, within 10 ms), or None.
+        refusals_before_first: Refusals by the node before the first chunk.
+        first_point_distance: Largest joint distance from the followed state to the
+            first chunk's first point (rad), or None.
+        switches: The arm's chunk switches at the same instant (C0/C1 over moving
+            switches, at rest apart; `relay_ros.sim.motion_measures`), or None.
     """
 
     model: str
@@ -152,6 +159,10 @@ class DemoResult:
     bytes_per_request: float | None = None
     network: dict[str, float] = field(default_factory=dict)
     image_encoding: str = "raw"
+    startup_s: float | None = None
+    refusals_before_first: int = 0
+    first_point_distance: float | None = None
+    switches: SwitchSummary | None = None
 
     def latency_percentile_s(self, q: float) -> float | None:
         """The ``q``-th percentile (0..100) of the latencies in seconds, or None."""

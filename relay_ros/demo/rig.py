@@ -59,10 +59,14 @@ class RunSnapshot:
         counts: policy_node's counters.
         histories: ``FollowerHistory`` per controller.
         boundary: boundary step ratios after ``t0`` per controller.
+        steps: every switch (`BoundaryStep`) after ``t0`` per controller.
         chunks: every chunk published on ``~/preview``.
         latencies_s: every latency sample.
         execute_horizon: policy_node's execute horizon.
-        world_seed: the seed of the world the cameras drew.
+        world_seed: the seed of the world the cameras drew (its time starts at ``t0``,
+            at `relay_ros.world.ALIGNED_START_S`).
+        first_request: when the first request went out (node clock, within 10 ms).
+        refusals_before_first: refusals by policy_node before the first chunk.
         link: the emulated link (`LinkProfile.describe`), None for loopback.
         link_bytes_up: bytes that crossed the link's uplink, None without a link.
         network: policy_node's latency split p50 (``upload_s``, ``server_s``,
@@ -76,10 +80,13 @@ class RunSnapshot:
     counts: Mapping[str, int]
     histories: Mapping[str, Any]
     boundary: Mapping[str, list[float]]
+    steps: Mapping[str, list[Any]]
     chunks: list[RecordedChunk]
     latencies_s: list[float]
     execute_horizon: int | None
     world_seed: int
+    first_request: float | None = None
+    refusals_before_first: int = 0
     link: str | None = None
     link_bytes_up: int | None = None
     network: Mapping[str, float] = field(default_factory=dict)
@@ -171,6 +178,8 @@ class DemoRig:
         self.link: LinkThread | None = None
         self._extra_node_params = dict(node_overrides or {})
         self.recorder = ChunkRecorder(config.commanded_joints)
+        self._first_request: float | None = None
+        self._refusals_before_first = 0
         self.latencies = LatencyCollector()
         self._context = context
         self._own_context = context is None
@@ -236,13 +245,16 @@ class DemoRig:
 
         overrides = self._node_overrides(params)
         context = self._context
-        self._nodes.append(
-            SimCamerasNode(
-                node_name=CAMERAS_NODE,
-                context=context,
-                parameter_overrides=_as_overrides(overrides["sim_cameras"]),
-            )
+        cameras = SimCamerasNode(
+            node_name=CAMERAS_NODE,
+            context=context,
+            parameter_overrides=_as_overrides(overrides["sim_cameras"]),
         )
+        # The target moves from the first chunk on: early and sync runs of one seed
+        # see the same world (bench/motion.py does the same).
+        cameras.align_world()
+        self.recorder.on_first = cameras.start_world
+        self._nodes.append(cameras)
         self._arm = SimArmNode(
             node_name=ARM_NODE,
             context=context,
@@ -343,8 +355,12 @@ class DemoRig:
         last_report = 0.0
         while True:
             self.check_alive()
+            counts = self._policy_node.counts
+            if self._first_request is None and counts["requests"] > 0:
+                self._first_request = self.now()  # within a 10 ms poll of the request
             first = self.recorder.first_stamp()
             if first is not None:
+                self._refusals_before_first = counts["refusals"]
                 return first
             if time.monotonic() > deadline:
                 status = self._policy_node.diagnostics_status()
@@ -355,7 +371,7 @@ class DemoRig:
             if time.monotonic() - last_report >= 0.5:
                 self.report(progress, 0.0, duration_s, True)
                 last_report = time.monotonic()
-            time.sleep(0.05)
+            time.sleep(0.01)
 
     def run_until(
         self, t0: float, duration_s: float, progress: Callable[[DemoProgress], None] | None
@@ -382,15 +398,25 @@ class DemoRig:
             t_end=t0 + duration_s,
             metrics=self._arm.metrics(),
             counts=dict(self._policy_node.counts),
-            histories={name: f.history() for name, f in followers.items()},
+            histories={name: f.measures.history() for name, f in followers.items()},
             boundary={
-                name: [b.ratio for b in f.boundary_steps() if b.ratio is not None and b.t >= t0]
+                name: [
+                    b.ratio
+                    for b in f.measures.boundary_steps()
+                    if b.ratio is not None and b.t >= t0
+                ]
+                for name, f in followers.items()
+            },
+            steps={
+                name: [b for b in f.measures.boundary_steps() if b.t >= t0]
                 for name, f in followers.items()
             },
             chunks=self.recorder.chunks(),
             latencies_s=list(self.latencies.samples),
             execute_horizon=self._policy_node.config.execute_horizon,
             world_seed=self.policy.seed,
+            first_request=self._first_request,
+            refusals_before_first=self._refusals_before_first,
             link=None if self.link is None else self.link.profile.describe(),
             link_bytes_up=None if self.link is None else self.link.stats().bytes_up,
             network={

@@ -23,8 +23,9 @@ from relay_ros.demo.rig import DemoRig, RunSnapshot
 from relay_ros.demo.server_process import server_command
 from relay_ros.node.node_config import NodeConfig
 from relay_ros.sim.link_profiles import LinkProfile, get_profile
-from relay_ros.sim.task import jerk_rms, task_measures
-from relay_ros.world import World
+from relay_ros.sim.motion_measures import jerk_rms, switch_summary
+from relay_ros.sim.task import task_measures
+from relay_ros.world import ALIGNED_START_S, World
 
 __all__ = ["result_from_snapshot", "run_demo"]
 
@@ -165,11 +166,17 @@ def result_from_snapshot(
     if all(joint in column for joint in arm_joints):
         task = task_measures(
             World(seed=snapshot.world_seed),
-            times[measured] + t0,
+            ALIGNED_START_S + times[measured],  # the world's time starts at t0
             followed[measured, column[arm_joints[0]]],
             followed[measured, column[arm_joints[1]]],
         )
     counts = snapshot.counts
+    first_distance = None
+    if snapshot.chunks:
+        stamp, _, first_positions = snapshot.chunks[0]
+        state = np.array([np.interp(stamp - t0, times, followed[:, j]) for j in range(len(joints))])
+        first_distance = float(np.max(np.abs(first_positions[0] - state)))
+    arm = next(iter(snapshot.steps.values()), None)
     return DemoResult(
         model=model,
         request_mode=request_mode,
@@ -217,6 +224,10 @@ def result_from_snapshot(
         ),
         network=dict(snapshot.network),
         image_encoding=snapshot.image_encoding,
+        startup_s=None if snapshot.first_request is None else t0 - snapshot.first_request,
+        refusals_before_first=snapshot.refusals_before_first,
+        first_point_distance=first_distance,
+        switches=None if arm is None else switch_summary(arm),
     )
 
 

@@ -1,7 +1,8 @@
 """Simulated robot for relay_ros: a joint_trajectory_controller stand-in, a world with a
 task, and cameras that see it.
 
-The plain modules (`trajectory_follower`, `task`, `world_camera`, `scene`,
+The plain modules (`trajectory_follower`, `trajectory_command`,
+`controller_measures`, `motion_measures`, `task`, `world_camera`, `scene`,
 `closed_loop`) need no rclpy; the thin nodes (`arm_node`, `cameras_node`) wrap them
 for ROS 2. Only the plain names are re-exported here so that ``import relay_ros.sim``
 works without ROS; the camera names are imported lazily because they pull in OpenCV.
@@ -11,19 +12,22 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from relay_ros.sim.trajectory_follower import (
-    REJECT_CODES,
-    Acceptance,
+from relay_ros.sim.controller_measures import (
     BoundaryStep,
-    FollowerConfigError,
+    ControllerMeasures,
     FollowerHistory,
     FollowerMetrics,
-    FollowerSample,
+)
+from relay_ros.sim.trajectory_command import (
+    REJECT_CODES,
+    Acceptance,
     TrajectoryCommand,
-    TrajectoryFollower,
     TrajectoryPoint,
-    format_t_obs,
-    parse_t_obs,
+)
+from relay_ros.sim.trajectory_follower import (
+    FollowerConfigError,
+    FollowerSample,
+    TrajectoryFollower,
 )
 from relay_ros.world import (
     BaseCameraModel,
@@ -42,6 +46,7 @@ __all__ = [
     "Acceptance",
     "BaseCameraModel",
     "BoundaryStep",
+    "ControllerMeasures",
     "FollowerConfigError",
     "FollowerHistory",
     "FollowerMetrics",

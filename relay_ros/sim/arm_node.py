@@ -5,7 +5,7 @@ One `TrajectoryFollower` per configured controller behaves like a
 node publishes every joint on ``/joint_states`` at 100 Hz and the streaming measures
 (stall time, boundary step, action age, rejections) on ``~/metrics``. The followers
 are exposed for in-process use (the demo and tests can read their metrics and
-history directly). All logic lives in `relay_ros.sim.trajectory_follower`.
+history directly). All logic lives in `relay_ros.sim.trajectory_follower` and the modules it uses.
 
 Parameters (declared in `SimArmNode._declare_parameters`; see docs/simulation.md):
 
@@ -55,11 +55,9 @@ from relay_ros.sim._parameters import (
     parameter_types,
     refuse_renamed,
 )
-from relay_ros.sim.trajectory_follower import (
-    FollowerMetrics,
-    TrajectoryCommand,
-    TrajectoryFollower,
-)
+from relay_ros.sim.controller_measures import FollowerMetrics
+from relay_ros.sim.trajectory_command import TrajectoryCommand
+from relay_ros.sim.trajectory_follower import TrajectoryFollower
 from relay_ros.stop_signals import take_stop_signals
 
 __all__ = ["DEFAULT_CONTROLLERS", "SimArmConfigError", "SimArmNode", "main"]
@@ -198,7 +196,7 @@ class SimArmNode(Node):
 
     def metrics(self) -> dict[str, FollowerMetrics]:
         """Return the measures of every controller, by controller name."""
-        return {name: f.metrics() for name, f in self._followers.items()}
+        return {name: f.measures.metrics() for name, f in self._followers.items()}
 
     def publish_metrics(self) -> None:
         """Publish the measures on ``~/metrics`` as one DiagnosticStatus per controller.

@@ -36,6 +36,7 @@ Parameters (declared in `SimCamerasNode._declare_parameters`; see docs/simulatio
 from __future__ import annotations
 
 import array
+import math
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -68,6 +69,7 @@ from relay_ros.sim._parameters import (
 from relay_ros.sim.scene import SceneError, SceneRenderer, encode_jpeg
 from relay_ros.sim.world_camera import CAMERA_ROLES, World, WorldCamera
 from relay_ros.stop_signals import take_stop_signals
+from relay_ros.world import ALIGNED_START_S
 
 __all__ = ["CameraSettings", "SimCamerasConfigError", "SimCamerasNode", "main"]
 
@@ -197,6 +199,24 @@ class SimCamerasNode(Node):
         """The simulated world the cameras draw (its seed fixes the target's schedule)."""
         return self._world
 
+    def align_world(self) -> None:
+        """Hold the world at `ALIGNED_START_S` until `start_world`: a run aligned to its
+        first chunk (the demo) sees the target start moving with the robot."""
+        self._world_origin = math.nan
+
+    def start_world(self, t0: float) -> None:
+        """After `align_world`: the world's time is ``ALIGNED_START_S + (t - t0)``."""
+        self._world_origin = float(t0)
+
+    def world_time(self, t: float) -> float:
+        """The world's time at node time ``t`` (s): ``t`` itself unless aligned."""
+        origin = self._world_origin
+        if origin is None:
+            return t
+        if math.isnan(origin):
+            return ALIGNED_START_S
+        return ALIGNED_START_S + max(0.0, t - origin)
+
     def publish_frame(self, name: str) -> None:
         """Render camera ``name`` at the current node time and publish it."""
         camera = self._cameras[name]
@@ -204,7 +224,7 @@ class SimCamerasNode(Node):
         t = stamp.nanoseconds * 1e-9
         renderer = self._renderers[name]
         if isinstance(renderer, WorldCamera):
-            frame = renderer.render(t, *self._arm)
+            frame = renderer.render(self.world_time(t), *self._arm)
         else:
             frame = renderer.render(t)
         if self._swap_red_blue:
@@ -231,6 +251,7 @@ class SimCamerasNode(Node):
         """Declare parameters, then build a renderer, publisher and timer per camera."""
         self._cameras, seed, self._jpeg_quality = self._declare_parameters()
         self._world = World(seed=seed)
+        self._world_origin: float | None = None  # None: node time; NaN: held (align_world)
         # (q1, q2) of the arm from the last joint state; the initial pose until one arrives.
         self._arm: tuple[float, float] = (0.0, 0.0)
         self._renderers: dict[str, SceneRenderer | WorldCamera] = {}

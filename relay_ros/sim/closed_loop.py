@@ -31,8 +31,10 @@ from relay_ros.server.action_prefix import default_soft_steps
 from relay_ros.server.chunk_noise import ChunkNoise
 from relay_ros.server.synthetic import ReferencePolicy
 from relay_ros.server.validation import Request
-from relay_ros.sim.task import TaskMeasures, jerk_rms, task_measures
-from relay_ros.sim.trajectory_follower import TrajectoryCommand, TrajectoryFollower
+from relay_ros.sim.motion_measures import jerk_rms
+from relay_ros.sim.task import TaskMeasures, task_measures
+from relay_ros.sim.trajectory_command import TrajectoryCommand
+from relay_ros.sim.trajectory_follower import TrajectoryFollower
 from relay_ros.sim.world_camera import WorldCamera
 from relay_ros.world import World
 
@@ -220,12 +222,14 @@ def run_closed_loop(settings: LoopSettings | None = None) -> ClosedLoopResult:
             if first is None:
                 first = now
     assert first is not None
-    history = follower.history()
+    history = follower.measures.history()
     measured = history.times >= first
     times = history.times[measured]
     commanded = history.commanded[measured]
     followed = history.positions[measured]
-    ratios = [b.ratio for b in follower.boundary_steps() if b.ratio is not None and b.t >= first]
+    ratios = [
+        b.ratio for b in follower.measures.boundary_steps() if b.ratio is not None and b.t >= first
+    ]
     return ClosedLoopResult(
         settings=s,
         times=times - first,
@@ -234,6 +238,6 @@ def run_closed_loop(settings: LoopSettings | None = None) -> ClosedLoopResult:
         boundary_ratios=np.asarray(ratios, dtype=np.float64),
         task=task_measures(world, times, followed[:, 0], followed[:, 1]),
         jerk_rms=jerk_rms(times, commanded),
-        stall_time_s=follower.metrics().stall_time_s,
+        stall_time_s=follower.measures.metrics().stall_time_s,
         chunks=[(t - first, p) for t, p in chunks],
     )

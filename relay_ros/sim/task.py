@@ -1,16 +1,14 @@
-"""How well the arm did its task, and how smooth the commanded motion was.
+"""How well the arm did its task.
 
-Plain NumPy over recorded series, shared by the demo and ``bench/boundaries.py``:
+Plain NumPy over recorded series, shared by the demo and the benches (smoothness is
+`relay_ros.sim.motion_measures`):
 
 - **tracking error**: at each control cycle, the distance from the end effector
   (forward kinematics of the followed joint positions) to the target where its
   seeded schedule put it (`relay_ros.world`); the policy never sees the
   schedule, only the cameras;
 - **time on target**: the share of cycles with the end effector over the target
-  disk (error <= its radius, 3 cm);
-- **jerk**: the RMS of the third difference of the commanded positions over all
-  commanded joints, divided by the cycle time cubed (rad/s^3): what chunk
-  boundaries that do not join add to the motion.
+  disk (error <= its radius, 3 cm).
 """
 
 from __future__ import annotations
@@ -21,7 +19,7 @@ import numpy as np
 
 from relay_ros.world import World
 
-__all__ = ["TaskMeasures", "jerk_rms", "task_measures"]
+__all__ = ["TaskMeasures", "task_measures"]
 
 
 @dataclass(frozen=True)
@@ -67,27 +65,3 @@ def task_measures(
     ee = world.arm.end_effector(q1[keep], q2[keep])
     errors = np.linalg.norm(ee - world.target.position(times[keep]), axis=-1)
     return TaskMeasures(errors_m=errors, on_target_m=world.target.radius_m)
-
-
-def jerk_rms(times_s: np.ndarray, commanded: np.ndarray) -> float | None:
-    """RMS of the third difference of ``commanded`` (N, D) / cycle time^3, or None (N < 4).
-
-    The cycle time is the median spacing of ``times_s``; rows with a non-finite value
-    in any joint are dropped before differencing only when they lead or trail the
-    series (a gap in the middle would fake a jerk, so then None is returned).
-    """
-    values = np.asarray(commanded, dtype=np.float64)
-    times = np.asarray(times_s, dtype=np.float64)
-    finite = np.all(np.isfinite(values), axis=1)
-    index = np.flatnonzero(finite)
-    if index.size < 4:
-        return None
-    first, last = index[0], index[-1] + 1
-    if not finite[first:last].all():
-        return None
-    values, times = values[first:last], times[first:last]
-    dt = float(np.median(np.diff(times)))
-    if not dt > 0:
-        return None
-    third = np.diff(values, n=3, axis=0) / dt**3
-    return float(np.sqrt(np.mean(third * third)))

@@ -360,7 +360,7 @@ class PolicyConnection:
                     self._last_error,
                     delay,
                 )
-                end = self._retry.wait(delay)
+                end = self._retry.wait(delay, failure=exc)
                 if end == WaitEnd.STOPPED:
                     break
                 if end == WaitEnd.REACHABLE:

@@ -31,7 +31,7 @@ import time
 
 from relay_ros.wire.deadline import Deadline
 from relay_ros.wire.errors import OpenCancelled
-from relay_ros.wire.tcp import Address, connect, resolve
+from relay_ros.wire.tcp import Address, connect, refused_by, resolve
 
 __all__ = ["DEFAULT_PROBE_S", "Backoff", "RetryWait", "WaitEnd", "port_closed"]
 
@@ -43,7 +43,7 @@ DEFAULT_JITTER = 0.2
 _CLOSED_ERRNOS = frozenset({errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH})
 
 
-def port_closed(exc: BaseException) -> bool:
+def port_closed(exc: BaseException | None) -> bool:
     """True when ``exc`` (from an open) says the server's port does not accept
     connections: refused, or host or network unreachable."""
     return isinstance(exc, OSError) and exc.errno in _CLOSED_ERRNOS
@@ -144,15 +144,17 @@ class RetryWait:
         """True when waits probe the port (``probe_s`` is not None)."""
         return self._probe_s is not None
 
-    def wait(self, delay_s: float) -> str:
+    def wait(self, delay_s: float, *, failure: BaseException | None = None) -> str:
         """Wait up to ``delay_s`` seconds (the backoff delay); a :class:`WaitEnd` value.
 
-        Only a probe of this wait counts as having seen the port closed, not the
-        failed attempt: an attempt can be refused elsewhere (a direct route to another
-        host) while this port stays open, and ending the wait then would retry at the
-        probe rate.
+        ``failure``: why the attempt before this wait failed. When this very
+        ``host:port`` refused it, the port counts as seen closed, so a server that
+        comes up before the wait's first probe ends the wait too (on a loaded machine
+        a restart can fall between the two). A refusal elsewhere (a direct route to
+        another port or host) does not count: this port may be open all along, and
+        ending every wait at its first probe would retry at the probe rate.
         """
-        closed = False
+        closed = port_closed(failure) and refused_by(failure) == (self.host, self.port)
         end = time.monotonic() + delay_s
         if self._probe_s is None:
             return WaitEnd.STOPPED if self._stop.wait(delay_s) else WaitEnd.ELAPSED

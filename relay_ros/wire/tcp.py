@@ -121,7 +121,9 @@ def connect(
                 err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
             if err:
                 # OSError(errno, ...) becomes ConnectionRefusedError etc.
-                raise OSError(err, f"{os.strerror(err)}: cannot connect to {host}:{port}")
+                error = OSError(err, f"{os.strerror(err)}: cannot connect to {host}:{port}")
+                error.target = (host, port)  # type: ignore[attr-defined]  # see refused_by
+                raise error
             sock.setblocking(True)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             return sock
@@ -176,3 +178,12 @@ def start_tls(
             wait_socket(tls, write=True, deadline=deadline, cancel=cancel, what=what)
     tls.setblocking(True)
     return tls
+
+
+def refused_by(exc: BaseException) -> tuple[str, int] | None:
+    """The ``(host, port)`` whose TCP connect failed with ``exc`` (raised by
+    :func:`connect`), or None when ``exc`` did not come from a connect. A reconnect
+    wait uses it to tell a refusal by the server's own port from one elsewhere (a
+    direct route the server handed out)."""
+    target = getattr(exc, "target", None)
+    return target if isinstance(target, tuple) else None

@@ -1,0 +1,465 @@
+"""The visual closed loop through policy_node's own StreamingCore, on a synthetic clock.
+
+`run_streaming_loop` plays, in one thread and in simulated time, the parts the demo
+runs on rclpy and sockets: the world's cameras (`WorldCamera`, 15 Hz, read by the
+core from its frame sources as policy_node reads its polled subscriptions), the
+reference server (its checks, `ReferencePolicy` with the visual plan and chunk
+noise, the action prefix when advertised), a network (inference time plus, for a
+link profile, its delays, jitter, bandwidth for the observation's real bytes and
+stalls) and one simulated joint_trajectory_controller per output (100 Hz, each
+cycle jittered as a loaded controller_manager's). The core is ticked as the node
+ticks it: at ``next_deadline``, on a reply, at least every 0.1 s. So a run
+measures what the node decides, start-up included: every request, refusal, hold
+and published chunk.
+
+Fairness between runs (``bench/motion.py``): the target moves on the world's time
+counted from the first accepted chunk (it stands still before), so early and sync
+requests, or two smoothings, see the same target motion for the same seed; the
+seed also fixes the chunk noise and the latency draws.
+
+Smoothings: ``none``; ``blend`` (the node's ``blend_steps``, half the execute
+horizon, the server's soft window); ``prefix`` (the server's ``action_prefix``);
+``lerobot``: LeRobot async_inference's ``weighted_average`` aggregation emulated on
+the same run: each new chunk's actions for instants the running plan still covers
+become ``0.3 * old + 0.7 * new`` before the node sees them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import yaml
+
+from relay_ros.models import family_of
+from relay_ros.node.node_config import NodeConfig, config_from_parameters
+from relay_ros.node.param_spec import flatten_parameters
+from relay_ros.paths import config_dir, config_file
+from relay_ros.pipeline.camera_map import load_model_camera_map
+from relay_ros.pipeline.controller_messages import TrajectoryMessage
+from relay_ros.pipeline.frame_source import LatestFrame
+from relay_ros.pipeline.observation_inputs import DEFAULT_OBSERVATION_TIMING
+from relay_ros.pipeline.streaming import RequestTag, StreamingCore
+from relay_ros.server.chunk_noise import ChunkNoise
+from relay_ros.server.embodiment import load_embodiment
+from relay_ros.server.metadata import PI_CAMERA_KEYS, build_metadata
+from relay_ros.server.synthetic import ReferencePolicy
+from relay_ros.server.validation import validate_groot, validate_pi
+from relay_ros.sim.controller_measures import BoundaryStep
+from relay_ros.sim.link_profiles import LinkProfile, get_profile
+from relay_ros.sim.motion_measures import SwitchSummary, jerk_rms, switch_summary
+from relay_ros.sim.task import TaskMeasures, task_measures
+from relay_ros.sim.trajectory_command import TrajectoryCommand
+from relay_ros.sim.trajectory_follower import TrajectoryFollower
+from relay_ros.sim.world_camera import WorldCamera
+from relay_ros.wire.codec import packb
+from relay_ros.wire.connection import InferOutcome
+from relay_ros.world import World
+
+__all__ = ["LOOP_SMOOTHINGS", "LoopRun", "LoopRunResult", "StartUp", "run_streaming_loop"]
+
+logger = logging.getLogger(__name__)
+
+LOOP_SMOOTHINGS = ("none", "blend", "prefix", "lerobot")
+#: LeRobot async_inference's ``weighted_average``: ``0.3 * old + 0.7 * new``.
+LEROBOT_OLD_WEIGHT = 0.3
+_WORLD_T0 = 1000.0  # world time at the first accepted chunk
+_CYCLE_S = 0.01  # controller period (100 Hz)
+_CAMERA_S = 1.0 / 15.0
+_IDLE_TICK_S = 0.1  # as policy_node
+_MIN_TICK_S = 0.001
+_REPLY_OVERHEAD_BYTES = 200
+
+
+@dataclass(frozen=True)
+class LoopRun:
+    """One run's settings.
+
+    Attributes:
+        model: A model id: config/<model>.yaml (GR00T with the ``so100`` embodiment).
+        request_mode: ``"early"`` or ``"sync"``.
+        smoothing: One of `LOOP_SMOOTHINGS`.
+        latency_s: Server inference time per request (s).
+        jitter_s: Uniform extra inference time in [-jitter, +jitter] (s).
+        link: A link preset (``lan``, ``wan``, ``lte``) between node and server, or None.
+        execute_horizon: Actions per chunk before the next; None: the model's config.
+        observation_timing: StreamingCore's ``observation_timing``.
+        chunk_noise: Scale of the policy's chunk-to-chunk variation.
+        seed: World, noise and latency seed.
+        duration_s: Simulated seconds measured after the first accepted chunk.
+        cycle_jitter_s: Each controller cycle is up to this early or late (s).
+    """
+
+    model: str = "pi05"
+    request_mode: str = "early"
+    smoothing: str = "none"
+    latency_s: float = 0.08
+    jitter_s: float = 0.02
+    link: str | None = None
+    execute_horizon: int | None = None
+    observation_timing: str = DEFAULT_OBSERVATION_TIMING
+    chunk_noise: float = 1.0
+    seed: int = 0
+    duration_s: float = 12.0
+    cycle_jitter_s: float = 0.0015
+
+    def __post_init__(self) -> None:
+        if self.smoothing not in LOOP_SMOOTHINGS:
+            raise ValueError(f"smoothing {self.smoothing!r} is not one of {list(LOOP_SMOOTHINGS)}")
+        if family_of(self.model) == "groot" and self.smoothing == "lerobot":
+            raise ValueError("the LeRobot emulation runs π0-family models only")
+
+
+@dataclass(frozen=True)
+class StartUp:
+    """From the first request to the first chunk the node published.
+
+    Attributes:
+        first_chunk_s: First request to the first published chunk (s).
+        round_trip_s: That chunk's own request's round trip (s).
+        refusals: Chunks or observations refused before it.
+        first_point_distance: Largest per-joint distance from the measured state to
+            its first point (rad).
+    """
+
+    first_chunk_s: float
+    round_trip_s: float
+    refusals: int
+    first_point_distance: float
+
+
+@dataclass
+class LoopRunResult:
+    """What one run measured; times in seconds since the first published chunk.
+
+    Attributes:
+        run: The settings.
+        times: (N,) control cycles (real, jittered).
+        commanded: (N, D) commanded positions of every joint.
+        task: Tracking error to the target.
+        jerk_rms: RMS jerk of the commanded positions from the real times (rad/s^3).
+        switches: The switches' C0/C1 gaps (`switch_summary`).
+        steps: Every switch of the arm controller.
+        startup: The start.
+        requests: Requests sent in the run (start-up included).
+        refusals: Refusals while measured (after the first chunk).
+        stall_time_s: Time the arm controller had nothing left to follow.
+    """
+
+    run: LoopRun
+    times: np.ndarray
+    commanded: np.ndarray
+    task: TaskMeasures
+    jerk_rms: float | None
+    switches: SwitchSummary
+    steps: list[BoundaryStep]
+    startup: StartUp
+    requests: int
+    refusals: int
+    stall_time_s: float
+
+
+def model_config(model: str) -> NodeConfig:
+    """policy_node's configuration from ``config/<model>.yaml`` (its first node's
+    ``ros__parameters``, node defaults for the rest), as the node would resolve it."""
+    path = config_file(f"{model}.yaml")
+    with open(path, encoding="utf-8") as stream:
+        data = yaml.safe_load(stream)
+    for entry in data.values() if isinstance(data, dict) else ():
+        if isinstance(entry, dict) and isinstance(entry.get("ros__parameters"), dict):
+            given = flatten_parameters(entry["ros__parameters"])
+            return config_from_parameters(given, default_config_dir=config_dir)
+    raise ValueError(f"parameter file {str(path)!r} has no 'ros__parameters' section")
+
+
+class _Log:
+    """The core's logger: sentences to ``logging`` at DEBUG (a bench prints tables)."""
+
+    def info(self, message: str) -> None:
+        logger.debug(message)
+
+    def warning(self, message: str) -> None:
+        logger.debug(message)
+
+    def error(self, message: str) -> None:
+        logger.debug(message)
+
+
+@dataclass
+class _Flight:
+    tag: RequestTag
+    arrival: float
+    reply: np.ndarray
+
+
+@dataclass
+class _Loop:
+    """The state of one run (see `run_streaming_loop`)."""
+
+    run: LoopRun
+    now: float = 0.0
+    first_chunk: float | None = None
+    first_request: float | None = None
+    startup: StartUp | None = None
+    flight: _Flight | None = None
+    event: bool = False
+    last_roundtrip: float = 0.0
+    plans: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        r = self.run
+        base = model_config(r.model)
+        changes: dict[str, Any] = {"request_mode": r.request_mode, "blend_steps": 0}
+        if r.execute_horizon is not None:
+            changes["execute_horizon"] = r.execute_horizon
+        self.embodiment = load_embodiment("so100") if family_of(r.model) == "groot" else None
+        self.metadata = build_metadata(
+            r.model, embodiment=self.embodiment, action_prefix=r.smoothing == "prefix"
+        )
+        horizon = int(self.metadata["action_horizon"])
+        execute = r.execute_horizon or base.execute_horizon or horizon // 2
+        if r.smoothing == "blend":
+            changes["blend_steps"] = max(1, execute // 2)
+        self.config = dataclasses.replace(base, **changes)
+        self.dt = 1.0 / float(self.metadata["control_hz"])
+        self.action_dim = (
+            self.embodiment.action_dim
+            if self.embodiment is not None
+            else int(self.metadata["action_dim"])
+        )
+        cameras = load_model_camera_map(config_dir() / f"{r.model}_cameras.yaml", r.model)
+        self.keys = [c.key for c in cameras]
+        self.world = World(seed=r.seed)
+        self.cameras = {
+            k: WorldCamera("wrist" if "wrist" in k else "base", 320, 240, self.world)
+            for k in self.keys
+        }
+        self.sources = {k: LatestFrame() for k in self.keys}
+        self.rng = np.random.default_rng([r.seed, 7])
+        self.policy = ReferencePolicy(
+            "visual",
+            action_horizon=horizon,
+            control_hz=1.0 / self.dt,
+            noise=ChunkNoise(scale=r.chunk_noise),
+        )
+        self.link: LinkProfile | None = get_profile(r.link) if r.link else None
+        self.followers = {
+            o.name: TrajectoryFollower(
+                list(o.joints),
+                [0.0] * len(o.joints),
+                name=o.name,
+                history_length=int((r.duration_s + 40.0) / _CYCLE_S),
+                log_rejections=False,
+            )
+            for o in self.config.outputs
+        }
+        self.dims = {o.name: list(o.dims or ()) for o in self.config.outputs}  # π0: flat
+        self.joints = [j for f in self.followers.values() for j in f.joint_names]
+        self.core = StreamingCore(
+            self.config,
+            camera_keys=self.keys,
+            submit=self.submit,
+            publish=self.published,
+            request_reset=lambda: None,
+            log=_Log(),
+            perf_clock=lambda: self.now,
+            frame_sources=self.sources,
+            observation_timing=r.observation_timing,  # type: ignore[arg-type]
+        )
+
+    # ------------------------------------------------------------ the world
+    def world_time(self, t: float | np.ndarray) -> Any:
+        """The world's clock: it starts at the first published chunk."""
+        if self.first_chunk is None:
+            return np.full_like(np.asarray(t, dtype=np.float64), _WORLD_T0)
+        return _WORLD_T0 + np.maximum(0.0, np.asarray(t, dtype=np.float64) - self.first_chunk)
+
+    def positions(self) -> np.ndarray:
+        return np.concatenate([f.positions for f in self.followers.values()])
+
+    def capture(self) -> None:
+        q = self.positions()
+        t = float(self.world_time(self.now))
+        for key, camera in self.cameras.items():
+            self.sources[key].put(camera.render(t, float(q[0]), float(q[1])), self.now)
+
+    # ------------------------------------------------------------ the server
+    def submit(self, obs: dict[str, Any], tag: RequestTag) -> bool:
+        if self.flight is not None:
+            return False
+        if self.first_request is None:
+            self.first_request = self.now
+        horizon = int(self.metadata["action_horizon"])
+        prefix_horizon = horizon if self.metadata.get("action_prefix") else None
+        if self.embodiment is not None:
+            request = validate_groot(
+                obs,
+                embodiment=self.embodiment,
+                needs_session_id=False,
+                adapters=(),
+                prefix_horizon=prefix_horizon,
+            )
+        else:
+            request = validate_pi(
+                obs,
+                action_dim=self.action_dim,
+                camera_keys=PI_CAMERA_KEYS,
+                max_cameras=int(self.metadata["max_cameras"]),
+                needs_session_id=False,
+                adapters=(),
+                prefix_horizon=prefix_horizon,
+            )
+        reply = self.policy.chunk(request, self.rng, action_dim=self.action_dim)
+        r = self.run
+        latency = max(0.0, r.latency_s + self.rng.uniform(-r.jitter_s, r.jitter_s))
+        latency += self.network_time(len(packb(obs)), reply.nbytes + _REPLY_OVERHEAD_BYTES)
+        self.flight = _Flight(tag, self.now + latency, reply)
+        return True
+
+    def network_time(self, up_bytes: int, down_bytes: int) -> float:
+        """Delays, jitter and transmission of one request on the link; a stall that
+        starts while it is under way holds it for the stall's length."""
+        link = self.link
+        if link is None:
+            return 0.0
+        seconds = 0.0
+        for nbytes, rate in ((up_bytes, link.up_mbit_s), (down_bytes, link.down_mbit_s)):
+            jitter = self.rng.uniform(-link.jitter_ms, link.jitter_ms)
+            seconds += max(0.0, link.delay_ms + jitter) / 1000.0
+            if rate is not None:
+                seconds += nbytes * 8.0 / (rate * 1e6)
+        if link.stall_every_s and link.stall_ms > 0:
+            k = math.floor((self.now + seconds) / link.stall_every_s)
+            if k >= 1 and k * link.stall_every_s >= self.now:
+                seconds += link.stall_ms / 1000.0
+        return seconds
+
+    def deliver(self) -> None:
+        flight, self.flight = self.flight, None
+        assert flight is not None
+        reply: Any = flight.reply
+        if self.run.smoothing == "lerobot":
+            reply = self.aggregate(reply, flight.tag.t_obs)
+        if self.embodiment is not None:  # GR00T: one (1, H, k) array per action group
+            groups, start = {}, 0
+            for key, width in self.embodiment.action_groups:
+                groups[key] = np.ascontiguousarray(reply[None, :, start : start + width])
+                start += width
+            reply = groups
+        roundtrip = self.now - flight.tag.t_obs
+        self.last_roundtrip = roundtrip
+        self.core.result(InferOutcome(flight.tag, reply, roundtrip, None, None, self.now), self.now)
+        self.event = True
+
+    def aggregate(self, chunk: np.ndarray, t_obs: float) -> np.ndarray:
+        """LeRobot's weighted average: actions for instants the running plan still
+        covers (from now to its end) mix ``0.3`` of the plan with ``0.7`` of the new."""
+        out = np.array(chunk, dtype=np.float32)
+        times = t_obs + self.dt * np.arange(len(out))
+        for name, (plan_t, plan_q) in self.plans.items():
+            overlap = (times >= self.now) & (times <= plan_t[-1])
+            for column, dim in enumerate(self.dims[name]):
+                old = np.interp(times[overlap], plan_t, plan_q[:, column])
+                out[overlap, dim] = (
+                    LEROBOT_OLD_WEIGHT * old + (1 - LEROBOT_OLD_WEIGHT) * (out[overlap, dim])
+                )
+        return out
+
+    # ------------------------------------------------------------ the controllers
+    def published(self, msg: TrajectoryMessage) -> None:
+        if msg.output is None:
+            return
+        points = msg.points
+        follower = self.followers[msg.output]
+        if msg.frame_id and self.first_chunk is None:
+            self.first_chunk = self.now
+            assert self.first_request is not None
+            state = self.positions()[: len(points.positions[0])]
+            self.startup = StartUp(
+                first_chunk_s=self.now - self.first_request,
+                round_trip_s=self.last_roundtrip,
+                refusals=self.core.counts["refusals"],
+                first_point_distance=float(np.max(np.abs(points.positions[0] - state))),
+            )
+        command = TrajectoryCommand(
+            points.stamp,
+            list(msg.joint_names),
+            [
+                (float(t), list(map(float, p)), list(map(float, v)))
+                for t, p, v in zip(points.time_from_start, points.positions, points.velocities)
+            ],
+        )
+        follower.receive(command, self.now)
+        self.plans[msg.output] = (
+            points.stamp + np.asarray(points.time_from_start),
+            np.asarray(points.positions, dtype=np.float64),
+        )
+
+    # ------------------------------------------------------------ the clock
+    def loop(self) -> None:
+        r = self.run
+        cycle_rng = np.random.default_rng([r.seed, 11])
+        k, next_cycle, next_frame, next_tick = 0, 0.0, 0.0, 0.0
+        self.core.connected(self.metadata, 0.0)
+        while True:
+            arrival = self.flight.arrival if self.flight is not None else math.inf
+            self.now = min(next_cycle, next_frame, next_tick, arrival)
+            if self.first_chunk is not None and self.now > self.first_chunk + r.duration_s:
+                return
+            if self.now > 30.0 and self.first_chunk is None:
+                raise RuntimeError(f"no chunk was published in 30 simulated seconds: {r}")
+            if self.now == next_cycle:
+                for follower in self.followers.values():
+                    follower.update(self.now)
+                self.core.joint_state(self.joints, list(self.positions()), self.now)
+                k += 1
+                next_cycle = k * _CYCLE_S + cycle_rng.uniform(-r.cycle_jitter_s, r.cycle_jitter_s)
+                next_cycle = max(next_cycle, self.now + 1e-6)
+            if self.now == next_frame:
+                self.capture()
+                next_frame += _CAMERA_S
+            if self.now == arrival:
+                self.deliver()
+            if self.now >= next_tick or self.event:
+                self.event = False
+                self.core.joint_state(self.joints, list(self.positions()), self.now)
+                self.core.tick(self.now)
+                deadline = self.core.next_deadline(self.now)
+                wait = _IDLE_TICK_S if deadline is None else min(_IDLE_TICK_S, deadline - self.now)
+                next_tick = self.now + max(_MIN_TICK_S, wait)
+
+
+def run_streaming_loop(run: LoopRun | None = None) -> LoopRunResult:
+    """Run the loop until ``duration_s`` simulated seconds after the first chunk."""
+    state = _Loop(run or LoopRun())
+    state.loop()
+    assert state.first_chunk is not None and state.startup is not None
+    first = state.first_chunk
+    arm = next(iter(state.followers.values()))
+    histories = [f.measures.history() for f in state.followers.values()]
+    times = histories[0].times
+    keep = times >= first
+    # Every controller runs on the same cycles: their columns side by side.
+    commanded = np.concatenate([h.commanded[keep] for h in histories], axis=1)
+    followed = histories[0].positions[keep]
+    steps = [s for s in arm.measures.boundary_steps() if s.t >= first]
+    counts = state.core.counts
+    return LoopRunResult(
+        run=state.run,
+        times=times[keep] - first,
+        commanded=commanded,
+        task=task_measures(
+            state.world, state.world_time(times[keep]), followed[:, 0], followed[:, 1]
+        ),
+        jerk_rms=jerk_rms(times[keep], commanded),
+        switches=switch_summary(steps),
+        steps=steps,
+        startup=state.startup,
+        requests=counts["requests"],
+        refusals=counts["refusals"] - state.startup.refusals,
+        stall_time_s=arm.measures.metrics().stall_time_s,
+    )
