@@ -10,8 +10,10 @@ per rig so tests in one pytest session never hear each other.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +23,7 @@ import numpy as np
 import yaml
 from diagnostic_msgs.msg import DiagnosticArray
 from helpers import scaled
-from rclpy.executors import SingleThreadedExecutor
+from rclpy.executors import Executor, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import qos_profile_sensor_data
@@ -36,6 +38,33 @@ _COUNTER = itertools.count()
 
 PI_JOINTS = ["joint1", "joint2", "joint3", "joint4", "joint5", "joint6", "gripper_joint"]
 GROOT_JOINTS = ["joint1", "joint2", "joint3", "joint4", "joint5", "gripper_joint"]
+
+
+@contextlib.contextmanager
+def spinning(*executors: Executor) -> Iterator[list[threading.Thread]]:
+    """Spin each executor on a thread of its own while the block runs (yields the threads).
+
+    On exit the loops stop first and the executors shut down after: shutting one
+    down under a running spin() can destroy its guard condition mid-spin_once
+    (InvalidHandle in the spin thread, seen under load).
+    """
+    stopping = threading.Event()
+
+    def spin(executor: Executor) -> None:
+        while not stopping.is_set():
+            executor.spin_once(timeout_sec=0.05)
+
+    threads = [threading.Thread(target=spin, args=(e,), daemon=True) for e in executors]
+    for thread in threads:
+        thread.start()
+    try:
+        yield threads
+    finally:
+        stopping.set()
+        for thread in threads:
+            thread.join(timeout=scaled(5.0))
+        for executor in executors:
+            executor.shutdown(timeout_sec=scaled(5.0))
 
 
 def t_obs_of(msg: JointTrajectory) -> float:
@@ -148,14 +177,7 @@ class Rig:
         self.executor = SingleThreadedExecutor(context=context)
         self.executor.add_node(self.node)
         self.executor.add_node(self.feeder)
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._spin, daemon=True)
-
-    def _spin(self) -> None:
-        # spin() until close(): stopping the loop before the executor shuts down keeps
-        # shutdown from destroying its guard condition under a running spin_once.
-        while not self._stopping.is_set():
-            self.executor.spin_once(timeout_sec=0.05)
+        self._spinning = spinning(self.executor)
 
     def _subscribe(self, topic: str, sink: list) -> None:
         def record(msg: JointTrajectory) -> None:
@@ -221,15 +243,13 @@ class Rig:
         return statuses[-1] if statuses else None
 
     def __enter__(self) -> Rig:
-        self._thread.start()
+        self._thread = self._spinning.__enter__()[0]  # the executor's (priority tests)
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:
-        self._stopping.set()
-        self._thread.join(timeout=scaled(5.0))
-        self.executor.shutdown(timeout_sec=scaled(5.0))
+        self._spinning.__exit__(None, None, None)
         self.node.destroy_node()
         self.feeder.destroy_node()
