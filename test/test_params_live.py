@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 from helpers import scaled, wait_until
-from node_rig import Rig, stamp_of, t_obs_of, tfs_of
+from node_rig import PI_JOINTS, Rig, stamp_of, t_obs_of, tfs_of, velocity_overrides
 from rclpy.parameter import Parameter
 from rclpy.parameter_client import AsyncParameterClient
 from std_srvs.srv import SetBool
@@ -214,15 +214,18 @@ def _switch_spacing(messages: list) -> float:
 TIMELINE = {"execute_horizon": 25, "request_lead_s": "0.1"}
 
 
-def _before_and_after(live, measure, counts: tuple[int, int], **change: Any) -> tuple:
+def _before_and_after(
+    live, measure, counts: tuple[int, int], rig_options: dict | None = None, **change: Any
+) -> tuple:
     """``measure(chunks)`` over the arm's chunks before and after a live change.
 
     Before: from the second chunk (the first switch comes at start-up, on its own
     timing) once ``counts[0]`` have come; after: from 0.6 s after the set returned
     (the chunk held at the change may still follow the old value) once
-    ``counts[1]`` have come. Returns (before, after, params).
+    ``counts[1]`` have come. ``rig_options`` replace the default (the TIMELINE
+    overrides). Returns (before, after, params).
     """
-    rig, params = live(overrides=TIMELINE)
+    rig, params = live(**(rig_options or {"overrides": TIMELINE}))
     wait_until(lambda: len(rig.snapshot().arm) >= counts[0], timeout=15)
     before = measure(rig.snapshot().arm[1:])
     result, returned = params.set(**change)
@@ -266,7 +269,15 @@ def _switch_jumps(messages: list) -> list[float]:
 
 
 def test_blend_steps_smooth_the_switch(live):
-    before, after, _ = _before_and_after(live, _switch_jumps, (4, 3), blend_steps=10)
+    # A still arm (follow=False) makes each chunk start 0.05 rad behind the last: a
+    # 2.5 rad/s step the shipped limits refuse; raised so the jumps can be measured.
+    rig_options = {
+        "overrides": {**TIMELINE, **velocity_overrides(PI_JOINTS, 10.0)},
+        "follow": False,
+    }
+    before, after, _ = _before_and_after(
+        live, _switch_jumps, (4, 3), rig_options=rig_options, blend_steps=10
+    )
     # Each chunk starts again from the state: 25 actions * 0.002 rad behind the old one.
     assert min(before) > 0.03
     # Cross-faded over 10 points, the first point moves only 1/11 of the way.
@@ -296,7 +307,9 @@ def test_limits_mode_clamp_lets_a_refused_policy_through(recording, live):
 def test_max_joint_step_decides_which_first_step_is_refused(recording, live):
     policy, _ = recording
     policy.mode = "far"  # every chunk starts 0.6 rad from the measured state
-    rig, params = live()
+    # 0.6 rad within a period is far over the shipped velocity limits: raised here, so
+    # that max_joint_step alone decides.
+    rig, params = live(overrides=velocity_overrides(PI_JOINTS, 100.0))
     wait_until(lambda: (s := rig.last_status()) and s["last_refusal"], timeout=15)
     assert rig.snapshot().arm == []
     assert params.set(max_joint_step=1.0)[0].successful
