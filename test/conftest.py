@@ -33,3 +33,18 @@ def ros_context():
         yield context
     finally:
         rclpy.shutdown(context=context)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """How many trajectories the rigs' velocity checkers saw (test/trajectory_checker.py)."""
+    import sys
+
+    module = sys.modules.get("trajectory_checker")
+    checkers = [c for c in getattr(module, "CHECKERS", []) if c.trajectories]
+    if checkers:
+        total = sum(c.trajectories for c in checkers)
+        worst = max(c.worst_ratio for c in checkers)
+        terminalreporter.write_line(
+            f"velocity checker: {total} trajectories to controllers in {len(checkers)} rigs, "
+            f"largest speed {worst:.3f} x the velocity limit"
+        )

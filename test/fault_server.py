@@ -19,6 +19,11 @@ Request faults (what the server does with a request):
 - ``oversize``: a 9 MiB binary reply (over the client's default 8 MiB cap).
 - ``wrong_type``: a valid msgpack reply whose actions are the int 7.
 - ``slow``: replies correctly after ``slow_s`` seconds.
+- ``jump_last``: a valid reply whose last action moves the first joint 2.65 rad
+  (within its position limits, far beyond its velocity limit).
+
+A valid reply holds the observed state (every action is the observation's state),
+so that a robot following it stands still.
 
 Open faults (what the server does with a new connection):
 
@@ -53,7 +58,7 @@ from websockets.exceptions import ConnectionClosed
 
 from relay_ros.server.embodiment import load_embodiment
 from relay_ros.server.metadata import build_metadata
-from relay_ros.wire.codec import packb
+from relay_ros.wire.codec import packb, unpackb
 
 REQUEST_FAULTS = frozenset(
     {
@@ -66,8 +71,11 @@ REQUEST_FAULTS = frozenset(
         "oversize",
         "wrong_type",
         "slow",
+        "jump_last",
     }
 )
+#: How far the ``jump_last`` fault moves the first joint in its last action (rad).
+JUMP_RAD = 2.65
 OPEN_FAULTS = frozenset(
     {
         "stall_open",
@@ -252,7 +260,10 @@ class FaultServer:
         else:
             if fault == "slow":
                 await asyncio.sleep(self.slow_s)
-            await ws.send(packb({"actions": self._actions(), "server_timing": {"infer_ms": 1.0}}))
+            actions = self._actions(message)
+            if fault == "jump_last":
+                actions[-1, 0] += JUMP_RAD
+            await ws.send(packb({"actions": actions, "server_timing": {"infer_ms": 1.0}}))
         with self._lock:
             self.replies += 1
         return True
@@ -263,11 +274,20 @@ class FaultServer:
             return packb(build_metadata("pi05"))
         return packb(build_metadata("groot", embodiment=load_embodiment(None)))
 
-    def _actions(self) -> Any:
+    def _actions(self, message: Any) -> Any:
+        """Actions that hold the observed state (zeros for GR00T, or when the request
+        carries no state)."""
         meta = self.metadata
         horizon = int(meta["action_horizon"])
         if self.model == "groot":
             return {
                 key: np.zeros((1, horizon, 1), np.float32) for key in meta.get("action_keys", [])
             }
-        return np.zeros((horizon, int(meta["action_dim"])), np.float32)
+        width = int(meta["action_dim"])
+        state = np.zeros(width, np.float32)
+        try:
+            observed = np.asarray(unpackb(message)["state"], np.float32).reshape(-1)[:width]
+            state[: observed.size] = observed
+        except (KeyError, TypeError, ValueError):
+            pass
+        return np.tile(state, (horizon, 1))

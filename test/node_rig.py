@@ -28,6 +28,7 @@ from rclpy.parameter import Parameter
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import String
+from trajectory_checker import VelocityChecker
 from trajectory_msgs.msg import JointTrajectory
 
 from relay_ros.node.policy_node import PolicyNode
@@ -37,6 +38,12 @@ _COUNTER = itertools.count()
 
 PI_JOINTS = ["joint1", "joint2", "joint3", "joint4", "joint5", "joint6", "gripper_joint"]
 GROOT_JOINTS = ["joint1", "joint2", "joint3", "joint4", "joint5", "gripper_joint"]
+
+
+def velocity_overrides(joints: list[str], max_velocity: float) -> dict[str, float]:
+    """``joint_limits.<joint>.max_velocity`` parameters raising every velocity limit (for
+    tests of other checks whose policies step faster than the shipped limits)."""
+    return {f"joint_limits.{joint}.max_velocity": float(max_velocity) for joint in joints}
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, period: float = 0.02) -> Any:
@@ -89,6 +96,8 @@ class Rig:
         height: int = 48,
         state: list[float] | None = None,
         camera_hz: float = 30.0,
+        follow: bool = True,
+        without_limits: bool = False,
         tmp_path: Path,
     ) -> None:
         self.context = context
@@ -101,6 +110,10 @@ class Rig:
         self.state = np.array(state if state is not None else [0.1] * len(joints), dtype=float)
         self.cameras_on = True
         self.joint_states_on = True
+        # The joint states follow what the controllers are sent (a perfect controller,
+        # linear between points); False: the arm stands still at ``state``.
+        self.follow = follow
+        self._following: dict[str, tuple[list[int], np.ndarray, np.ndarray, np.ndarray]] = {}
         self.received = Received()
         self._lock = threading.Lock()
 
@@ -131,13 +144,34 @@ class Rig:
             "prompt": "stack the blocks",
         }
         params.update(overrides or {})
+        params_file = config_dir() / f"{model}.yaml"
+        if without_limits:  # the shipped file without its joint_limits: the URDF gives them
+            data = yaml.safe_load(params_file.read_text())
+            data["/**"]["ros__parameters"].pop("joint_limits")
+            params_file = tmp_path / f"params_{n}.yaml"
+            params_file.write_text(yaml.safe_dump(data))
         self.node = PolicyNode(
             self.node_name,
             context=context,
-            cli_args=["--ros-args", "--params-file", str(config_dir() / f"{model}.yaml")],
+            cli_args=["--ros-args", "--params-file", str(params_file)],
             parameter_overrides=[Parameter(k, value=v) for k, v in params.items()],
         )
-        self.feeder = Node(f"feeder_{n}", context=context)
+        # Every trajectory a controller receives is checked against the configured
+        # velocity limits as the controller would run it; close() asserts it.
+        shipped = yaml.safe_load((config_dir() / f"{model}.yaml").read_text())
+        limits = shipped["/**"]["ros__parameters"]["joint_limits"]
+        self.checker = VelocityChecker(
+            {
+                joint: self.node.config.joint_limits[joint].max_velocity
+                if joint in self.node.config.joint_limits
+                else limits[joint]["max_velocity"]  # the sim URDF's (test_sim_urdf.py)
+                for joint in limits
+            },
+            lambda: dict(zip(self.joints, self.state.tolist())),
+        )
+        # On the node's clock (the arm follows the trajectories' stamps).
+        sim_time = [Parameter("use_sim_time", value=True)] if params.get("use_sim_time") else []
+        self.feeder = Node(f"feeder_{n}", context=context, parameter_overrides=sim_time)
         self._image_pub = self.feeder.create_publisher(
             Image, self.raw_topic, qos_profile_sensor_data
         )
@@ -154,8 +188,8 @@ class Rig:
         self._jpeg = cv2.imencode(".jpg", frame[:, :, ::-1])[1].tobytes()
         self.feeder.create_timer(1.0 / camera_hz, self._publish_cameras)
         self.feeder.create_timer(0.01, self._publish_joints)
-        self._subscribe(self.arm_topic, self.received.arm)
-        self._subscribe(self.gripper_topic, self.received.gripper)
+        self._subscribe(self.arm_topic, self.received.arm, checked=True)
+        self._subscribe(self.gripper_topic, self.received.gripper, checked=True)
         self._subscribe(f"/{self.node_name}/preview", self.received.preview)
         self.feeder.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)
         self.executor = SingleThreadedExecutor(context=context)
@@ -163,10 +197,24 @@ class Rig:
         self.executor.add_node(self.feeder)
         self._thread = threading.Thread(target=self.executor.spin, daemon=True)
 
-    def _subscribe(self, topic: str, sink: list) -> None:
+    def _subscribe(self, topic: str, sink: list, *, checked: bool = False) -> None:
         def record(msg: JointTrajectory) -> None:
             with self._lock:
                 sink.append(msg)
+            if checked and msg.points and self.follow:
+                self._start_following(topic, msg)
+            if checked and msg.points:
+                positions = np.array([p.positions for p in msg.points], dtype=float)
+                velocities = np.array(
+                    [
+                        p.velocities if len(p.velocities) else [0.0] * positions.shape[1]
+                        for p in msg.points
+                    ],
+                    dtype=float,
+                )
+                self.checker.add(
+                    topic, list(msg.joint_names), stamp_of(msg), tfs_of(msg), positions, velocities
+                )
 
         self.feeder.create_subscription(JointTrajectory, topic, record, 10)
 
@@ -187,9 +235,30 @@ class Rig:
         jpeg.header.stamp = stamp
         self._jpeg_pub.publish(jpeg)
 
+    def _start_following(self, topic: str, msg: JointTrajectory) -> None:
+        index = [self.joints.index(j) for j in msg.joint_names]
+        now = self.feeder.get_clock().now().nanoseconds * 1e-9
+        times = np.concatenate(([now], stamp_of(msg) + tfs_of(msg)))
+        positions = np.array([p.positions for p in msg.points], dtype=float)
+        with self._lock:
+            start = self.state[index].copy()
+            self._following[topic] = (index, start, times, positions)
+
+    def _follow_now(self) -> None:
+        now = self.feeder.get_clock().now().nanoseconds * 1e-9
+        with self._lock:
+            for index, start, times, positions in self._following.values():
+                if now < times[0]:
+                    continue  # the clock jumped back: the arm stays where it is
+                points = np.vstack((start[None, :], positions))
+                for column, joint in enumerate(index):
+                    self.state[joint] = np.interp(now, times, points[:, column])
+
     def _publish_joints(self) -> None:
         if not self.joint_states_on:
             return
+        if self.follow:
+            self._follow_now()
         msg = JointState(name=self.joints, position=[float(v) for v in self.state])
         msg.header.stamp = self.feeder.get_clock().now().to_msg()
         self._joint_pub.publish(msg)
@@ -230,8 +299,10 @@ class Rig:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, *exc: object) -> None:
         self.close()
+        if exc_type is None:
+            self.checker.assert_within()
 
     def close(self) -> None:
         self.executor.shutdown(timeout_sec=5.0)

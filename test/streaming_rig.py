@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from trajectory_checker import VelocityChecker
 
 from relay_ros.demo.models import load_model_config
 from relay_ros.models import family_of
@@ -50,6 +51,16 @@ def ramp_policy(horizon: int, step: float = 0.002) -> Policy:
         return np.asarray(state, dtype=np.float32).reshape(-1)[None, :] + ramp
 
     return infer
+
+
+def velocity_limits(model: str, max_velocity: float) -> dict[str, Any]:
+    """config/<model>.yaml's joint limits with every velocity limit set to ``max_velocity``
+    (for tests of timing whose policies move faster than the shipped limits)."""
+    base = load_model_config(model).joint_limits
+    return {
+        joint: dataclasses.replace(limit, max_velocity=max_velocity)
+        for joint, limit in base.items()
+    }
 
 
 class ListLogger:
@@ -120,7 +131,7 @@ class CoreRig:
     idle_tick_s: float = 0.1
     # The measured joint states follow what the controllers were sent (a perfect
     # joint_trajectory_controller); False: the arm stands still at ``state``.
-    follow: bool = False
+    follow: bool = True
     # Latency of each request in turn (then latency_s); None: always latency_s.
     latency_schedule: list[float] | None = None
     # Seconds between camera frames (both cameras at once); None: every step.
@@ -163,6 +174,11 @@ class CoreRig:
         self._last_tick = -math.inf
         self._following: dict[str, tuple[list[int], np.ndarray, Any]] = {}
         self.sources = {key: _TimedSource(self, key) for key in self.camera_keys}
+        # Every trajectory sent to a controller is checked against the velocity limits.
+        self.checker = VelocityChecker(
+            {joint: limit.max_velocity for joint, limit in self.config.joint_limits.items()},
+            lambda: dict(zip(self.joints, self.state.tolist())),
+        )
         self.core = StreamingCore(
             self.config,
             camera_keys=self.camera_keys,
@@ -182,6 +198,12 @@ class CoreRig:
 
     def _published(self, msg: TrajectoryMessage) -> None:
         self.published.append((self.now, msg))
+        if msg.output is not None:
+            p = msg.points
+            self.checker.add(
+                msg.output, msg.joint_names, p.stamp, p.time_from_start, p.positions, p.velocities
+            )
+            self.checker.assert_within()
         if self.follow and msg.output is not None:
             index = [self.joints.index(j) for j in msg.joint_names]
             self._following[msg.output] = (index, self.state[index].copy(), msg.points)

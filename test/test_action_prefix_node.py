@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from streaming_rig import CoreRig  # test/ helper
+from streaming_rig import CoreRig, velocity_limits  # test/ helper
 
 from relay_ros.server.action_prefix import apply_prefix
 from relay_ros.server.embodiment import load_embodiment
@@ -112,7 +112,14 @@ def test_prefix_rows_are_what_the_controller_follows() -> None:
 
 
 def test_a_server_that_honours_the_prefix_makes_chunks_join() -> None:
-    none = CoreRig(policy=disagreeing_policy(honour_prefix=False))
+    # Joints that stand still (follow=False) under a policy that changes its mind by
+    # 0.1 rad: without the prefix that is a 5 rad/s step at each switch, which the
+    # shipped velocity limits (2.5 rad/s) refuse; raised here to measure the jumps.
+    none = CoreRig(
+        policy=disagreeing_policy(honour_prefix=False),
+        follow=False,
+        overrides={"joint_limits": velocity_limits("pi05", 10.0)},
+    )
     none.connect()
     none.run_until(lambda: len(none.chunks()) >= 6)
     prefix = CoreRig(

@@ -150,3 +150,9 @@ def test_policy_launch_file_is_thin_and_delegates():
     assert "generate_launch_description" in functions
     assert "policy_node" in _declared_names(tree)  # the executable it starts
     assert len(source.splitlines()) < 50
+
+
+def test_the_robots_urdf_is_passed_as_robot_description_file():
+    params = policy_node_parameters({"robot_description_file": "sim_arm.urdf"})
+    assert params[1]["robot_description_file"] == str(config_dir() / "sim_arm.urdf")
+    assert "robot_description_file" not in policy_node_parameters({})[1]

@@ -390,7 +390,9 @@ def test_colcon_build_and_test(tmp_path):
     launch_files = sorted(p.name for p in (ROOT / "launch").glob("*.launch.py"))
     assert sorted(p.name for p in (share / "launch").iterdir()) == launch_files
     assert {"demo.launch.py", "policy.launch.py"} <= set(launch_files)
-    configs = sorted(p.name for p in (ROOT / "config").iterdir() if p.suffix in (".yaml", ".xml"))
+    configs = sorted(
+        p.name for p in (ROOT / "config").iterdir() if p.suffix in (".yaml", ".xml", ".urdf")
+    )
     assert sorted(p.name for p in (share / "config").iterdir()) == configs
     marker = install / "share" / "ament_index" / "resource_index" / "packages" / PACKAGE
     assert marker.is_file()

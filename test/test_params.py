@@ -156,6 +156,7 @@ def test_defaults_apply_when_unset():
 )
 def test_bad_values_are_named(change, message):
     values = _flat("pi05")
+    values["robot_description_topic"] = ""  # no URDF can come to give a missing limit
     values.update(change)
     with pytest.raises(ParameterError) as info:
         build_config(values)
@@ -528,10 +529,50 @@ def test_the_robot_description_as_text_and_its_errors(tmp_path: Path):
     with pytest.raises(ParameterError, match=r"broken.urdf' is not valid XML"):
         config_from_parameters(_ur5e_values(robot_description_file=str(broken)))
     # Without the URDF the arm has no limits, and the message lists the joints.
-    with pytest.raises(ParameterError) as info:
-        config_from_parameters(_ur5e_values(robot_description_file=""))
-    assert str(info.value).startswith(
+    expected = (
         "joints ['shoulder_pan_joint', 'shoulder_lift_joint', 'elbow_joint', 'wrist_1_joint', "
         "'wrist_2_joint', 'wrist_3_joint'] have no position limit: no robot description was "
         "given"
     )
+    with pytest.raises(ParameterError) as info:
+        config_from_parameters(_ur5e_values(robot_description_file="", robot_description_topic=""))
+    assert str(info.value).startswith(expected)
+    # With the robot_description topic (the default) the node starts and waits for it,
+    # commanding nothing: those joints are named in limits_problem.
+    waiting = config_from_parameters(_ur5e_values(robot_description_file=""))
+    assert waiting.limits_problem is not None and waiting.limits_problem.startswith(expected)
+    assert waiting.limits_problem.endswith(
+        "the URDF on topic 'robot_description' has not come (yet)"
+    )
+    assert list(waiting.joint_limits) == ["finger"]
+
+
+def test_a_urdf_from_the_topic_gives_the_limits_continuous_and_mimic_joints_included():
+    from relay_ros.node.limit_params import with_robot_text
+
+    waiting = config_from_parameters(_ur5e_values(robot_description_file=""))
+    text = (URDF / "ur5e.urdf").read_text()
+    config, sentence = with_robot_text(waiting, text, "/robot_description")
+    assert config.limits_problem is None and set(config.joint_limits) == {*UR_JOINTS, "finger"}
+    assert sentence.startswith("joint limits with the URDF of robot 'ur5e' on topic")
+    assert config.joint_limits["finger"].source == "position and velocity from parameters"
+    # A continuous joint has no position limit but needs its velocity limit.
+    wrist = (
+        '<joint name="wrist_3_joint" type="continuous">',
+        'lower="-6.283185307179586" upper="6.283185307179586" velocity="3.141592653589793"',
+    )
+    continuous = text.replace('<joint name="wrist_3_joint" type="revolute">', wrist[0])
+    config, _ = with_robot_text(waiting, continuous, "/robot_description")
+    assert math.isinf(config.joint_limits["wrist_3_joint"].max_position)
+    assert config.joint_limits["wrist_3_joint"].max_velocity == pytest.approx(math.pi)
+    head, tail = continuous.split(wrist[0])
+    no_velocity = head + wrist[0] + tail.replace(wrist[1], "", 1)
+    config, sentence = with_robot_text(waiting, no_velocity, "/robot_description")
+    assert "wrist_3_joint" not in config.joint_limits
+    assert sentence.startswith(
+        "cannot command: joint 'wrist_3_joint' has no velocity limit: topic "
+        "'/robot_description' gives no <limit velocity>"
+    )
+    # Not a URDF: nothing is commanded, and the sentence says why.
+    config, sentence = with_robot_text(waiting, "<robot", "/robot_description")
+    assert config.joint_limits == {} and "is not valid XML" in sentence

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from node_rig import Rig, stamp_of, t_obs_of, tfs_of, wait_for
+from node_rig import PI_JOINTS, Rig, stamp_of, t_obs_of, tfs_of, velocity_overrides, wait_for
 from rclpy.parameter import Parameter
 from rclpy.parameter_client import AsyncParameterClient
 
@@ -234,8 +234,16 @@ def _switch_jumps(messages: list) -> list[float]:
 
 def test_blend_steps_smooth_the_switch(ros_context, recording, tmp_path):
     policy, server = recording
-    overrides = {"execute_horizon": 25, "request_lead_s": "0.1"}
-    with Rig(ros_context, server.url_template, overrides=overrides, tmp_path=tmp_path) as rig:
+    # A still arm (follow=False) makes each chunk start 0.05 rad behind the last: a
+    # 2.5 rad/s step the shipped limits refuse; raised so the jumps can be measured.
+    overrides = {
+        "execute_horizon": 25,
+        "request_lead_s": "0.1",
+        **velocity_overrides(PI_JOINTS, 10.0),
+    }
+    with Rig(
+        ros_context, server.url_template, overrides=overrides, follow=False, tmp_path=tmp_path
+    ) as rig:
         params = Params(rig)
         wait_for(lambda: len(rig.snapshot().arm) >= 4, timeout=15)
         before = _switch_jumps(rig.snapshot().arm)
@@ -274,7 +282,10 @@ def test_limits_mode_clamp_lets_a_refused_policy_through(ros_context, recording,
 def test_max_joint_step_decides_which_first_step_is_refused(ros_context, recording, tmp_path):
     policy, server = recording
     policy.mode = "far"  # every chunk starts 0.6 rad from the measured state
-    with Rig(ros_context, server.url_template, tmp_path=tmp_path) as rig:
+    # 0.6 rad within a period is far over the shipped velocity limits: raised here, so
+    # that max_joint_step alone decides.
+    overrides = velocity_overrides(PI_JOINTS, 100.0)
+    with Rig(ros_context, server.url_template, overrides=overrides, tmp_path=tmp_path) as rig:
         params = Params(rig)
         wait_for(lambda: (s := rig.last_status()) and s["last_refusal"], timeout=15)
         assert rig.snapshot().arm == []

@@ -76,7 +76,22 @@ def out_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("replay_out")
 
 
-def _replay(ros_context: Any, bag: Path, output: Path, name: str, **kwargs: Any) -> ReplayReport:
+#: The synthetic policy's chunks start wherever its circle is, not where the recorded
+#: arm is: velocity limits wide enough that its first segments are not refused.
+WIDE_VELOCITY = {
+    f"joint_limits.{joint}.max_velocity": 100.0
+    for joint in [f"joint{i}" for i in range(1, 7)] + ["gripper_joint"]
+}
+
+
+def _replay(
+    ros_context: Any,
+    bag: Path,
+    output: Path,
+    name: str,
+    overrides: dict[str, Any] | None = None,
+    **kwargs: Any,
+) -> ReplayReport:
     return replay(
         bag,
         output=output,
@@ -89,7 +104,7 @@ def _replay(ros_context: Any, bag: Path, output: Path, name: str, **kwargs: Any)
         # observation times of different runs close together; a wide first-step
         # bound lets the synthetic policy (which does not imitate the recording)
         # stream from the start instead of being refused.
-        overrides={"request_lead_s": LEAD_S, "max_joint_step": 3.0},
+        overrides={"request_lead_s": LEAD_S, "max_joint_step": 3.0, **(overrides or {})},
         **kwargs,
     )
 
@@ -123,6 +138,7 @@ def synthetic(ros_context: Any, bags: dict[str, Path], out_dir: Path) -> list[Re
             out_dir / f"synthetic_{storage}",
             f"replay_synthetic_{storage}",
             policy="synthetic",
+            overrides=WIDE_VELOCITY,
         )
         assert report.policy == "synthetic" and "(synthetic policy)" in report.url
         out.append(report)
@@ -136,7 +152,12 @@ def rerun(ros_context: Any, bags: dict[str, Path], out_dir: Path) -> ReplayRepor
         os.environ["WALLE_URL"] = server.url_template
         try:
             report = _replay(
-                ros_context, bags["mcap"], out_dir / "rerun_mcap", "replay_rerun", url=""
+                ros_context,
+                bags["mcap"],
+                out_dir / "rerun_mcap",
+                "replay_rerun",
+                overrides=WIDE_VELOCITY,
+                url="",
             )
         finally:
             del os.environ["WALLE_URL"]

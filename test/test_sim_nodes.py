@@ -79,6 +79,7 @@ def arm_overrides(name: str) -> dict:
         "controllers.gripper.topic": f"/{name}/gripper/joint_trajectory",
         "joint_states_topic": f"/{name}/joint_states",
         "metrics_rate_hz": 10.0,
+        "robot_description_topic": f"/{name}/robot_description",
     }
 
 
@@ -203,6 +204,51 @@ def test_sim_arm_configuration_errors(ros_context) -> None:
         "parameter 'controllers.a.initial_positions' has 1 values for 2 joints ['j', 'k']; "
         "expected 2"
     )
+
+
+@pytest.mark.parametrize("model", ["pi05", "pi0", "groot"])
+def test_sim_arm_publishes_its_urdf_with_the_limits_of_the_shipped_configs(
+    ros_context, executor, model
+) -> None:
+    """robot_description, transient-local: a subscriber that comes later still gets it,
+    and its limits are the ones config/<model>.yaml gives (the configs are true)."""
+    from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+    from std_msgs.msg import String
+
+    from relay_ros.demo.models import load_model_config
+    from relay_ros.pipeline.joint_limits import resolve_joint_limits
+    from relay_ros.pipeline.urdf_limits import parse_urdf
+
+    name = unique("arm")
+    arm = SimArmNode(node_name=name, context=ros_context, parameter_overrides=arm_overrides(name))
+    listener = Node(unique("listener"), context=ros_context)
+    got: list[str] = []
+    latched = QoSProfile(
+        depth=1,
+        history=HistoryPolicy.KEEP_LAST,
+        reliability=ReliabilityPolicy.RELIABLE,
+        durability=DurabilityPolicy.TRANSIENT_LOCAL,
+    )
+    listener.create_subscription(
+        String, f"/{name}/robot_description", lambda m: got.append(m.data), latched
+    )
+    executor.add_node(arm)
+    executor.add_node(listener)
+    try:
+        assert spin_until(executor, lambda: got, 10.0)
+    finally:
+        listener.destroy_node()
+        arm.destroy_node()
+    robot = parse_urdf(got[0], "robot_description")
+    config = load_model_config(model)
+    from_urdf = resolve_joint_limits(config.commanded_joints, {}, robot)
+    for joint, limit in config.joint_limits.items():
+        urdf = from_urdf[joint]
+        assert (limit.min_position, limit.max_position, limit.max_velocity) == (
+            urdf.min_position,
+            urdf.max_position,
+            urdf.max_velocity,
+        ), joint
 
 
 @pytest.mark.parametrize(

@@ -50,7 +50,10 @@ def test_the_first_chunk_is_the_first_reply_and_joins_the_measured_state(
     ros_context, tmp_path, latency_ms: float, link: str | None, prefix: bool
 ) -> None:
     with policy_url(latency_ms, link, prefix) as url:
-        rig = Rig(ros_context, url, overrides={"max_joint_step": 0.05}, tmp_path=tmp_path)
+        # A still arm (follow=False): the first chunk is compared with where it stands.
+        rig = Rig(
+            ros_context, url, overrides={"max_joint_step": 0.05}, follow=False, tmp_path=tmp_path
+        )
         # Each observation the node sends, by its time (the node's debug topic).
         topic = f"/{rig.node_name}/observation/state"
         lock = threading.Lock()

@@ -56,7 +56,7 @@ def test_chunks_go_to_each_controller_with_timing_and_velocities() -> None:
 
 
 def test_first_chunk_joins_the_still_arm_then_stale_actions_are_dropped() -> None:
-    rig = streaming_rig(latency_s=0.15)
+    rig = streaming_rig(latency_s=0.15, follow=False)
     rig.run_until(lambda: len(rig.chunks()) >= 2)
     first, second = rig.chunks()[:2]
     # The reply takes 150 ms; the first point must be at least one period (20 ms)

@@ -58,6 +58,13 @@ POLICY_LAUNCH_ARGUMENTS: tuple[LaunchArgument, ...] = (
     LaunchArgument(
         "dry_run", "false", "true: publish only on ~/preview, never to the controllers."
     ),
+    LaunchArgument(
+        "robot_description_file",
+        "",
+        "The robot's URDF (relative: from the current directory, else the package's "
+        "config/) for its joint limits. Empty: the params file's, else the URDF on the "
+        "robot_description topic (robot_state_publisher's).",
+    ),
 )
 
 
@@ -128,5 +135,10 @@ def policy_node_parameters(
     camera_map = str(arguments.get("camera_map") or "").strip()
     if camera_map:
         overrides["camera_map"] = str(resolve_file("camera_map", camera_map, directory))
+    urdf = str(arguments.get("robot_description_file") or "").strip()
+    if urdf:
+        overrides["robot_description_file"] = str(
+            resolve_file("robot_description_file", urdf, directory)
+        )
     overrides["dry_run"] = parse_bool("dry_run", arguments.get("dry_run", "false"))
     return [str(path), overrides]

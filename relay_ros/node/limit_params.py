@@ -31,7 +31,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from relay_ros.node.param_spec import ParameterError, ParamSpec, is_list
-from relay_ros.pipeline.joint_limits import LIMIT_FIELDS, LimitParams
+from relay_ros.pipeline.joint_limits import (
+    LIMIT_FIELDS,
+    JointLimit,
+    LimitParams,
+    resolve_available_limits,
+)
 from relay_ros.pipeline.settings import LIVE_SETTINGS
 from relay_ros.pipeline.urdf_limits import RobotDescription, UrdfError, load_urdf_file, parse_urdf
 
@@ -42,8 +47,11 @@ __all__ = [
     "limit_name",
     "limit_parameter_specs",
     "limit_params_from_values",
-    "with_limit_change",
+    "resolve_limits",
     "robot_description_from",
+    "with_limit_change",
+    "with_robot",
+    "with_robot_text",
 ]
 
 LIMITS_PREFIX = "joint_limits."
@@ -83,7 +91,18 @@ ROBOT_DESCRIPTION_PARAMETERS: tuple[ParamSpec, ...] = (
         "string",
         "",
         "Path of the robot's URDF file (expanded: 'xacro robot.urdf.xacro > robot.urdf'), "
-        "used like robot_description. Empty: no URDF; joint_limits.<joint>.* give every limit.",
+        "used like robot_description. Empty: robot_description_topic.",
+    ),
+    ParamSpec(
+        "robot_description_topic",
+        "string",
+        "robot_description",
+        "std_msgs/String topic of the URDF, transient-local as robot_state_publisher "
+        "publishes it (relative: follows the node's namespace); read when robot_description "
+        "and robot_description_file are empty. Until it comes, joints whose limits only the "
+        "URDF gives are not commanded. Empty: no topic; joint_limits.<joint>.* give every "
+        "limit.",
+        convert=lambda spec, value: value.strip(),
     ),
 )
 
@@ -160,6 +179,68 @@ def robot_description_from(text: str, path: str) -> RobotDescription | None:
     except UrdfError as exc:
         raise ParameterError(str(exc)) from None
     return None
+
+
+def resolve_limits(
+    joints: Sequence[str],
+    params: Mapping[str, LimitParams],
+    robot: RobotDescription | None,
+    *,
+    waiting_on: str | None,
+) -> tuple[dict[str, JointLimit], str | None]:
+    """The limits of ``joints`` from ``robot`` and ``params``, and why some joint has
+    none yet: ``(limits, limits_problem)``.
+
+    ``waiting_on``: the topic a URDF may still come on (no URDF parameter or file was
+    given); joints without limits are then not an error but wait for it (they are
+    not commanded until then).
+
+    Raises:
+        ParameterError: Bad ``joint_limits.*`` values, a joint the URDF says cannot be
+            commanded, or (``waiting_on`` None) a joint with no limit from any source.
+    """
+    resolved = resolve_available_limits(joints, params, robot)
+    if resolved.errors is not None or (resolved.missing is not None and waiting_on is None):
+        raise ParameterError(str(resolved.problem))
+    if resolved.missing is None:
+        return resolved.limits, None
+    return resolved.limits, (
+        f"{resolved.missing}; the URDF on topic '{waiting_on}' has not come (yet)"
+    )
+
+
+def with_robot(config: Any, robot: RobotDescription | None, problem: str | None = None) -> Any:
+    """``config`` (a NodeConfig) with the URDF ``robot`` from the ``robot_description``
+    topic: every commanded joint's limits resolved again over it (``joint_limits.*``
+    still override per joint). Never raises: a joint the URDF leaves without limits, or
+    that it says cannot be commanded, is named in ``limits_problem`` (not commanded);
+    ``problem`` (a URDF that could not be read) is added to it."""
+    joints = config.commanded_joints
+    if robot is None:
+        limits, reason = {}, problem
+    else:
+        resolved = resolve_available_limits(joints, config.limit_params, robot)
+        limits, reason = resolved.limits, resolved.problem
+    return dataclasses.replace(config, robot=robot, joint_limits=limits, limits_problem=reason)
+
+
+def with_robot_text(config: Any, text: str, topic: str) -> tuple[Any, str]:
+    """``config`` with the URDF ``text`` received on ``topic`` (:func:`with_robot`), and
+    the sentence to log: which limits it gave, or why a joint is not commanded."""
+    source = f"topic '{topic}'"
+    try:
+        robot = parse_urdf(text, source)
+    except UrdfError as exc:
+        changed = with_robot(config, None, f"the URDF on {source} cannot be read: {exc}")
+        return changed, f"cannot command: {changed.limits_problem}"
+    changed = with_robot(config, robot)
+    if changed.limits_problem is not None:
+        return changed, f"cannot command: {changed.limits_problem}"
+    named = ", ".join(
+        f"{joint} ({limit.min_position:g}..{limit.max_position:g}, {limit.max_velocity:g}/s)"
+        for joint, limit in changed.joint_limits.items()
+    )
+    return changed, f"joint limits with the URDF of robot '{robot.name}' on {source}: {named}"
 
 
 def _format(value: Any) -> str:

@@ -32,6 +32,7 @@ from relay_ros.node.limit_params import (
     limit_name,
     limit_parameter_specs,
     limit_params_from_values,
+    resolve_limits,
     robot_description_from,
     with_limit_change,
 )
@@ -126,6 +127,9 @@ class NodeConfig:
     robot_description_file: str = ""
     limit_params: Mapping[str, LimitParams] = dataclasses.field(default_factory=dict)
     robot: RobotDescription | None = None
+    robot_description_topic: str = ""
+    #: Why some commanded joint has no limits (waiting for the URDF topic); None: all have.
+    limits_problem: str | None = None
 
     @property
     def commanded_joints(self) -> tuple[str, ...]:
@@ -249,7 +253,10 @@ def build_config(
     except ImageEncodingError as exc:
         raise ParameterError(f"parameter {exc}") from None
     fields["outputs"] = outputs
-    fields["joint_limits"] = _resolve(commanded, limit_params, robot)
+    topic = fields["robot_description_topic"] if robot is None else None
+    fields["joint_limits"], fields["limits_problem"] = resolve_limits(
+        commanded, limit_params, robot, waiting_on=topic or None
+    )
     fields["limit_params"] = limit_params
     fields["robot"] = robot
     return NodeConfig(**fields)
@@ -272,10 +279,10 @@ def validate_change(config: NodeConfig, name: str, value: Any) -> NodeConfig:
     parts = limit_name(name)
     if parts is not None:
         joint, field = parts
-        if joint not in config.joint_limits:
+        if joint not in config.commanded_joints:
             raise ParameterError(
                 f"parameter '{name}': no output drives joint {joint!r}; limits are set for "
-                f"{list(config.joint_limits)}"
+                f"{list(config.commanded_joints)}"
             )
         spec = spec_for(name)
         assert spec is not None
@@ -283,9 +290,13 @@ def validate_change(config: NodeConfig, name: str, value: Any) -> NodeConfig:
         params[joint] = with_limit_change(
             params.get(joint, LimitParams()), field, spec.check(value)
         )
-        limit = _resolve([joint], params, config.robot)[joint]
+        _resolve([joint], params, config.robot)  # this joint must keep usable limits
+        waiting = config.robot_description_topic if config.robot is None else ""
+        limits, problem = resolve_limits(
+            config.commanded_joints, params, config.robot, waiting_on=waiting or None
+        )
         return dataclasses.replace(
-            config, joint_limits={**config.joint_limits, joint: limit}, limit_params=params
+            config, joint_limits=limits, limit_params=params, limits_problem=problem
         )
     if name.startswith(LIMITS_PREFIX):
         raise ParameterError(

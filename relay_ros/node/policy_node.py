@@ -37,10 +37,18 @@ from typing import Any
 from builtin_interfaces.msg import Duration as DurationMsg
 from builtin_interfaces.msg import Time as TimeMsg
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.clock import JumpThreshold, TimeJump
+from rclpy.duration import Duration
 from rclpy.exceptions import InvalidHandle
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.qos import (
+    DurabilityPolicy,
+    HistoryPolicy,
+    QoSProfile,
+    ReliabilityPolicy,
+    qos_profile_sensor_data,
+)
 from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import String
@@ -48,6 +56,7 @@ from std_srvs.srv import SetBool, Trigger
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from relay_ros.node.debug_topics import ObservationTopics
+from relay_ros.node.limit_params import with_robot_text
 from relay_ros.node.node_config import NodeConfig
 from relay_ros.node.node_main import NodeProgram, run_node
 from relay_ros.node.param_spec import ParameterError
@@ -69,6 +78,10 @@ __all__ = ["PolicyNode", "main"]
 # Longest time between two ticks: joint states are read at least this often,
 # whatever the core plans.
 _IDLE_TICK_S = 0.1
+# A /clock step at least this large counts as a jump (a sim running ahead at 100 Hz
+# moves 10 ms per message; backwards, any step over a millisecond is one).
+_JUMP_FORWARD_S = 1.0
+_JUMP_BACKWARD_S = 0.001
 # Shortest timer period (rcl timers take a period > 0).
 _MIN_TICK_S = 0.001
 # After submitting an observation the executor thread waits up to this long for the
@@ -78,6 +91,13 @@ _HANDOFF_S = 0.005
 
 _RELIABLE = QoSProfile(
     depth=10, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE
+)
+# robot_state_publisher's robot_description: the last message kept for late joiners.
+_LATCHED = QoSProfile(
+    depth=1,
+    history=HistoryPolicy.KEEP_LAST,
+    reliability=ReliabilityPolicy.RELIABLE,
+    durability=DurabilityPolicy.TRANSIENT_LOCAL,
 )
 # Joint states wait for the next tick: 100 of them cover 1 kHz over the longest gap
 # between ticks (several publishers may share the topic, each with some of the joints).
@@ -202,6 +222,16 @@ class PolicyNode(Node):
             _RELIABLE,
             callback_group=group,
         )
+        # The robot's URDF, as robot_state_publisher publishes it, unless a parameter gave it.
+        self._robot_text: str | None = None
+        if cfg.robot is None and cfg.robot_description_topic:
+            self._robot_sub = self.create_subscription(
+                String,
+                cfg.robot_description_topic,
+                self._on_robot_description,
+                _LATCHED,
+                callback_group=group,
+            )
         self.create_service(Trigger, "~/reset", self._on_reset, callback_group=group)
         self.create_service(SetBool, "~/enable", self._on_enable, callback_group=group)
         # The tick runs when the core next has work (a publication, a request) and
@@ -209,6 +239,16 @@ class PolicyNode(Node):
         self._tick_timer = self.create_timer(_IDLE_TICK_S, self._tick, callback_group=group)
         self._diag_timer = self.create_timer(1.0, self._publish_diagnostics, callback_group=group)
         self._live = LiveParameters(self, cfg, self._apply_config)
+        # use_sim_time: /clock going back, or forward by a second or more at once, restarts
+        # the core's timeline (pipeline.clock_jump); handled on the tick like any event.
+        self._jump_handle = self.get_clock().create_jump_callback(
+            JumpThreshold(
+                min_forward=Duration(seconds=_JUMP_FORWARD_S),
+                min_backward=Duration(seconds=-_JUMP_BACKWARD_S),
+                on_clock_change=True,
+            ),
+            post_callback=self._on_clock_jump,
+        )
         # The core's own records (e.g. "camera ... sends mono8 frames") in this node's log.
         self._unroute_logs = route_library_logs(self.get_logger())
         self.get_logger().info(
@@ -223,6 +263,26 @@ class PolicyNode(Node):
         self.core.apply_config(config, self._now())
         self._config = config
         self._wake_up()
+
+    def _on_robot_description(self, msg: String) -> None:
+        """A URDF on robot_description: the limits resolved over it, in force at once."""
+        if msg.data == self._robot_text:
+            return
+        self._robot_text = msg.data
+        config, sentence = with_robot_text(self._live.config, msg.data, self._robot_sub.topic_name)
+        self._live.config = config
+        self._apply_config(config)
+        if config.limits_problem:  # rclpy wants one severity per call site
+            self.get_logger().error(sentence)
+        else:
+            self.get_logger().info(sentence)
+
+    def _on_clock_jump(self, jump: TimeJump) -> None:
+        """From rclpy's time source: the node clock jumped; the tick restarts the core.
+        The first /clock message (from time 0, nothing scheduled yet) is no jump."""
+        delta = jump.delta.nanoseconds * 1e-9
+        if self._now() - delta > 0.0:
+            self._event("clock_jump", delta)
 
     def _on_prompt(self, msg: String) -> None:
         # Through the parameter, so `ros2 param get prompt` shows the prompt in use.
@@ -331,6 +391,8 @@ class PolicyNode(Node):
                 self.core.connected(payload, now)
             elif kind == "disconnect":
                 self.core.disconnected(payload, now)
+            elif kind == "clock_jump":
+                self.core.clock_jumped(payload, now)
             else:
                 self.core.result(payload, now)
         self._read_joint_states(now)
@@ -411,6 +473,7 @@ class PolicyNode(Node):
     def destroy_node(self) -> None:
         """Stop the connection worker (joins its thread, closes its socket) and the node."""
         self._unroute_logs()
+        self._jump_handle.unregister()
         self._connection.close()
         super().destroy_node()
 

@@ -182,6 +182,11 @@ class LiveParameters:
         """The configuration with every accepted change applied."""
         return self._config
 
+    @config.setter
+    def config(self, config: NodeConfig) -> None:
+        """A change that came another way (the URDF on ``robot_description``), applied."""
+        self._config = config
+
     def _on_set(self, parameters: list[Parameter]) -> SetParametersResult:
         config = self._config
         changed = []

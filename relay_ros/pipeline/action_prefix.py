@@ -107,6 +107,26 @@ def committed_prefix(
     )
 
 
+def add_prefix_keys(
+    observation: dict,
+    scheduler: ChunkScheduler,
+    t_obs: float,
+    held: np.ndarray,
+    *,
+    requested_at: float,
+    used_dims: Sequence[int],
+    chunk_width: int,
+) -> int:
+    """Real-time chunking: add the ``action_prefix`` keys (:func:`committed_prefix`,
+    in the server's action space) to ``observation``; returns ``committed_steps``."""
+    prefix = committed_prefix(scheduler, t_obs, held, requested_at=requested_at)
+    observation["action_prefix"] = to_action_space(prefix.rows, used_dims, chunk_width)
+    observation["committed_steps"] = prefix.committed_steps
+    observation["inference_delay"] = prefix.inference_delay
+    observation["execute_horizon"] = prefix.execute_horizon
+    return prefix.committed_steps
+
+
 def to_action_space(rows: np.ndarray, dims: Sequence[int], action_dim: int) -> np.ndarray:
     """Scheduler-column rows (P, D) as (P, action_dim) float32: column j -> ``dims[j]``.
 

@@ -3,9 +3,11 @@
 :func:`assess` reads a :class:`~relay_ros.pipeline.streaming.StreamingCore` and the
 connection state. The level says what a robot team acts on:
 
-- ERROR: not connected to the policy server, or the configuration does not fit it;
-- WARN: disabled, holding position (the reason follows), or waiting for a chunk
-  with nothing left to follow: a robot standing still is never OK;
+- ERROR: not connected to the policy server, the configuration does not fit it, or
+  a commanded joint has no limits (waiting for the URDF);
+- WARN: disabled, holding position (the reason follows), a clock jump in the last
+  few seconds, or waiting for a chunk with nothing left to follow: a robot standing
+  still is never OK;
 - OK ("streaming"): the controllers have points ahead.
 
 The values carry the latency percentiles, the stall time, the counters, the last
@@ -51,8 +53,11 @@ def assess(
 ) -> Health:
     """The health of ``core`` at ``now`` (node clock) with the connection's state."""
     hold = core.hold_reason
+    limits_problem = getattr(core.config, "limits_problem", None)
     if core.config_error is not None:
         level, message = Level.ERROR, core.config_error
+    elif limits_problem is not None:
+        level, message = Level.ERROR, f"cannot command: {limits_problem}"
     elif not connected:
         level = Level.ERROR
         message = "not connected to the policy server" + (
@@ -62,6 +67,8 @@ def assess(
         level, message = Level.WARN, "disabled (call ~/enable)"
     elif hold is not None:
         level, message = Level.WARN, f"holding position: {hold}"
+    elif (jump := core.clock_notice(now)) is not None:
+        level, message = Level.WARN, jump
     else:
         stalled = core.stalled(now)
         level, message = (Level.OK, "streaming") if stalled is None else (Level.WARN, stalled)
@@ -74,6 +81,7 @@ def assess(
         "latency_p99_ms": _ms(core.latency.percentile(99), 1),
         "stall_time_s": f"{core.stall_time(now):.3f}",
         "last_refusal": core.last_refusal or "",
+        "last_clamp": core.last_clamp or "",
         "hold_reason": hold or "",
         **{key: str(value) for key, value in core.counts.items()},
     }

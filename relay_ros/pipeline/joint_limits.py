@@ -38,6 +38,8 @@ __all__ = [
     "JointLimit",
     "JointLimitsError",
     "LimitParams",
+    "ResolvedLimits",
+    "resolve_available_limits",
     "resolve_joint_limits",
 ]
 
@@ -343,6 +345,51 @@ def _resolve_one(joint: str, params: LimitParams, robot: RobotDescription | None
     return JointLimit(lo, hi, vmax, amax, source)
 
 
+@dataclass(frozen=True)
+class ResolvedLimits:
+    """The limits found for some joints, and why the others have none.
+
+    Attributes:
+        limits: Joint -> its limits, for every joint that has them.
+        missing: One sentence naming the joints with no position or velocity limit
+            from any source (and what to set), or None.
+        errors: The other problems in one sentence (bad parameters, a mimic, fixed
+            or floating joint), or None.
+    """
+
+    limits: dict[str, JointLimit]
+    missing: str | None = None
+    errors: str | None = None
+
+    @property
+    def problem(self) -> str | None:
+        """Why some joint cannot be commanded, in one sentence, or None."""
+        parts = [part for part in (self.errors, self.missing) if part]
+        return "; ".join(parts) if parts else None
+
+
+def resolve_available_limits(
+    joints: Sequence[str],
+    params: Mapping[str, LimitParams],
+    robot: RobotDescription | None,
+) -> ResolvedLimits:
+    """The limits of each joint in ``joints`` that has them, from ``robot`` (or None)
+    and ``params``, and the sentences for the others (never raises for a joint)."""
+    result: dict[str, JointLimit] = {}
+    errors: list[str] = []
+    missing: dict[tuple[str, str], list[str]] = {}
+    for joint in joints:
+        try:
+            result[joint] = _resolve_one(joint, params.get(joint, LimitParams()), robot)
+        except _Missing as exc:
+            for item in exc.items:
+                missing.setdefault((item.kind, item.where), []).append(item.joint)
+        except JointLimitsError as exc:
+            errors.append(str(exc))
+    missing_text = "; ".join(_no_limit_sentence(names, *key) for key, names in missing.items())
+    return ResolvedLimits(result, missing_text or None, "; ".join(errors) or None)
+
+
 def resolve_joint_limits(
     joints: Sequence[str],
     params: Mapping[str, LimitParams],
@@ -354,24 +401,7 @@ def resolve_joint_limits(
         JointLimitsError: One sentence per joint without usable limits, joined by
             newlines-free ``"; "`` so the whole list fits one log line.
     """
-    result: dict[str, JointLimit] = {}
-    problems: list[str | tuple[str, str]] = []
-    missing: dict[tuple[str, str], list[str]] = {}
-    for joint in joints:
-        try:
-            result[joint] = _resolve_one(joint, params.get(joint, LimitParams()), robot)
-        except _Missing as exc:
-            for item in exc.items:
-                key = (item.kind, item.where)
-                if key not in missing:
-                    problems.append(key)
-                missing.setdefault(key, []).append(item.joint)
-        except JointLimitsError as exc:
-            problems.append(str(exc))
-    if problems:
-        raise JointLimitsError(
-            "; ".join(
-                p if isinstance(p, str) else _no_limit_sentence(missing[p], *p) for p in problems
-            )
-        )
-    return result
+    resolved = resolve_available_limits(joints, params, robot)
+    if resolved.problem is not None:
+        raise JointLimitsError(resolved.problem)
+    return resolved.limits

@@ -275,3 +275,9 @@ class ObservationInputs:
     def clear_frames(self) -> None:
         """Forget every frame (after a reconnect: the image size may change)."""
         self.frames.clear()
+
+    def clear(self) -> None:
+        """Forget every frame and joint state (the clock jumped: their times are on the
+        old timeline, and a joint state from before a jump back would stay the newest)."""
+        self.frames.clear()
+        self.joints.reset()

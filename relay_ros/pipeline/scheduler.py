@@ -353,7 +353,8 @@ class ChunkScheduler:
         )
 
     def commit(self, publication: Publication) -> None:
-        """``publication`` (the last :meth:`peek`) is published: the controller follows it.
+        """``publication`` (the last :meth:`peek`, or its copy with positions the caller
+        clamped) is published: the controller follows it.
 
         Raises:
             SchedulerStateError: it is not the held chunk's publication (a chunk
@@ -364,7 +365,15 @@ class ChunkScheduler:
         if self._current is not None:
             self._stall_s += max(0.0, publication.stamp - self._current.publication.end_time)
             start = self._commanded(self._current, publication.stamp)
-        self._current = _Active(pending.chunk, publication, np.array(start, dtype=np.float64))
+        chunk = pending.chunk
+        rows = slice(publication.first_index + publication.blended, None)
+        kept = publication.positions[publication.blended :]
+        if not np.array_equal(chunk[rows][: len(kept)], kept):
+            # The caller clamped the publication: blend the next chunk from what ran.
+            chunk = chunk.copy()
+            chunk[rows][: len(kept)] = kept
+            chunk.setflags(write=False)
+        self._current = _Active(chunk, publication, np.array(start, dtype=np.float64))
 
     def refuse(self, publication: Publication, now: float, reason: str) -> None:
         """``publication`` (the last :meth:`peek`) failed a check: nothing is published,

@@ -30,6 +30,7 @@ __all__ = [
     "OutputSettings",
     "StreamingConfigError",
     "StreamingSettings",
+    "check_change",
     "check_live_settings",
     "scheduler_config",
 ]
@@ -152,6 +153,19 @@ def scheduler_config(cfg: StreamingSettings, spec: ServerSpec) -> SchedulerConfi
         )
     except SchedulerConfigError as exc:
         raise StreamingConfigError(str(exc)) from None
+
+
+def check_change(old: StreamingSettings, new: StreamingSettings) -> None:
+    """Refuse a live change of ``old`` to ``new`` that touches a :data:`FIXED_SETTINGS`
+    setting, or values the safety checks would reject (:func:`check_live_settings`)."""
+    fixed = [
+        name for name in FIXED_SETTINGS if getattr(new, name, None) != getattr(old, name, None)
+    ]
+    if fixed:
+        raise StreamingConfigError(
+            f"{fixed} cannot change while the node runs; restart the node with the new values"
+        )
+    check_live_settings(new)
 
 
 def check_live_settings(cfg: StreamingSettings) -> None:

@@ -16,17 +16,18 @@ them in order:
 - **replies** (:mod:`~relay_ros.pipeline.replies`): classified, decoded and checked
   (error replies, malformed replies, NaN/Inf, joint limits), then scheduled; a
   refusal holds position and backs off ``retry_delay_s``;
-- **publication**: the scheduler's due publication is peeked, checked (the first
-  step against the measured state: :meth:`StreamingCore._publication_refusal`, the
-  one place publication checks go), then committed and sent per controller
+- **publication**: the scheduler's due publication is peeked, checked as a whole
+  (:func:`~relay_ros.pipeline.publication_check.check_publication`, from
+  :meth:`StreamingCore._publication_refusal`, the one place publication checks
+  go: limits known, first step, position/velocity/acceleration on every segment),
+  then committed (clamped in ``limits_mode`` clamp) and sent per controller
   (:mod:`~relay_ros.pipeline.controller_messages`) or refused;
 - **holding** (:mod:`~relay_ros.pipeline.holding`): the current commanded position
   is sent once per hold, the reason logged when its kind changes and always shown
   in :meth:`~relay_ros.pipeline.health.assess`;
-- the bookkeeping, each with one owner: counters here, times in the request clock
-  (kept across reconnects; the scheduler reads its latencies for the automatic
-  lead), the retry deadline and stall time in the scheduler (the stall of replaced
-  schedulers is carried over).
+- **clock jumps** (:mod:`~relay_ros.pipeline.clock_jump`): a new timeline, a hold;
+- bookkeeping, one owner each: counters here, times in the request clock, the retry
+  deadline and stall in the scheduler (replaced schedulers' stall carried over).
 
 Not thread-safe: call it from one thread (the node's executor); replies cross from
 the connection's worker thread through the node's queue.
@@ -43,14 +44,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from relay_ros.pipeline.action_prefix import committed_prefix, to_action_space
+from relay_ros.pipeline.action_prefix import add_prefix_keys
 from relay_ros.pipeline.camera_frames import CameraFrames
 from relay_ros.pipeline.camera_map import CameraEntry
-from relay_ros.pipeline.controller_messages import (
-    TrajectoryMessage,
-    chunk_messages,
-    hold_messages,
-)
+from relay_ros.pipeline.clock_jump import ClockJumps, restarted_scheduler
+from relay_ros.pipeline.controller_messages import TrajectoryMessage, chunk_messages
 from relay_ros.pipeline.frame_source import FrameSource
 from relay_ros.pipeline.holding import Holding
 from relay_ros.pipeline.observation_inputs import (
@@ -59,24 +57,27 @@ from relay_ros.pipeline.observation_inputs import (
     InputProblem,
     ObservationInputs,
     ObservationTiming,
-    Snapshot,
 )
 from relay_ros.pipeline.publication import Publication
+from relay_ros.pipeline.publication_check import PublicationGate
 from relay_ros.pipeline.replies import ReplyVerdict, judge_reply
 from relay_ros.pipeline.request_clock import RequestClock, RequestStart
-from relay_ros.pipeline.safety import Refusal, check_first_step
 from relay_ros.pipeline.scheduler import ChunkScheduler
 from relay_ros.pipeline.server_session import ServerSession, SessionError
 from relay_ros.pipeline.server_spec import ServerSpec
 from relay_ros.pipeline.settings import (
-    FIXED_SETTINGS,
-    StreamingConfigError,
     StreamingSettings,
+    check_change,
     check_live_settings,
     scheduler_config,
 )
 from relay_ros.pipeline.stats import LatencyStats, MessageCounter
-from relay_ros.pipeline.tick_plan import frames_just_came, frames_wanted, next_deadline
+from relay_ros.pipeline.tick_plan import (
+    frames_just_came,
+    frames_wanted,
+    next_deadline,
+    stall_message,
+)
 
 __all__ = ["RequestTag", "StreamingCore", "TrajectoryMessage"]
 
@@ -141,13 +142,10 @@ class StreamingCore:
             frame while :meth:`wants_frames` (after a due chunk is published); on a
             tick that makes a request the reads count in ``request_to_wire``. None:
             frames are pushed with :meth:`frame_arrived` as they arrive.
-        observation_timing: Which moment an observation shows
-            (:mod:`~relay_ros.pipeline.observation_inputs`): ``"frame_arrival"``
-            (requests timed to the frames' arrival, the default), ``"frame"`` (its
-            newest frame's arrival, the state interpolated there) or ``"request"``
-            (the newest of each at the request). Not a node parameter: a choice the
-            benchmarks compare (docs/streaming.md, "Which moment an observation
-            shows").
+        observation_timing: Which moment an observation shows: ``"frame_arrival"``
+            (default), ``"frame"`` or ``"request"``
+            (:mod:`~relay_ros.pipeline.observation_inputs`). Not a node parameter: a
+            choice the benchmarks compare (docs/streaming.md).
     """
 
     def __init__(
@@ -202,7 +200,10 @@ class StreamingCore:
         self._generation = 0
         self._config_error: str | None = None
         self._holding = Holding()
+        self._gate = PublicationGate()  # what the controllers follow: accepted only
+        self._jumps = ClockJumps()
         self._last_refusal: str | None = None
+        self._clamp_warned_at = -math.inf
         self._error_messages = MessageCounter()  # bounded: each distinct error logged once
         self._input_warned_at = -math.inf
         self._counts = _Counts()
@@ -251,6 +252,8 @@ class StreamingCore:
             dropped += self._session.scheduler.chunks_dropped_late
         counts = vars(self._counts).copy()
         counts["frames_received"] = self._inputs.frames_received
+        counts["chunks_clamped"] = self._gate.clamped
+        counts["clock_jumps"] = self._jumps.count
         counts["chunks_dropped_late"] = dropped
         return counts
 
@@ -260,6 +263,11 @@ class StreamingCore:
         state message was refused, in a sentence; it changes exactly when
         ``counts["refusals"]`` grows."""
         return self._last_refusal
+
+    @property
+    def last_clamp(self) -> str | None:
+        """What clamp mode last changed in a published trajectory, in a sentence."""
+        return self._gate.last_clamp
 
     @property
     def hold_reason(self) -> str | None:
@@ -402,16 +410,7 @@ class StreamingCore:
                 outputs, rates, encoding), or values the connected server cannot
                 run with; nothing is changed then.
         """
-        fixed = [
-            name
-            for name in FIXED_SETTINGS
-            if getattr(config, name, None) != getattr(self._cfg, name, None)
-        ]
-        if fixed:
-            raise StreamingConfigError(
-                f"{fixed} cannot change while the node runs; restart the node with the new values"
-            )
-        check_live_settings(config)
+        check_change(self._cfg, config)
         session = self._session
         sched_config = None if session is None else scheduler_config(config, session.spec)
         old = self._cfg
@@ -430,7 +429,29 @@ class StreamingCore:
         if not config.dry_run and old.dry_run:
             # What was published went to ~/preview: a hold must not move the robot there.
             self._holding.forget_motion()
+            self._gate.motion.forget()
         self._log.info("configuration changed")
+
+    def clock_jumped(self, delta_s: float, now: float) -> None:
+        """The node clock jumped by ``delta_s`` seconds (``use_sim_time``; ``now`` is the
+        new time): restart the timeline, forget the inputs, hold, WARN for a while
+        (:mod:`~relay_ros.pipeline.clock_jump`)."""
+        reason = self._jumps.jumped(delta_s, now)
+        commanded = None
+        if self._session is not None:
+            old = self._session.scheduler
+            # Back: as just before the jump; forward: what the controller commands now.
+            commanded = old.last_commanded(now - delta_s if delta_s < 0 else now)
+            self._stall_before_s += old.stall_time(now - delta_s)  # not the jump itself
+            self._dropped_before += old.chunks_dropped_late
+            self._session.scheduler = restarted_scheduler(old)
+        self._inputs.clear()
+        self._gate.motion.forget()  # its times are on the old timeline
+        self._hold(reason, "clock_jump", now, commanded=commanded)
+
+    def clock_notice(self, now: float) -> str | None:
+        """The last clock jump's sentence for a few seconds after it, else None."""
+        return self._jumps.notice(now)
 
     # ------------------------------------------------------------------ connection events
     def connected(self, metadata: Mapping[str, Any], now: float) -> None:
@@ -520,11 +541,13 @@ class StreamingCore:
         session = self._session
         if session is None or not self._enabled:
             return
+        if (problem := getattr(self._cfg, "limits_problem", None)) is not None:  # no limits
+            self._hold(f"cannot command: {problem}", "no_limits", now)
+            return
         self._publish_due(session, now)
         if self._session is not session:
             return
-        # After the publication, which must not wait for the frames. Reading the
-        # frames on the request's own tick is on its path to the wire.
+        # After the publication (it must not wait for the frames); reads count on the wire path.
         started = self._clock.perf_clock()
         stored_before = self._inputs.frames.stored
         if self._inputs.pulls_frames and self.wants_frames(now):
@@ -537,32 +560,22 @@ class StreamingCore:
             self._request(session, now, started, stored_before)
 
     def _publish_due(self, session: ServerSession, now: float) -> None:
-        """Peek at the due publication, check it, then commit and send it, or refuse it."""
-        scheduler = session.scheduler
-        publication = scheduler.peek(now)
-        if publication is None:
-            return
-        refusal = self._publication_refusal(publication, now)
-        if refusal is not None:
-            scheduler.refuse(publication, now, refusal.reason)
-            self._refuse(refusal.reason, refusal.kind, now)
-            return
-        scheduler.commit(publication)
-        self._publish_chunk(session, publication)
-
-    def _publication_refusal(self, publication: Publication, now: float) -> Refusal | None:
-        """The checks a publication must pass before it goes out, in order; the first
-        that refuses it wins. Today: the first point against the measured state
-        (``max_joint_step``)."""
+        """Publish the due publication if it passes the checks (the one check point,
+        :class:`~relay_ros.pipeline.publication_check.PublicationGate`), else refuse it."""
         cfg = self._cfg
         measured = self._inputs.measured(now, cfg.sensor_timeout_s, cfg.commanded_joints)
-        if measured is not None:
-            refusal = check_first_step(
-                measured, publication.positions[0], cfg.max_joint_step, cfg.commanded_joints
-            )
-            if refusal is not None:
-                return Refusal(refusal.reason, "first_step")
-        return None
+        verdict = self._gate.publish_due(session.scheduler, now, settings=cfg, measured=measured)
+        if verdict is None:
+            return
+        refusal = verdict.refusal
+        if refusal is not None or verdict.publication is None:
+            assert refusal is not None
+            self._refuse(refusal.reason, refusal.kind, now)
+            return
+        if verdict.note is not None and now - self._clamp_warned_at >= _INPUT_WARNING_PERIOD_S:
+            self._clamp_warned_at = now
+            self._log.warning(verdict.note)
+        self._publish_chunk(session, verdict.publication)
 
     def _request(
         self, session: ServerSession, now: float, started: float, stored_before: int
@@ -589,7 +602,15 @@ class StreamingCore:
         )
         committed = 0
         if session.spec.action_prefix:
-            committed = self._add_prefix(session, observation, snapshot, now)
+            committed = add_prefix_keys(
+                observation,
+                session.scheduler,
+                snapshot.t_obs,
+                self._commanded_part(snapshot.state),
+                requested_at=now,
+                used_dims=session.reader.used_dims.tolist(),
+                chunk_width=session.spec.chunk_width,
+            )
         start = self._clock.start(started, snapshot.frames.newest_prepared_s, now)
         tag = RequestTag(session.generation, self._session_id, snapshot.t_obs, start)
         if self._submit(observation, tag):
@@ -605,21 +626,6 @@ class StreamingCore:
             self._hold(problem.reason, problem.kind, now)
         else:
             self._hold(problem.reason, problem.kind, now, refusal=True)
-
-    def _add_prefix(
-        self, session: ServerSession, observation: dict[str, Any], snapshot: Snapshot, now: float
-    ) -> int:
-        """Real-time chunking: add the actions committed while the server infers (the
-        held state when nothing of ours moves the arm); returns ``committed_steps``."""
-        held = self._commanded_part(snapshot.state)
-        prefix = committed_prefix(session.scheduler, snapshot.t_obs, held, requested_at=now)
-        observation["action_prefix"] = to_action_space(
-            prefix.rows, session.reader.used_dims.tolist(), session.spec.chunk_width
-        )
-        observation["committed_steps"] = prefix.committed_steps
-        observation["inference_delay"] = prefix.inference_delay
-        observation["execute_horizon"] = prefix.execute_horizon
-        return prefix.committed_steps
 
     def _commanded_part(self, state: np.ndarray) -> np.ndarray:
         """The commanded joints' positions out of a state vector over the watched joints."""
@@ -644,7 +650,15 @@ class StreamingCore:
         self._last_refusal = reason
         self._hold(reason, kind, now)
 
-    def _hold(self, reason: str, kind: str, now: float, *, refusal: bool = False) -> None:
+    def _hold(
+        self,
+        reason: str,
+        kind: str,
+        now: float,
+        *,
+        refusal: bool = False,
+        commanded: np.ndarray | None = None,
+    ) -> None:
         """Stop following chunks: command the current position and say why.
 
         ``kind`` groups reasons whose text changes from tick to tick (a stale input's
@@ -665,9 +679,9 @@ class StreamingCore:
         else:
             self._log.warning(f"holding position: {reason}")
         session = self._session
-        commanded = None
         if session is not None:
-            commanded = session.scheduler.last_commanded(now)
+            if commanded is None:
+                commanded = session.scheduler.last_commanded(now)
             session.scheduler.reset()
         if not self._holding.moving:
             return  # nothing of ours is moving the robot
@@ -678,8 +692,7 @@ class StreamingCore:
             return
         self._holding.stopped()
         dt = 0.0 if session is None else session.scheduler.config.dt
-        position = np.asarray(commanded, dtype=float)
-        for message in hold_messages(position, cfg.outputs, dt=dt, now=now, dry_run=cfg.dry_run):
+        for message in self._gate.hold(commanded, cfg.outputs, dt=dt, now=now, dry_run=cfg.dry_run):
             self._publish_message(message)
 
     def _drop_session(self, now: float) -> None:
@@ -703,17 +716,4 @@ class StreamingCore:
         session = self._session
         if session is None:
             return None
-        current = session.scheduler.current
-        if current is not None and now <= current.end_time:
-            return None
-        if current is None:
-            message = "waiting for a chunk: nothing to follow yet"
-        else:
-            message = (
-                f"stalled, waiting for a chunk: the last trajectory ended "
-                f"{now - current.end_time:.2f} s ago"
-            )
-        in_flight = self._clock.in_flight_for(now)
-        if in_flight is not None:
-            message += f"; a request has been in flight for {in_flight:.2f} s"
-        return message
+        return stall_message(session.scheduler, self._clock.in_flight_for(now), now)

@@ -16,7 +16,7 @@ from relay_ros.pipeline.camera_frames import FRAME_LOOKAHEAD_S, LAST_READ_LEAD_S
 from relay_ros.pipeline.observation_inputs import ObservationInputs
 from relay_ros.pipeline.scheduler import ChunkScheduler
 
-__all__ = ["frames_just_came", "frames_wanted", "next_deadline"]
+__all__ = ["frames_just_came", "frames_wanted", "next_deadline", "stall_message"]
 
 
 def frames_wanted(scheduler: ChunkScheduler, now: float) -> bool:
@@ -63,3 +63,22 @@ def frames_just_came(scheduler: ChunkScheduler, inputs: ObservationInputs, now: 
         return False
     window = min(FRAME_LOOKAHEAD_S, inputs.frame_period() or FRAME_LOOKAHEAD_S)
     return now >= due - window and inputs.refreshed_since(due - window)
+
+
+def stall_message(scheduler: ChunkScheduler, in_flight_s: float | None, now: float) -> str | None:
+    """Why the robot stands still for want of a chunk, or None while the published
+    trajectory still has points ahead; ``in_flight_s``: how long the request in
+    flight has been out (None: none)."""
+    current = scheduler.current
+    if current is not None and now <= current.end_time:
+        return None
+    if current is None:
+        message = "waiting for a chunk: nothing to follow yet"
+    else:
+        message = (
+            f"stalled, waiting for a chunk: the last trajectory ended "
+            f"{now - current.end_time:.2f} s ago"
+        )
+    if in_flight_s is not None:
+        message += f"; a request has been in flight for {in_flight_s:.2f} s"
+    return message

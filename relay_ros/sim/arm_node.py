@@ -22,6 +22,9 @@ Parameters (declared in `SimArmNode._declare_parameters`; see docs/simulation.md
 - ``joint_states_topic`` (string), ``joint_states_rate_hz`` (double, 100),
   ``metrics_rate_hz`` (double, 1; 0 disables), ``tracking_time_constant_s``
   (double, 0 = perfect tracking), ``history_length`` (int).
+- ``robot_description_file`` (string, default the package's ``config/sim_arm.urdf``)
+  published on ``robot_description_topic`` (default ``robot_description``,
+  transient-local, as robot_state_publisher does): policy_node reads its limits there.
 """
 
 from __future__ import annotations
@@ -37,8 +40,9 @@ from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.context import Context
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
+from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory
 
 from relay_ros.node.node_main import (
@@ -49,6 +53,8 @@ from relay_ros.node.node_main import (
     run_node,
     typed_row,
 )
+from relay_ros.paths import config_file
+from relay_ros.pipeline.urdf_limits import UrdfError, load_urdf_file
 from relay_ros.sim._parameters import (
     as_parameters,
     declare_if_given,
@@ -95,7 +101,25 @@ _NODE_PARAMETERS: dict[str, tuple[Any, str]] = {
         60_000,
         "Control cycles kept per controller for plotting (oldest dropped first).",
     ),
+    "robot_description_file": (
+        "",
+        "URDF of the simulated arm, published on robot_description_topic; empty: the "
+        "package's config/sim_arm.urdf (the limits config/*.yaml give).",
+    ),
+    "robot_description_topic": (
+        "robot_description",
+        "std_msgs/String topic the URDF is published on, transient-local as "
+        "robot_state_publisher does (relative: follows the namespace); empty: not published.",
+    ),
 }
+
+# robot_state_publisher's QoS for robot_description: kept for subscribers that come later.
+_LATCHED = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST,
+    depth=1,
+    reliability=ReliabilityPolicy.RELIABLE,
+    durability=DurabilityPolicy.TRANSIENT_LOCAL,
+)
 
 # Per-controller parameters under controllers.<name>.: suffix -> (type, description).
 _CONTROLLER_PARAMETERS: dict[str, tuple[Parameter.Type, str]] = {
@@ -275,6 +299,7 @@ class SimArmNode(Node):
             JointState, config["joint_states_topic"], _JOINT_STATES_QOS
         )
         self._metrics_pub = self.create_publisher(DiagnosticArray, "~/metrics", 10)
+        self._publish_description(config)
         self.create_timer(1.0 / config["joint_states_rate_hz"], self._on_control_cycle)
         if config["metrics_rate_hz"] > 0.0:
             self.create_timer(1.0 / config["metrics_rate_hz"], self.publish_metrics)
@@ -286,6 +311,24 @@ class SimArmNode(Node):
             )
             + f"; /joint_states on {config['joint_states_topic']} at "
             f"{config['joint_states_rate_hz']:g} Hz"
+        )
+
+    def _publish_description(self, config: Mapping[str, Any]) -> None:
+        """The arm's URDF on robot_description (transient-local), as robot_state_publisher."""
+        topic = str(config["robot_description_topic"]).strip()
+        if not topic:
+            return
+        path = str(config["robot_description_file"]) or str(config_file("sim_arm.urdf"))
+        try:
+            robot = load_urdf_file(path)
+            text = open(path, encoding="utf-8").read()
+        except (UrdfError, OSError, UnicodeDecodeError) as exc:
+            raise SimArmConfigError(f"parameter 'robot_description_file': {exc}") from None
+        self._description_pub = self.create_publisher(String, topic, _LATCHED)
+        self._description_pub.publish(String(data=text))
+        self.get_logger().info(
+            f"robot '{robot.name}' ({len(robot.joints)} joints) on "
+            f"{self._description_pub.topic_name}"
         )
 
     def _declare_parameters(self) -> dict[str, Any]:

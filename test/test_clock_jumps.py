@@ -1,0 +1,86 @@
+"""policy_node under use_sim_time when /clock jumps (issue 21): back 10 s it used to
+request and publish nothing for 10 s while /diagnostics said OK "streaming"; forward
+100 s added the jump to the stall time. Real rclpy nodes, a real /clock publisher."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from node_rig import Rig, wait_for
+from rclpy.node import Node
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from rosgraph_msgs.msg import Clock
+
+from relay_ros.pipeline.streaming import StreamingCore
+from relay_ros.server import ServerOptions, run_server_in_thread
+
+pytestmark = pytest.mark.ros
+
+
+class SimClock:
+    """Publishes /clock at 100 Hz: wall time since start + ``offset`` (seconds)."""
+
+    def __init__(self, context) -> None:
+        self.offset = 1000.0
+        self._start = time.monotonic()
+        self._lock = threading.Lock()
+        self.node = Node("sim_clock", context=context)
+        qos = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+        self._pub = self.node.create_publisher(Clock, "/clock", qos)
+        self.node.create_timer(0.01, self._tick)
+
+    def jump(self, seconds: float) -> None:
+        with self._lock:
+            self.offset += seconds
+
+    def _tick(self) -> None:
+        with self._lock:
+            t = time.monotonic() - self._start + self.offset
+        msg = Clock()
+        msg.clock.sec = int(t)
+        msg.clock.nanosec = int((t - int(t)) * 1e9)
+        self._pub.publish(msg)
+
+
+def _chunks(rig: Rig) -> int:
+    return sum(1 for m in rig.snapshot().arm if len(m.points) > 1)
+
+
+@pytest.mark.slow
+def test_clock_jumps_restart_the_schedule_hold_and_warn(ros_context, tmp_path):
+    clock = SimClock(ros_context)
+    with run_server_in_thread(ServerOptions(models=("pi05",))) as server:
+        rig = Rig(
+            ros_context,
+            server.url_template,
+            overrides={"use_sim_time": True},
+            tmp_path=tmp_path,
+        )
+        rig.executor.add_node(clock.node)
+        with rig:
+            wait_for(lambda: _chunks(rig) >= 3, timeout=20)
+            wait_for(lambda: (s := rig.last_status()) and s["message"] == "streaming", timeout=15)
+            # The jump as rclpy measures it: the two /clock messages around it are ~10 ms apart.
+            for jump, word in ((-10.0, "jumped back 9.9"), (100.0, "jumped forward 100.0")):
+                before = _chunks(rig)
+                clock.jump(jump)
+                warned = wait_for(
+                    lambda w=word: (s := rig.last_status()) and w in s["message"] and s,
+                    timeout=10,
+                )
+                # Streaming again within seconds, not after the jump's 10 s.
+                wait_for(lambda b=before: _chunks(rig) >= b + 3, timeout=5)
+                resumed = wait_for(
+                    lambda: (s := rig.last_status()) and s["message"] == "streaming" and s,
+                    timeout=15,
+                )
+                assert warned["level"] == 1
+                assert warned["message"].startswith("holding position: the node clock jumped") or (
+                    warned["message"].startswith("the node clock jumped")
+                )
+                assert float(resumed["stall_time_s"]) < 2.0, resumed["stall_time_s"]
+            core: StreamingCore = rig.node.core
+            assert core.counts["clock_jumps"] >= 2
+        clock.node.destroy_node()

@@ -1,0 +1,126 @@
+"""The publication check on StreamingCore's synthetic clock: velocity (and acceleration)
+over the whole published trajectory, refused or clamped, and holds only from what was
+accepted (issue 21: a chunk whose last action jumped 2.65 rad was published, and the
+hold after a swallowed request commanded the jumped-to value)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from streaming_rig import CoreRig, ramp_policy
+
+from relay_ros.pipeline.health import Level
+from relay_ros.pipeline.publication_check import CommandedMotion
+
+H = 50
+JUMP = 2.65  # rad, on joint1 (limits -2.9..2.9, 2.5 rad/s) from 0.1 + 49 * 0.002
+
+
+def jumping_policy(jump_from: int = 1):
+    """The ramp policy; from call ``jump_from`` on, the last action of joint1 jumps."""
+    base = ramp_policy(H)
+    calls = [0]
+
+    def infer(obs):
+        calls[0] += 1
+        actions = base(obs)
+        if calls[0] > jump_from:
+            actions[-1, 0] += JUMP
+        return actions
+
+    return infer
+
+
+def test_a_jump_in_the_last_action_is_refused_and_the_hold_keeps_the_accepted_value() -> None:
+    rig = CoreRig(policy=jumping_policy())
+    rig.connect()
+    rig.run_until(lambda: rig.core.counts["refusals"] >= 1)
+    accepted = rig.chunks()
+    assert len(accepted) == 1  # the first chunk; the second jumps
+    reason = rig.core.last_refusal
+    assert reason is not None and reason.startswith("joint 'joint1' would move at ")
+    assert "between points" in reason and "its velocity limit is 2.5000/s" in reason
+    assert reason.endswith("refusing the chunk (limits_mode=refuse)")
+    health = rig.health()
+    assert health.level == Level.WARN and reason in health.values["hold_reason"]
+    # The hold commands where the accepted trajectory had the arm, never a jumped value.
+    holds = rig.holds()
+    assert holds, "a refusal holds"
+    hold = holds[-1].points.positions[0]
+    last_accepted = accepted[-1].points.positions
+    assert abs(hold[0] - last_accepted[:, 0]).min() < 0.01
+    assert hold[0] < 0.5 and np.all(np.abs(hold - rig.state[:6]) < 0.05)
+    # Nothing published, holds included, ever exceeds the velocity limits (the rig
+    # checks every message as a controller would run it).
+    rig.run(1.0)
+    assert all(m.points.positions[:, 0].max() < 0.5 for m in rig.messages("arm"))
+    assert rig.checker.trajectories >= 3 and rig.checker.worst_ratio <= 1.0
+
+
+def test_the_tail_past_the_execute_horizon_counts_as_much_as_the_first_half() -> None:
+    base = ramp_policy(H)
+
+    def infer(obs):
+        actions = base(obs)
+        actions[40:, 2] -= 0.5  # action 40 of 50: after an execute horizon of 25
+        return actions
+
+    rig = CoreRig(policy=infer)
+    rig.connect()
+    rig.run_until(lambda: rig.core.counts["refusals"] >= 1)
+    assert rig.chunks() == []
+    assert "joint 'joint3' would move at" in rig.core.last_refusal
+
+
+def test_clamp_mode_slows_the_jump_says_so_and_stays_within_the_limit() -> None:
+    rig = CoreRig(policy=jumping_policy(), overrides={"limits_mode": "clamp"})
+    rig.connect()
+    rig.run_until(lambda: rig.core.counts["chunks_clamped"] >= 1)
+    assert rig.core.counts["refusals"] == 0
+    clamped = rig.chunks()[-1].points.positions[:, 0]
+    assert clamped[-1] < clamped[-2] + 2.5 * 0.02 + 1e-9  # slowed, not jumped
+    note = rig.core.last_clamp
+    assert note is not None and note.startswith("clamped the trajectory into the joint limits")
+    assert note in rig.log.text("warning")
+    values = rig.health().values
+    assert values["last_clamp"] == note and int(values["chunks_clamped"]) >= 1
+    rig.checker.assert_within()
+
+
+def test_acceleration_limits_where_given() -> None:
+    base = dataclasses.replace(CoreRig().config.joint_limits["joint1"], max_acceleration=0.5)
+    limits = {**CoreRig().config.joint_limits, "joint1": base}
+    rig = CoreRig(overrides={"joint_limits": limits})
+    rig.connect()
+    rig.run_until(lambda: rig.core.counts["refusals"] >= 1)
+    assert "joint 'joint1' would accelerate at" in rig.core.last_refusal
+    assert "its acceleration limit is 0.5000/s^2" in rig.core.last_refusal
+
+
+def test_the_first_segment_starts_where_the_controller_is_moving() -> None:
+    motion = CommandedMotion()
+    assert motion.state_at(0.0) is None
+    tfs = 0.02 * np.arange(1, 6)
+    positions = 0.1 + 1.0 * tfs[:, None] * np.ones((1, 2))  # 1 rad/s
+    motion.follow(0.0, np.array([0.1, 0.1]), np.array([1.0, 1.0]), positions, tfs)
+    position, velocity = motion.state_at(0.05)
+    np.testing.assert_allclose(position, 0.15, atol=1e-9)
+    np.testing.assert_allclose(velocity, 1.0, atol=1e-9)
+    position, velocity = motion.state_at(1.0)  # after the last point: standing there
+    np.testing.assert_allclose(position, positions[-1])
+    assert not velocity.any()
+    motion.hold(np.array([0.2, 0.2]), 0.05, 0.1)
+    position, velocity = motion.state_at(0.05)
+    np.testing.assert_allclose(velocity, 1.0, atol=1e-9)
+    np.testing.assert_allclose(motion.state_at(0.15)[0], 0.2)
+
+
+def test_a_joint_without_limits_is_never_commanded() -> None:
+    limits = dict(CoreRig().config.joint_limits)
+    del limits["joint4"]
+    rig = CoreRig(overrides={"joint_limits": limits})
+    rig.connect()
+    rig.run_until(lambda: rig.core.counts["refusals"] >= 1)
+    assert rig.chunks() == []
+    assert rig.core.last_refusal == "cannot command: no velocity limit known for joints ['joint4']"

@@ -1,0 +1,118 @@
+"""A subscriber-side check that no published trajectory exceeds a velocity limit.
+
+:class:`VelocityChecker` sees what a controller would see: each trajectory as it
+arrives (per controller topic), its points with their velocities, and where it
+starts: the previous trajectory's state at the new stamp while the measured state
+is within TRACKING_TOLERANCE of it, else the measured state (moving at the
+previous trajectory's velocity), the rule the node checks by. It computes the
+largest speed of every cubic segment the controller interpolates (the one from
+the controller's state to the first point included) and keeps the worst ratio to
+each joint's velocity limit. The fault tests of the node rig and the streaming rig
+feed it everything they receive.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from relay_ros.pipeline.interpolation import segment_extremes
+from relay_ros.pipeline.publication_check import TRACKING_TOLERANCE
+
+#: Rounding slack on the limit (float32 positions on the wire, ns stamps).
+SLACK = 1e-6
+
+#: Every checker of this test session, for the summary conftest.py prints.
+CHECKERS: list[VelocityChecker] = []
+
+
+@dataclass
+class _Last:
+    times: np.ndarray  # absolute, first = stamp
+    positions: np.ndarray
+    velocities: np.ndarray
+
+
+def _sample(last: _Last, t: float) -> tuple[np.ndarray, np.ndarray]:
+    times, points, velocities = last.times, last.positions, last.velocities
+    if t >= times[-1]:
+        return points[-1], np.zeros(points.shape[1])
+    if t <= times[0]:
+        return points[0], velocities[0]
+    j = int(np.searchsorted(times, t, side="right")) - 1
+    span, tau = times[j + 1] - times[j], t - times[j]
+    p0, p1, v0, v1 = points[j], points[j + 1], velocities[j], velocities[j + 1]
+    c2 = (3.0 * (p1 - p0) - (2.0 * v0 + v1) * span) / span**2
+    c3 = (-2.0 * (p1 - p0) + (v0 + v1) * span) / span**3
+    return (
+        p0 + v0 * tau + c2 * tau**2 + c3 * tau**3,
+        v0 + 2.0 * c2 * tau + 3.0 * c3 * tau**2,
+    )
+
+
+class VelocityChecker:
+    """Worst speed / velocity-limit ratio over every trajectory given to :meth:`add`.
+
+    Args:
+        max_velocity: Joint name -> velocity limit (rad/s or m/s).
+        measured: Returns joint name -> the measured state, asked as each trajectory
+            arrives (where the controller starts it from).
+    """
+
+    def __init__(
+        self, max_velocity: Mapping[str, float], measured: Callable[[], Mapping[str, float]]
+    ) -> None:
+        self._vmax = dict(max_velocity)
+        self._measured = measured
+        self._last: dict[str, _Last] = {}
+        self._lock = threading.Lock()
+        self.trajectories = 0
+        self.worst_ratio = 0.0
+        self.worst: str = ""
+        CHECKERS.append(self)
+
+    def add(
+        self,
+        topic: str,
+        joint_names: Sequence[str],
+        stamp: float,
+        time_from_start: np.ndarray,
+        positions: np.ndarray,
+        velocities: np.ndarray,
+    ) -> None:
+        """One trajectory received on ``topic`` (a controller's)."""
+        tfs = np.asarray(time_from_start, dtype=np.float64)
+        pos = np.asarray(positions, dtype=np.float64)
+        vel = np.asarray(velocities, dtype=np.float64)
+        with self._lock:
+            last = self._last.get(topic)
+            state = self._measured()
+            start = np.array([state[j] for j in joint_names], dtype=np.float64)
+            start_velocity = np.zeros(len(joint_names))
+            if last is not None and stamp >= last.times[0]:  # (else the clock jumped back)
+                commanded, start_velocity = _sample(last, stamp)
+                if np.abs(commanded - start).max() <= TRACKING_TOLERANCE:
+                    start = commanded  # following: the controller is where commanded
+            points = np.vstack((start[None], pos))
+            speeds = np.vstack((start_velocity[None], vel))
+            times = np.concatenate(([stamp], stamp + tfs))
+            ext = segment_extremes(points[:-1], speeds[:-1], points[1:], speeds[1:], np.diff(times))
+            vmax = np.array([self._vmax[j] for j in joint_names])
+            ratio = ext.speed / vmax
+            self.trajectories += 1
+            if ratio.size and float(ratio.max()) > self.worst_ratio:
+                s, j = np.unravel_index(int(np.argmax(ratio)), ratio.shape)
+                self.worst_ratio = float(ratio.max())
+                self.worst = (
+                    f"{topic}: joint {joint_names[j]!r} at {ext.speed[s, j]:.3f}/s on segment "
+                    f"{s} of the trajectory stamped {stamp:.3f} (limit {vmax[j]:.3f}/s)"
+                )
+            self._last[topic] = _Last(times, points, speeds)
+
+    def assert_within(self) -> None:
+        """No trajectory so far exceeded a velocity limit (rounding aside)."""
+        with self._lock:
+            assert self.worst_ratio <= 1.0 + SLACK, self.worst
