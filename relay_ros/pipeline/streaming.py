@@ -2,32 +2,27 @@
 
 :class:`StreamingCore` holds everything policy_node decides, with time passed in,
 so it is tested on a synthetic clock. Each job has its own module; the core runs
-them in order:
+them in order and owns only the session, the episode and the settings in force:
 
 - **inputs** (:mod:`~relay_ros.pipeline.observation_inputs`): each camera's newest
-  frame, pulled from its :class:`~relay_ros.pipeline.frame_source.FrameSource` in
-  the window before a request, and the joint states; an observation is taken only
-  from fresh, complete inputs (else: hold and say why);
-- **requests**: when the :class:`~relay_ros.pipeline.scheduler.ChunkScheduler` wants
-  a chunk, the observation (with the ``action_prefix`` keys when the server takes
-  them) goes to the connection with a :class:`RequestTag`, so that a reply from
-  before a reconnect or an episode reset is never executed; the
-  :class:`~relay_ros.pipeline.request_clock.RequestClock` times it;
-- **replies** (:mod:`~relay_ros.pipeline.replies`): classified, decoded and checked
-  (error replies, malformed replies, NaN/Inf, joint limits), then scheduled; a
-  refusal holds position and backs off ``retry_delay_s``;
-- **publication**: the scheduler's due publication is peeked, checked as a whole
-  (:func:`~relay_ros.pipeline.publication_check.check_publication`, from
-  :meth:`StreamingCore._publication_refusal`, the one place publication checks
-  go: limits known, first step, position/velocity/acceleration on every segment),
-  then committed (clamped in ``limits_mode`` clamp) and sent per controller
-  (:mod:`~relay_ros.pipeline.controller_messages`) or refused;
-- **holding** (:mod:`~relay_ros.pipeline.holding`): the current commanded position
-  is sent once per hold, the reason logged when its kind changes and always shown
-  in :meth:`~relay_ros.pipeline.health.assess`;
+  frame and the joint states; an observation only from fresh, complete inputs;
+- **requests** (:mod:`~relay_ros.pipeline.observation_request`): when the
+  :class:`~relay_ros.pipeline.scheduler.ChunkScheduler` wants a chunk, the
+  observation goes to the connection with a ``RequestTag``, so a reply from before
+  a reconnect or an episode reset is never executed; the
+  :mod:`~relay_ros.pipeline.request_clock` times it;
+- **replies** (:mod:`~relay_ros.pipeline.replies`): judged, then scheduled or
+  refused (a refusal holds and backs off ``retry_delay_s``);
+- **publication** (:mod:`~relay_ros.pipeline.publication_check`): the due
+  publication checked as a whole, the one place publication checks go, then sent
+  per controller (:mod:`~relay_ros.pipeline.controller_messages`) or refused;
+- **holding** (:mod:`~relay_ros.pipeline.holding`): the reason, logged once per
+  kind, and the hold message, once per hold;
 - **clock jumps** (:mod:`~relay_ros.pipeline.clock_jump`): a new timeline, a hold;
-- bookkeeping, one owner each: counters here, times in the request clock, the retry
-  deadline and stall in the scheduler (replaced schedulers' stall carried over).
+- **live config** (:mod:`~relay_ros.pipeline.settings`): what may change checked,
+  then :meth:`StreamingCore.apply_config`;
+- **bookkeeping** (:mod:`~relay_ros.pipeline.streaming_counts`): the counters; times
+  are in the request clock, the retry deadline and stall in the scheduler.
 
 Not thread-safe: call it from one thread (the node's executor); replies cross from
 the connection's worker thread through the node's queue.
@@ -39,12 +34,10 @@ import math
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 
-from relay_ros.pipeline.action_prefix import add_prefix_keys
 from relay_ros.pipeline.camera_frames import CameraFrames
 from relay_ros.pipeline.camera_map import CameraEntry
 from relay_ros.pipeline.clock_jump import ClockJumps, restarted_scheduler
@@ -58,10 +51,11 @@ from relay_ros.pipeline.observation_inputs import (
     ObservationInputs,
     ObservationTiming,
 )
+from relay_ros.pipeline.observation_request import RequestTag, build_observation
 from relay_ros.pipeline.publication import Publication
 from relay_ros.pipeline.publication_check import PublicationGate
 from relay_ros.pipeline.replies import ReplyVerdict, judge_reply
-from relay_ros.pipeline.request_clock import RequestClock, RequestStart
+from relay_ros.pipeline.request_clock import RequestClock
 from relay_ros.pipeline.scheduler import ChunkScheduler
 from relay_ros.pipeline.server_session import ServerSession, SessionError
 from relay_ros.pipeline.server_spec import ServerSpec
@@ -72,6 +66,7 @@ from relay_ros.pipeline.settings import (
     scheduler_config,
 )
 from relay_ros.pipeline.stats import LatencyStats, MessageCounter
+from relay_ros.pipeline.streaming_counts import StreamingCounts
 from relay_ros.pipeline.tick_plan import (
     frames_just_came,
     frames_wanted,
@@ -79,7 +74,7 @@ from relay_ros.pipeline.tick_plan import (
     stall_message,
 )
 
-__all__ = ["RequestTag", "StreamingCore", "TrajectoryMessage"]
+__all__ = ["StreamingCore"]
 
 #: A refused camera frame or joint state message is logged at most this often (each
 #: refusal is counted).
@@ -92,34 +87,6 @@ class Logger(Protocol):
     def info(self, message: str) -> Any: ...
     def warning(self, message: str) -> Any: ...
     def error(self, message: str) -> Any: ...
-
-
-@dataclass(frozen=True)
-class RequestTag:
-    """Travels with each observation through the connection and back with its reply.
-
-    Attributes:
-        generation: Which connection the request was made on; a reply from an
-            earlier one is dropped (its scheduler is gone).
-        session_id: The episode; a reply from before ``~/reset`` is never executed.
-        t_obs: Observation time on the node clock (s).
-        start: The request's start on the core's :class:`RequestClock`.
-    """
-
-    generation: int
-    session_id: str
-    t_obs: float
-    start: RequestStart
-
-
-@dataclass
-class _Counts:
-    requests: int = 0
-    chunks_received: int = 0
-    chunks_published: int = 0
-    error_replies: int = 0
-    refusals: int = 0
-    connection_errors: int = 0
 
 
 class StreamingCore:
@@ -199,16 +166,19 @@ class StreamingCore:
         self._session: ServerSession | None = None
         self._generation = 0
         self._config_error: str | None = None
-        self._holding = Holding()
+        self._counts = StreamingCounts()
         self._gate = PublicationGate()  # what the controllers follow: accepted only
+        self._holding = Holding(
+            counts=self._counts,
+            gate=self._gate,
+            publish=publish,
+            info=log.info,
+            warning=log.warning,
+        )
         self._jumps = ClockJumps()
-        self._last_refusal: str | None = None
         self._clamp_warned_at = -math.inf
         self._error_messages = MessageCounter()  # bounded: each distinct error logged once
         self._input_warned_at = -math.inf
-        self._counts = _Counts()
-        self._stall_before_s = 0.0  # stall time of schedulers replaced by a reconnect
-        self._dropped_before = 0
 
     # ------------------------------------------------------------------ state
     @property
@@ -247,14 +217,12 @@ class StreamingCore:
     def counts(self) -> dict[str, int]:
         """Requests, chunks received/published/dropped late, error replies,
         refusals, connection errors and frames received so far."""
-        dropped = self._dropped_before
-        if self._session is not None:
-            dropped += self._session.scheduler.chunks_dropped_late
-        counts = vars(self._counts).copy()
+        scheduler = None if self._session is None else self._session.scheduler
+        counts = self._counts.as_dict()
         counts["frames_received"] = self._inputs.frames_received
         counts["chunks_clamped"] = self._gate.clamped
         counts["clock_jumps"] = self._jumps.count
-        counts["chunks_dropped_late"] = dropped
+        counts["chunks_dropped_late"] = self._counts.dropped_late(scheduler)
         return counts
 
     @property
@@ -262,7 +230,7 @@ class StreamingCore:
         """Why the last refused chunk, observation (stale inputs), frame or joint
         state message was refused, in a sentence; it changes exactly when
         ``counts["refusals"]`` grows."""
-        return self._last_refusal
+        return self._counts.last_refusal
 
     @property
     def last_clamp(self) -> str | None:
@@ -307,10 +275,8 @@ class StreamingCore:
 
     def stall_time(self, now: float) -> float:
         """Seconds the controllers had no future point to follow while streaming."""
-        total = self._stall_before_s
-        if self._session is not None:
-            total += self._session.scheduler.stall_time(now)
-        return total
+        scheduler = None if self._session is None else self._session.scheduler
+        return self._counts.stall_time(scheduler, now)
 
     # ------------------------------------------------------------------ inputs
     def wants_frames(self, now: float) -> bool:
@@ -356,8 +322,7 @@ class StreamingCore:
         self._inputs.joint_state(names, positions, now)
 
     def _input_refused(self, reason: str, now: float) -> None:
-        self._counts.refusals += 1
-        self._last_refusal = reason
+        self._counts.refused(reason)
         if now - self._input_warned_at >= _INPUT_WARNING_PERIOD_S:
             self._input_warned_at = now
             self._log.warning(reason)
@@ -429,7 +394,6 @@ class StreamingCore:
         if not config.dry_run and old.dry_run:
             # What was published went to ~/preview: a hold must not move the robot there.
             self._holding.forget_motion()
-            self._gate.motion.forget()
         self._log.info("configuration changed")
 
     def clock_jumped(self, delta_s: float, now: float) -> None:
@@ -442,8 +406,7 @@ class StreamingCore:
             old = self._session.scheduler
             # Back: as just before the jump; forward: what the controller commands now.
             commanded = old.last_commanded(now - delta_s if delta_s < 0 else now)
-            self._stall_before_s += old.stall_time(now - delta_s)  # not the jump itself
-            self._dropped_before += old.chunks_dropped_late
+            self._counts.retire(old, now - delta_s)  # its stall up to the jump, not the jump
             self._session.scheduler = restarted_scheduler(old)
         self._inputs.clear()
         self._gate.motion.forget()  # its times are on the old timeline
@@ -592,25 +555,15 @@ class StreamingCore:
         if isinstance(snapshot, InputProblem):
             self._input_problem(snapshot, now)
             return
-        observation = session.builder.build(
-            snapshot.frames.frames,
-            snapshot.state[: len(cfg.state_joints)],
-            self._prompt,
+        observation, committed = build_observation(
+            session,
+            snapshot,
+            cfg,
+            prompt=self._prompt,
             session_id=self._session_id,
-            seed=cfg.seed,
-            observation_time=snapshot.t_obs,
+            joint_names=self._inputs.joints.joint_names,
+            requested_at=now,
         )
-        committed = 0
-        if session.spec.action_prefix:
-            committed = add_prefix_keys(
-                observation,
-                session.scheduler,
-                snapshot.t_obs,
-                self._commanded_part(snapshot.state),
-                requested_at=now,
-                used_dims=session.reader.used_dims.tolist(),
-                chunk_width=session.spec.chunk_width,
-            )
         start = self._clock.start(started, snapshot.frames.newest_prepared_s, now)
         tag = RequestTag(session.generation, self._session_id, snapshot.t_obs, start)
         if self._submit(observation, tag):
@@ -627,11 +580,6 @@ class StreamingCore:
         else:
             self._hold(problem.reason, problem.kind, now, refusal=True)
 
-    def _commanded_part(self, state: np.ndarray) -> np.ndarray:
-        """The commanded joints' positions out of a state vector over the watched joints."""
-        order = {name: i for i, name in enumerate(self._inputs.joints.joint_names)}
-        return np.array([state[order[j]] for j in self._cfg.commanded_joints])
-
     def _publish_chunk(self, session: ServerSession, publication: Publication) -> None:
         cfg = self._cfg
         for message in chunk_messages(
@@ -639,15 +587,12 @@ class StreamingCore:
         ):
             self._publish_message(message)
         self._counts.chunks_published += 1
-        ended = self._holding.streaming()
-        if ended is not None:
-            self._log.info(f"streaming again after: {ended}")
+        self._holding.streaming()
 
     # ------------------------------------------------------------------ holding
     def _refuse(self, reason: str, kind: str, now: float) -> None:
         """A chunk was refused by a safety check: count it, say why, hold."""
-        self._counts.refusals += 1
-        self._last_refusal = reason
+        self._counts.refused(reason)
         self._hold(reason, kind, now)
 
     def _hold(
@@ -659,49 +604,26 @@ class StreamingCore:
         refusal: bool = False,
         commanded: np.ndarray | None = None,
     ) -> None:
-        """Stop following chunks: command the current position and say why.
-
-        ``kind`` groups reasons whose text changes from tick to tick (a stale input's
-        age): the log line is written when the kind changes, while ``/diagnostics``
-        always shows the latest reason. ``refusal``: the observation was refused
-        (stale or missing joint states, stale frames); counted once per hold, with
-        ``last_refusal`` set, except before the first chunk, when inputs not there
-        yet are expected, not a fault.
-        """
-        if not self._holding.hold(reason, kind):
-            return
-        startup = self._counts.chunks_published == 0
-        if refusal and not startup:
-            self._counts.refusals += 1
-            self._last_refusal = reason
-        if startup and kind in ("missing_input", "joint_states"):
-            self._log.info(f"waiting before the first request: {reason}")
-        else:
-            self._log.warning(f"holding position: {reason}")
+        """Hold position for ``reason`` (:meth:`~relay_ros.pipeline.holding.Holding.hold`)."""
         session = self._session
-        if session is not None:
-            if commanded is None:
-                commanded = session.scheduler.last_commanded(now)
-            session.scheduler.reset()
-        if not self._holding.moving:
-            return  # nothing of ours is moving the robot
         cfg = self._cfg
-        if commanded is None:
-            commanded = self._inputs.measured(now, cfg.sensor_timeout_s, cfg.commanded_joints)
-        if commanded is None:
-            return
-        self._holding.stopped()
-        dt = 0.0 if session is None else session.scheduler.config.dt
-        for message in self._gate.hold(commanded, cfg.outputs, dt=dt, now=now, dry_run=cfg.dry_run):
-            self._publish_message(message)
+        self._holding.hold(
+            reason,
+            kind,
+            now,
+            settings=cfg,
+            scheduler=None if session is None else session.scheduler,
+            measured=lambda: self._inputs.measured(now, cfg.sensor_timeout_s, cfg.commanded_joints),
+            refusal=refusal,
+            commanded=commanded,
+        )
 
     def _drop_session(self, now: float) -> None:
         """Forget the server; keep the stall and drop totals of its scheduler."""
         self._clock.abandon()
         session = self._session
         if session is not None:
-            self._stall_before_s += session.scheduler.stall_time(now)
-            self._dropped_before += session.scheduler.chunks_dropped_late
+            self._counts.retire(session.scheduler, now)
         self._session = None
 
     # ------------------------------------------------------------------ what is wrong
