@@ -10,6 +10,8 @@ MODEL ?= pi05
 LINK ?=
 ENCODING ?=
 PYTEST_ARGS ?=
+# pytest-xdist workers for make test (each its own DDS domain, test/conftest.py); 0 = one process.
+PYTEST_WORKERS ?= 2
 
 .PHONY: setup test lint format demo bench clean compat
 
@@ -30,11 +32,18 @@ format: setup
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-# The whole suite in .venv, then the ROS-free part on Python 3.10 + NumPy 1.x and
-# Python 3.12 + NumPy 2.x (docs/compat.md), because users run both.
+# The whole suite in .venv and, at the same time, the ROS-free part on Python 3.10 +
+# NumPy 1.x and Python 3.12 + NumPy 2.x (docs/compat.md), because users run both.
+# Most of the suite waits on real time (DDS, sockets, subprocesses), so the runs
+# overlap well on 2 cores; compat's output is held and shown after pytest's.
 test: setup lint
-	$(PY) -m pytest $(PYTEST_ARGS)
-	.ci/compat
+	@log=$$(mktemp); start=$$(date +%s); \
+	.ci/compat >"$$log" 2>&1 & compat=$$!; \
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS); tests=$$?; \
+	wait $$compat; compat_status=$$?; \
+	echo "[make test] pytest exit $$tests, compat exit $$compat_status, $$(( $$(date +%s) - start )) s"; \
+	cat "$$log"; rm -f "$$log"; \
+	test $$tests -eq 0 && test $$compat_status -eq 0
 
 demo: setup
 	$(PY) -m relay_ros.demo --model $(MODEL) --duration $(DURATION) $(if $(LINK),--link $(LINK)) $(if $(ENCODING),--image-encoding $(ENCODING))

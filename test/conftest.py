@@ -1,25 +1,63 @@
 """Shared test set-up.
 
 DDS traffic from different test runs on one machine can meet, so every pytest
-session gets its own ROS_DOMAIN_ID and keeps discovery on localhost. This runs
-before any test module imports rclpy, and subprocesses inherit it.
+session gets its own ROS_DOMAIN_ID (``RELAY_ROS_TEST_DOMAIN_ID``, else a
+pid-seeded one) and keeps discovery on localhost. Under pytest-xdist each worker
+adds its number (gw0 -> +0, gw1 -> +1, ...) so workers never see each other's
+nodes. This runs before any test module imports rclpy, and subprocesses inherit it.
+
+Time factor: ``RELAY_ROS_TEST_TIMEOUT_FACTOR`` (default 1) scales every test
+timeout and deadline, pytest-timeout's per-test limit included: helpers.scaled()
+and helpers.wait_until() apply it. A loaded or slow machine sets it (e.g. 3) to
+make tests wait longer; it never loosens an assertion.
+
+Shared helpers (wait_until, free_port, scaled, observation builders) live in
+test/helpers.py, ROS-free so the compat runs can import them; ROS ones in
+test/node_rig.py.
 """
 
 from __future__ import annotations
 
 import os
 import random
+from pathlib import Path
 
 import pytest
+from helpers import scaled
 
 if "RELAY_ROS_TEST_DOMAIN_ID" not in os.environ:
     # 1..100 keeps Fast DDS ports in range; pid-seeded so parallel runs differ.
     os.environ["RELAY_ROS_TEST_DOMAIN_ID"] = str(random.Random(os.getpid()).randint(1, 100))
-os.environ["ROS_DOMAIN_ID"] = os.environ["RELAY_ROS_TEST_DOMAIN_ID"]
+_worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+_offset = int(_worker[2:]) if _worker.startswith("gw") and _worker[2:].isdigit() else 0
+# Fast DDS takes domain ids 0..232; wrap so base + offset stays in range.
+os.environ["ROS_DOMAIN_ID"] = str((int(os.environ["RELAY_ROS_TEST_DOMAIN_ID"]) + _offset) % 233)
 os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
 # Tests must never reach a real policy server configured on the developer's machine.
 os.environ.pop("WALLE_URL", None)
 os.environ.pop("WALLE_DIRECT", None)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """pytest-timeout's limit (ini ``timeout`` or a ``timeout`` marker) times the factor."""
+    option = config.getoption("timeout", None)
+    default = float(option if option is not None else config.getini("timeout") or 0)
+    for item in items:
+        marker = item.get_closest_marker("timeout")
+        base = default
+        if marker is not None:
+            base = float(marker.args[0] if marker.args else marker.kwargs.get("timeout", default))
+        if base > 0 and scaled(base) != base:
+            item.add_marker(pytest.mark.timeout(scaled(base)), append=False)
+
+
+@pytest.fixture
+def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No WALLE_* from the developer's shell, and no .env above the checkout: the
+    test runs in its own empty directory (for tests of the client's URL lookup)."""
+    monkeypatch.delenv("WALLE_URL", raising=False)
+    monkeypatch.delenv("WALLE_DIRECT", raising=False)
+    monkeypatch.chdir(tmp_path)
 
 
 @pytest.fixture(scope="session")

@@ -10,10 +10,10 @@ per rig so tests in one pytest session never hear each other.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
-import time
-from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,8 @@ import cv2
 import numpy as np
 import yaml
 from diagnostic_msgs.msg import DiagnosticArray
-from rclpy.executors import SingleThreadedExecutor
+from helpers import scaled
+from rclpy.executors import Executor, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import qos_profile_sensor_data
@@ -46,16 +47,31 @@ def velocity_overrides(joints: list[str], max_velocity: float) -> dict[str, floa
     return {f"joint_limits.{joint}.max_velocity": float(max_velocity) for joint in joints}
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, period: float = 0.02) -> Any:
-    """Poll ``predicate`` until it returns something truthy; fail with a clear message."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s")
-        time.sleep(period)
+@contextlib.contextmanager
+def spinning(*executors: Executor) -> Iterator[list[threading.Thread]]:
+    """Spin each executor on a thread of its own while the block runs (yields the threads).
+
+    On exit the loops stop first and the executors shut down after: shutting one
+    down under a running spin() can destroy its guard condition mid-spin_once
+    (InvalidHandle in the spin thread, seen under load).
+    """
+    stopping = threading.Event()
+
+    def spin(executor: Executor) -> None:
+        while not stopping.is_set():
+            executor.spin_once(timeout_sec=0.05)
+
+    threads = [threading.Thread(target=spin, args=(e,), daemon=True) for e in executors]
+    for thread in threads:
+        thread.start()
+    try:
+        yield threads
+    finally:
+        stopping.set()
+        for thread in threads:
+            thread.join(timeout=scaled(5.0))
+        for executor in executors:
+            executor.shutdown(timeout_sec=scaled(5.0))
 
 
 def t_obs_of(msg: JointTrajectory) -> float:
@@ -195,7 +211,7 @@ class Rig:
         self.executor = SingleThreadedExecutor(context=context)
         self.executor.add_node(self.node)
         self.executor.add_node(self.feeder)
-        self._thread = threading.Thread(target=self.executor.spin, daemon=True)
+        self._spinning = spinning(self.executor)
 
     def _subscribe(self, topic: str, sink: list, *, checked: bool = False) -> None:
         def record(msg: JointTrajectory) -> None:
@@ -296,7 +312,7 @@ class Rig:
         return statuses[-1] if statuses else None
 
     def __enter__(self) -> Rig:
-        self._thread.start()
+        self._thread = self._spinning.__enter__()[0]  # the executor's (priority tests)
         return self
 
     def __exit__(self, exc_type: object, *exc: object) -> None:
@@ -305,7 +321,6 @@ class Rig:
             self.checker.assert_within()
 
     def close(self) -> None:
-        self.executor.shutdown(timeout_sec=5.0)
-        self._thread.join(timeout=5.0)
+        self._spinning.__exit__(None, None, None)
         self.node.destroy_node()
         self.feeder.destroy_node()

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import wait_until
 from make_fixture_bags import BASE_TOPIC, DROPOUT, JOINT_TOPIC, START_NS, TOPIC_TYPES, make_bags
 
 from relay_ros.bag import BagError, BagReader, BagWriter, MissingTopicsError, RecordedQos
@@ -64,15 +65,6 @@ def spinning(context: Any, *nodes: Any) -> Iterator[None]:
         thread.join(5.0)
         for node in nodes:
             node.destroy_node()
-
-
-def _wait(predicate: Any, timeout: float) -> bool:
-    event = threading.Event()
-    for _ in range(int(timeout / 0.02)):
-        if predicate():
-            return True
-        event.wait(0.02)
-    return bool(predicate())
 
 
 class Listener:
@@ -127,14 +119,14 @@ def test_player_publishes_every_message_in_order_with_clock(
         assert progress.played == {t: len(v) for t, v in expected.items()}
         assert progress.fraction == 1.0
         assert progress.bag_time_ns == end_ns
-        assert _wait(
+        assert wait_until(
             lambda: all(len(listener.received[remap[t]]) == len(expected[t]) for t in expected),
             10.0,
         )
         for topic, data in expected.items():
             assert listener.received[remap[topic]] == data, topic
         # The sim-time node ends on the bag's last timestamp.
-        assert _wait(lambda: sim.get_clock().now().nanoseconds == end_ns, 5.0)
+        assert wait_until(lambda: sim.get_clock().now().nanoseconds == end_ns, 5.0)
 
     clock = listener.clock
     assert clock[0] == start_ns and clock[-1] == end_ns
@@ -159,7 +151,7 @@ def test_player_stop_and_progress(ros_context: Any, bags: dict[str, Path], stora
         )
         assert player.topics == (JOINT_TOPIC,)
         player.start()
-        assert _wait(lambda: player.progress.played[JOINT_TOPIC] >= 5, 10.0)
+        assert wait_until(lambda: player.progress.played[JOINT_TOPIC] >= 5, 10.0)
         player.stop()
         assert player.wait(timeout=5.0)
         progress = player.progress
@@ -212,7 +204,9 @@ def test_player_offers_recorded_qos(ros_context: Any, tmp_path: Path) -> None:
                     depth,
                 )
                 # What DDS discovery reports for the player's publisher.
-                assert _wait(lambda t=topic: node.get_publishers_info_by_topic(prefix + t), 5.0)
+                assert wait_until(
+                    lambda t=topic: node.get_publishers_info_by_topic(prefix + t), 5.0
+                )
                 (info,) = node.get_publishers_info_by_topic(prefix + topic)
                 assert info.qos_profile.reliability == reliability
                 assert info.qos_profile.durability == durability
@@ -296,7 +290,7 @@ def test_recorder_captures_published_messages(
             },
             storage=storage,
         ) as recorder:
-            assert _wait(
+            assert wait_until(
                 lambda: pub_s.get_subscription_count() and pub_t.get_subscription_count(), 10
             )
             for i in range(20):
@@ -350,13 +344,13 @@ def test_recorder_on_sim_time_stamps_messages_with_bag_time(
             ) as recorder,
         ):
             assert player.wait_for_subscribers(10.0, [JOINT_TOPIC])
-            assert _wait(lambda: rec_node.count_publishers(CLOCK_TOPIC) > 0, 10.0)
+            assert wait_until(lambda: rec_node.count_publishers(CLOCK_TOPIC) > 0, 10.0)
             player.start()
             assert player.wait(timeout=60.0)
             assert recorder.wait_for({prefix + JOINT_TOPIC: 600}, timeout=10.0)
             # Playing a subset still runs bag time to the end of the whole bag.
             assert player.progress.bag_time_ns == player.end_ns
-            assert _wait(lambda: rec_node.get_clock().now().nanoseconds == player.end_ns, 5.0)
+            assert wait_until(lambda: rec_node.get_clock().now().nanoseconds == player.end_ns, 5.0)
     with BagReader(path) as reader, BagReader(bags["mcap"]) as source:
         stamps = [m.timestamp_ns for m in reader.messages()]
         assert len(stamps) == 600

@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
 import gc
 import shutil
-import socket
 import ssl
 import subprocess
 import threading
@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers import PI_CAMERAS, free_port, groot_observation, wait_until
+from helpers import pi_observation as _pi_observation
 from websockets.asyncio.server import serve as ws_serve
 from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI
 
@@ -31,15 +33,14 @@ from relay_ros.models import UnknownModelError
 from relay_ros.server import ServerHandle, ServerOptions, run_server_in_thread
 from relay_ros.wire.codec import CodecError, packb, unpackb
 
-PI_CAMERAS = ("base_0_rgb", "left_wrist_0_rgb", "right_wrist_0_rgb")
+# Every pi camera, seeded random pixels: the server sees a realistic request.
+pi_observation = functools.partial(
+    _pi_observation, cameras=PI_CAMERAS, random=True, prompt="pick up the red cube"
+)
 
 
-@pytest.fixture(autouse=True)
-def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No WALLE_* from the developer's shell or a .env above the checkout."""
-    monkeypatch.delenv("WALLE_URL", raising=False)
-    monkeypatch.delenv("WALLE_DIRECT", raising=False)
-    monkeypatch.chdir(tmp_path)
+# No WALLE_* from the shell or a .env above the checkout (test/conftest.py).
+pytestmark = pytest.mark.usefixtures("isolated_env")
 
 
 @pytest.fixture(scope="module")
@@ -53,48 +54,6 @@ def server() -> Iterator[ServerHandle]:
 def serving(**options: Any) -> Iterator[ServerHandle]:
     with run_server_in_thread(ServerOptions(**options)) as handle:
         yield handle
-
-
-def free_port() -> int:
-    """A loopback port with nothing listening on it."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def pi_observation(metadata: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    height, width = metadata["image_size"]
-    rng = np.random.default_rng(0)
-    obs: dict[str, Any] = {
-        "images": {
-            key: rng.integers(0, 256, (height, width, 3), dtype=np.uint8) for key in PI_CAMERAS
-        },
-        "state": np.linspace(-0.5, 0.5, metadata["action_dim"], dtype=np.float32),
-        "prompt": "pick up the red cube",
-    }
-    obs.update(extra)
-    return obs
-
-
-def groot_observation(metadata: dict[str, Any]) -> dict[str, Any]:
-    height, width = metadata["image_size"]
-    return {
-        "video": {key: np.zeros((1, height, width, 3), np.uint8) for key in metadata["video_keys"]},
-        "state": {
-            key: np.zeros((1, width_k), np.float32)
-            for key, width_k in metadata["state_keys"].items()
-        },
-        "prompt": "stack the blocks",
-    }
-
-
-def wait_until(predicate: Any, timeout: float = 5.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return predicate()
 
 
 # --- WALLE_URL, .env and {model} ------------------------------------------------------

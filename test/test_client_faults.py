@@ -10,7 +10,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -27,12 +26,8 @@ SECRET_URL = "ws://robot:hunter2@127.0.0.1:{port}/{{model}}?token=s3cr3t"
 SECRETS = ("hunter2", "s3cr3t", "robot:")
 
 
-@pytest.fixture(autouse=True)
-def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("WALLE_URL", raising=False)
-    monkeypatch.delenv("WALLE_DIRECT", raising=False)
-    monkeypatch.chdir(tmp_path)
-
+# No WALLE_* from the shell or a .env above the checkout (test/conftest.py).
+pytestmark = pytest.mark.usefixtures("isolated_env")
 
 # --- a deadline on each request ---------------------------------------------------------
 

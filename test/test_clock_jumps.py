@@ -8,7 +8,8 @@ import threading
 import time
 
 import pytest
-from node_rig import Rig, wait_for
+from helpers import wait_until
+from node_rig import Rig
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
@@ -60,19 +61,19 @@ def test_clock_jumps_restart_the_schedule_hold_and_warn(ros_context, tmp_path):
         )
         rig.executor.add_node(clock.node)
         with rig:
-            wait_for(lambda: _chunks(rig) >= 3, timeout=20)
-            wait_for(lambda: (s := rig.last_status()) and s["message"] == "streaming", timeout=15)
+            wait_until(lambda: _chunks(rig) >= 3, timeout=20)
+            wait_until(lambda: (s := rig.last_status()) and s["message"] == "streaming", timeout=15)
             # The jump as rclpy measures it: the two /clock messages around it are ~10 ms apart.
             for jump, word in ((-10.0, "jumped back 9.9"), (100.0, "jumped forward 100.0")):
                 before = _chunks(rig)
                 clock.jump(jump)
-                warned = wait_for(
+                warned = wait_until(
                     lambda w=word: (s := rig.last_status()) and w in s["message"] and s,
                     timeout=10,
                 )
                 # Streaming again within seconds, not after the jump's 10 s.
-                wait_for(lambda b=before: _chunks(rig) >= b + 3, timeout=5)
-                resumed = wait_for(
+                wait_until(lambda b=before: _chunks(rig) >= b + 3, timeout=5)
+                resumed = wait_until(
                     lambda: (s := rig.last_status()) and s["message"] == "streaming" and s,
                     timeout=15,
                 )

@@ -5,58 +5,28 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
-import socket
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from helpers import free_port, pi_observation, scaled, wait_until
 from websockets.exceptions import InvalidURI
 
 from relay_ros.models import UnknownModelError
 from relay_ros.server import ServerHandle, ServerOptions, run_server_in_thread
 from relay_ros.wire.connection import InferOutcome, PolicyConnection
 
-
-@pytest.fixture(autouse=True)
-def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("WALLE_URL", raising=False)
-    monkeypatch.delenv("WALLE_DIRECT", raising=False)
-    monkeypatch.chdir(tmp_path)
+# No WALLE_* from the shell or a .env above the checkout (test/conftest.py).
+pytestmark = pytest.mark.usefixtures("isolated_env")
 
 
 @contextlib.contextmanager
 def serving(**options: Any) -> Iterator[ServerHandle]:
     with run_server_in_thread(ServerOptions(models=("pi05",), **options)) as handle:
         yield handle
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_until(predicate: Any, timeout: float = 10.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return bool(predicate())
-
-
-def observation(**extra: Any) -> dict[str, Any]:
-    obs: dict[str, Any] = {
-        "images": {"base_0_rgb": np.zeros((224, 224, 3), np.uint8)},
-        "state": np.zeros(32, np.float32),
-        "prompt": "wave",
-    }
-    obs.update(extra)
-    return obs
 
 
 class Recorder:
@@ -108,7 +78,7 @@ def test_infer_through_the_worker() -> None:
             assert conn.metadata["model"] == "pi05"
             assert recorder.connects == [handle.server.metadata("pi05")]
             assert conn.last_error is None
-            assert conn.submit(observation(), tag=("step", 1))
+            assert conn.submit(pi_observation(), tag=("step", 1))
             outcome = recorder.result()
             assert outcome.tag == ("step", 1)
             assert isinstance(outcome.reply, np.ndarray)
@@ -129,16 +99,18 @@ def test_error_reply_is_an_outcome_and_the_connection_stays() -> None:
     with serving() as handle:
         with connection(handle.url_template, recorder) as conn:
             assert wait_until(lambda: conn.connected)
-            assert conn.submit(observation(state=np.zeros(3, np.float32)), tag="bad")
+            assert conn.submit(pi_observation(state=np.zeros(3, np.float32)), tag="bad")
             outcome = recorder.result()
             assert outcome.reply == {"type": "error", "message": "Internal inference error"}
             assert outcome.connection_error is None
-            assert conn.submit(observation(state=np.array([1j], np.complex64)), tag="unencodable")
+            assert conn.submit(
+                pi_observation(state=np.array([1j], np.complex64)), tag="unencodable"
+            )
             outcome = recorder.result()
             assert outcome.reply is not None
             assert outcome.reply["type"] == "error"
             assert str(outcome.reply["message"]).startswith("observation cannot be encoded: ")
-            assert conn.submit(observation(), tag="good")
+            assert conn.submit(pi_observation(), tag="good")
             assert isinstance(recorder.result().reply, np.ndarray)
             assert handle.stats.connections_opened == 1
 
@@ -148,12 +120,12 @@ def test_at_most_one_request_in_flight() -> None:
     with serving(latency_ms=300.0) as handle:
         with connection(handle.url_template, recorder) as conn:
             assert wait_until(lambda: conn.connected)
-            assert conn.submit(observation(), tag=1)
+            assert conn.submit(pi_observation(), tag=1)
             assert conn.busy
-            assert not conn.submit(observation(), tag=2)
+            assert not conn.submit(pi_observation(), tag=2)
             assert recorder.result().tag == 1
             assert wait_until(lambda: not conn.busy)
-            assert conn.submit(observation(), tag=3)
+            assert conn.submit(pi_observation(), tag=3)
             assert recorder.result().tag == 3
             assert recorder.results.empty()
 
@@ -167,7 +139,7 @@ def test_submit_with_a_handoff_returns_once_the_observation_is_written() -> None
         try:
             assert wait_until(lambda: conn.connected)
             started = time.perf_counter()
-            assert conn.submit(observation(), "slow", handoff_s=5.0)
+            assert conn.submit(pi_observation(), "slow", handoff_s=5.0)
             returned = time.perf_counter()
             assert conn.busy  # the reply is 1.5 s away
             outcome = recorder.result()
@@ -178,13 +150,13 @@ def test_submit_with_a_handoff_returns_once_the_observation_is_written() -> None
             # A request that ends before it is written (it cannot be encoded) ends
             # the wait as well.
             started = time.perf_counter()
-            assert conn.submit(observation(extra=np.array([object()])), "bad", handoff_s=5.0)
+            assert conn.submit(pi_observation(extra=np.array([object()])), "bad", handoff_s=5.0)
             assert time.perf_counter() - started < 1.0
             assert "cannot be encoded" in recorder.result().reply["message"]
             with pytest.raises(ValueError, match="handoff_s=-1"):
-                conn.submit(observation(), "negative", handoff_s=-1)
+                conn.submit(pi_observation(), "negative", handoff_s=-1)
             with pytest.raises(ValueError, match="handoff_s=nan"):
-                conn.submit(observation(), "nan", handoff_s=float("nan"))
+                conn.submit(pi_observation(), "nan", handoff_s=float("nan"))
         finally:
             conn.close()
 
@@ -201,11 +173,11 @@ def test_starts_before_the_server_and_connects_when_it_comes_up() -> None:
         assert conn.metadata is None
         assert conn.last_error is not None
         assert conn.last_error.startswith("ConnectionRefusedError: ")
-        assert not conn.submit(observation(), tag="early")
+        assert not conn.submit(pi_observation(), tag="early")
         with serving(port=port):
             assert wait_until(lambda: conn.connected)
             assert conn.last_error is None
-            assert conn.submit(observation(), tag="late")
+            assert conn.submit(pi_observation(), tag="late")
             assert isinstance(recorder.result().reply, np.ndarray)
     finally:
         conn.close()
@@ -221,17 +193,17 @@ def test_reconnects_after_the_server_restarts_on_the_same_port() -> None:
     try:
         with serving(port=port):
             assert wait_until(lambda: conn.connected)
-            assert conn.submit(observation(), tag="before")
+            assert conn.submit(pi_observation(), tag="before")
             assert isinstance(recorder.result().reply, np.ndarray)
         # Server gone: the worker notices while idle and reports it.
         assert wait_until(lambda: not conn.connected)
         assert wait_until(lambda: len(recorder.disconnects) == 1)
         assert conn.last_error is not None
-        assert not conn.submit(observation(), tag="while down")
+        assert not conn.submit(pi_observation(), tag="while down")
         with serving(port=port) as again:
             assert wait_until(lambda: conn.connected)
             assert len(recorder.connects) == 2
-            assert conn.submit(observation(), tag="after")
+            assert conn.submit(pi_observation(), tag="after")
             outcome = recorder.result()
             assert outcome.tag == "after"
             assert isinstance(outcome.reply, np.ndarray)
@@ -245,10 +217,11 @@ def test_request_in_flight_when_the_connection_drops_gets_a_connection_error() -
     port = free_port()
     conn = connection(f"ws://127.0.0.1:{port}/{{model}}", recorder, reconnect_initial_s=0.05)
     try:
-        with serving(port=port, latency_ms=1000.0):
+        with serving(port=port, latency_ms=1000.0) as handle:
             assert wait_until(lambda: conn.connected)
-            assert conn.submit(observation(), tag="lost")
-            time.sleep(0.1)  # let the request reach the server
+            assert conn.submit(pi_observation(), tag="lost")
+            # The request reached the server (it answers after 1 s, when it is gone).
+            assert handle.stats.wait_for(lambda s: s.frames >= 1, scaled(10))
         outcome = recorder.result()
         assert outcome.tag == "lost"
         assert outcome.reply is None
@@ -289,7 +262,7 @@ def test_request_reset_runs_on_the_worker() -> None:
             conn.request_reset()
             assert wait_until(lambda: _ResetCounter.resets == 1)
             conn.request_reset()
-            assert conn.submit(observation(), tag="after reset")
+            assert conn.submit(pi_observation(), tag="after reset")
             assert isinstance(recorder.result().reply, np.ndarray)
             assert _ResetCounter.resets == 2
 
@@ -313,8 +286,8 @@ def test_close_with_a_request_in_flight_delivers_its_outcome() -> None:
     with serving(latency_ms=3000.0) as handle:
         conn = connection(handle.url_template, recorder)
         assert wait_until(lambda: conn.connected)
-        assert conn.submit(observation(), tag="slow")
-        time.sleep(0.1)
+        assert conn.submit(pi_observation(), tag="slow")
+        assert handle.stats.wait_for(lambda s: s.frames >= 1, scaled(10))  # in flight
         started = time.monotonic()
         conn.close(timeout=5.0)
         assert time.monotonic() - started < 2.5  # the request was cut, not waited for
@@ -322,7 +295,7 @@ def test_close_with_a_request_in_flight_delivers_its_outcome() -> None:
         assert outcome.tag == "slow"
         assert outcome.reply is None
         assert outcome.connection_error is not None
-        assert not conn.submit(observation(), tag="after close")
+        assert not conn.submit(pi_observation(), tag="after close")
         assert recorder.disconnects == []  # close() is not a loss
 
 
@@ -334,7 +307,7 @@ def test_no_thread_or_socket_leaks() -> None:
         for round_ in range(3):
             conn = connection(handle.url_template, recorder)
             assert wait_until(lambda c=conn: c.connected)
-            assert conn.submit(observation(), tag=round_)
+            assert conn.submit(pi_observation(), tag=round_)
             assert isinstance(recorder.result().reply, np.ndarray)
             conn.close()
             conn.close()  # idempotent
@@ -392,9 +365,9 @@ def test_callback_exceptions_do_not_kill_the_worker() -> None:
     with serving() as handle:
         with PolicyConnection("pi05", url=handle.url_template, on_result=explode) as conn:
             assert wait_until(lambda: conn.connected)
-            assert conn.submit(observation(), tag=1)
+            assert conn.submit(pi_observation(), tag=1)
             assert wait_until(lambda: len(results) == 1 and not conn.busy)
-            assert conn.submit(observation(), tag=2)
+            assert conn.submit(pi_observation(), tag=2)
             assert wait_until(lambda: len(results) == 2)
 
 
@@ -410,8 +383,8 @@ def test_close_from_a_callback_stops_the_worker() -> None:
         conn = PolicyConnection("pi05", url=handle.url_template, on_result=on_result)
         holder.append(conn)
         assert wait_until(lambda: conn.connected)
-        assert conn.submit(observation(), tag=1)
+        assert conn.submit(pi_observation(), tag=1)
         assert closed.wait(10)
         assert wait_until(lambda: not conn._thread.is_alive())
         assert handle.wait_closed_connections(1)
-        assert not conn.submit(observation(), tag=2)
+        assert not conn.submit(pi_observation(), tag=2)

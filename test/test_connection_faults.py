@@ -7,12 +7,12 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import time
 from typing import Any
 
 import numpy as np
 import pytest
 from fault_server import FaultServer
+from helpers import wait_until
 
 from relay_ros.server import ServerOptions, run_server_in_thread
 from relay_ros.wire.connection import InferOutcome, PolicyConnection
@@ -40,15 +40,6 @@ def connect(url: str, recorder: Recorder, **options: Any) -> PolicyConnection:
         on_disconnect=recorder.disconnects.append,
         **options,
     )
-
-
-def wait_until(predicate: Any, timeout: float = 10.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return predicate()
 
 
 def submit(conn: PolicyConnection, obs: Any, tag: object) -> None:

@@ -94,7 +94,8 @@ def test_published_to_real_subscribers_only_while_subscribed(ros_context: Any) -
 def test_policy_node_shows_what_the_model_receives(ros_context: Any, tmp_path: Any) -> None:
     """policy_node end to end: a subscriber sees each observation's frame and state."""
     rclpy = pytest.importorskip("rclpy")
-    from node_rig import PI_JOINTS, Rig, wait_for
+    from helpers import wait_until
+    from node_rig import PI_JOINTS, Rig
     from sensor_msgs.msg import Image, JointState
 
     from relay_ros.server import ServerOptions, run_server_in_thread
@@ -111,7 +112,7 @@ def test_policy_node_shows_what_the_model_receives(ros_context: Any, tmp_path: A
         listener.create_subscription(JointState, f"{base}/state", states.append, 10)
         rig.executor.add_node(listener)
         try:
-            wait_for(lambda: images and states, timeout=20.0)
+            wait_until(lambda: images and states, timeout=20.0)
         finally:
             rig.executor.remove_node(listener)
             listener.destroy_node()

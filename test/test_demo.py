@@ -15,12 +15,12 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
+from helpers import run_unstarved, wait_until
 
 from relay_ros.demo import (
     DEMO_LAUNCH_ARGUMENTS,
@@ -380,10 +380,7 @@ def test_server_dies_with_a_killed_demo(tmp_path):
         assert not _gone(server_pid)
         parent.kill()  # SIGKILL: no cleanup code runs in the parent
         parent.wait(10)
-        deadline = time.monotonic() + 10
-        while not _gone(server_pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert _gone(server_pid)
+        wait_until(lambda: _gone(server_pid), 10, "the server ending with its demo")
     finally:
         if parent.poll() is None:
             parent.kill()
@@ -467,18 +464,26 @@ def test_plot_writes_a_png(tmp_path):
 def test_demo_loop_early_has_no_stall_sync_does(ros_context, tmp_path):
     limits = _pi05_limits()
     seen: list[DemoProgress] = []
-    early = run_demo(
-        "pi05",
-        5.0,
-        request_mode="early",
-        latency_ms=80,
-        jitter_ms=20,
-        progress=seen.append,
-        context=ros_context,
-    )
-    sync = run_demo(
-        "pi05", 4.0, request_mode="sync", latency_ms=80, jitter_ms=20, context=ros_context
-    )
+
+    def runs() -> tuple[DemoResult, DemoResult]:
+        seen.clear()
+        early = run_demo(
+            "pi05",
+            5.0,
+            request_mode="early",
+            latency_ms=80,
+            jitter_ms=20,
+            progress=seen.append,
+            context=ros_context,
+        )
+        sync = run_demo(
+            "pi05", 4.0, request_mode="sync", latency_ms=80, jitter_ms=20, context=ros_context
+        )
+        return early, sync
+
+    # Stall-free is a claim about a machine that keeps up: judged on runs this process
+    # was not starved in (a loaded machine repeats them).
+    early, sync = run_unstarved(runs)
 
     table = format_summary([early, sync])
     # Early requests at 80 ms latency and the default execute horizon: never holding.
@@ -528,7 +533,8 @@ def test_demo_loop_early_has_no_stall_sync_does(ros_context, tmp_path):
 @pytest.mark.parametrize("fault", ["swap-cameras", "swap-red-blue"])
 def test_demo_wiring_faults_fail_the_task(ros_context, fault):
     """No error anywhere, yet the arm never gets to the target: the task shows the mistake."""
-    result = run_demo("pi05", 5.0, fault=fault, context=ros_context)
+    # On target or not is judged on a run this process was not starved in.
+    result = run_unstarved(lambda: run_demo("pi05", 5.0, fault=fault, context=ros_context))
     table = format_summary([result])
     assert result.fault == fault and f"early {fault} (5 s)" in table
     assert result.rejected == 0 and result.error_replies == 0, table
@@ -556,9 +562,7 @@ def test_ctrl_c_stops_server_and_nodes(tmp_path):
     reader = threading.Thread(target=drain, daemon=True)
     reader.start()
     try:
-        deadline = time.monotonic() + 60
-        while b"chunks" not in err and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_until(lambda: b"chunks" in err or proc.poll() is not None, 60, "the demo streaming")
         assert b"chunks" in err, err.decode(errors="replace")
         servers = _children(proc.pid)
         assert servers, "the server subprocess is not running"
@@ -572,10 +576,7 @@ def test_ctrl_c_stops_server_and_nodes(tmp_path):
     text = err.decode(errors="replace")
     assert "interrupted: server, executor and nodes stopped" in text
     for pid in servers:
-        deadline = time.monotonic() + 5
-        while not _gone(pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert _gone(pid), f"process {pid} is still running"
+        wait_until(lambda pid=pid: _gone(pid), 5, f"process {pid} ending")
     # Nothing was half-written: no run finished, so no table and no PNG.
     assert proc.stdout is not None and proc.stdout.read() == b""
     assert not list(tmp_path.glob("*.png"))

@@ -19,6 +19,7 @@ import pytest
 
 pytest.importorskip("hypothesis")  # requirements/test.txt; absent in minimal venvs
 
+from helpers import pi_observation
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
@@ -99,14 +100,6 @@ def test_server_decoder_never_raises_on_any_structure(server: PolicyServer, valu
         _check_verdict(server.inspect_frame(model, frame))
 
 
-def _pi_obs() -> dict[str, Any]:
-    return {
-        "images": {"base_0_rgb": np.zeros((8, 8, 3), np.uint8)},
-        "state": np.zeros(32, np.float32),
-        "prompt": "wave",
-    }
-
-
 @FUZZ_STRUCTURES
 @given(
     key=st.sampled_from(["images", "state", "prompt", "seed", "session_id", "sampling_params"]),
@@ -116,7 +109,7 @@ def _pi_obs() -> dict[str, Any]:
 def test_mutated_observations_get_a_protocol_answer(
     server: PolicyServer, key: str, value: Any, inner: bool
 ) -> None:
-    obs = _pi_obs()
+    obs = pi_observation(image_size=(8, 8))
     if inner and isinstance(obs.get(key), dict):
         obs[key]["base_0_rgb"] = value
     else:

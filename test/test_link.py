@@ -17,6 +17,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from helpers import wait_until
 
 from relay_ros import PolicyClient
 from relay_ros.server import ServerOptions, run_server_in_thread
@@ -172,10 +173,7 @@ def test_stalls_hold_the_data(echo_port: int) -> None:
 
 def test_link_stops_by_itself(echo_port: int) -> None:
     link = LinkThread("lan", ("127.0.0.1", echo_port), lifetime_s=0.3).start()
-    deadline = time.monotonic() + 10.0
-    while link.running() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not link.running()
+    wait_until(lambda: not link.running(), 10.0, "the link ending after its lifetime")
     with pytest.raises(OSError):
         connect(link.port).recv(1)
     link.stop()  # idempotent after the lifetime

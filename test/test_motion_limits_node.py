@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from fault_server import JUMP_RAD, FaultServer
-from node_rig import Rig, wait_for
+from helpers import wait_until
+from node_rig import Rig
 
 pytestmark = pytest.mark.ros
 
@@ -22,19 +23,19 @@ def test_a_jump_in_the_last_action_is_refused_and_the_hold_stays_put(ros_context
             tmp_path=tmp_path,
         )
         with rig:
-            wait_for(lambda: len(rig.snapshot().arm) >= 2)
+            wait_until(lambda: len(rig.snapshot().arm) >= 2)
             # The jump, then the next request swallowed (the sequence of issue 21).
             server.add_faults("jump_last", "swallow")
-            wait_for(lambda: rig.node.counts["refusals"] >= 1, timeout=15)
+            wait_until(lambda: rig.node.counts["refusals"] >= 1, timeout=15)
             reason = rig.node.last_refusal
-            held = wait_for(
+            held = wait_until(
                 lambda: (s := rig.last_status()) and "would move at" in s["hold_reason"] and s,
                 timeout=15,
             )
-            wait_for(lambda: rig.node.counts["connection_errors"] >= 1, timeout=15)
+            wait_until(lambda: rig.node.counts["connection_errors"] >= 1, timeout=15)
             # Streams again after the reconnect.
             before = len(rig.snapshot().arm)
-            wait_for(lambda: len(rig.snapshot().arm) >= before + 2, timeout=20)
+            wait_until(lambda: len(rig.snapshot().arm) >= before + 2, timeout=20)
             arm = rig.snapshot().arm
     assert reason.startswith("joint 'joint1' would move at ")
     assert "its velocity limit is 2.5000/s" in reason

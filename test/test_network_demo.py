@@ -7,31 +7,31 @@ cameras and arm, and policy_node over real DDS and WebSockets.
 from __future__ import annotations
 
 import pytest
+from helpers import run_unstarved
 
-from relay_ros.demo import format_summary, run_demo
+from relay_ros.demo import DemoResult, format_summary, run_demo
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_demo_over_wan_with_jpeg_frames(ros_context) -> None:
-    jpeg = run_demo(
-        "pi05",
-        5.0,
-        latency_ms=80,
-        jitter_ms=0,
-        context=ros_context,
-        link="wan",
-        node_overrides={"image_encoding": "jpeg"},
-    )
-    raw = run_demo(
-        "pi05",
-        3.0,
-        latency_ms=80,
-        jitter_ms=0,
-        context=ros_context,
-        link="wan",
-        node_overrides={"image_encoding": "raw"},
-    )
+    def runs() -> tuple[DemoResult, DemoResult]:
+        return tuple(
+            run_demo(
+                "pi05",
+                seconds,
+                latency_ms=80,
+                jitter_ms=0,
+                context=ros_context,
+                link="wan",
+                node_overrides={"image_encoding": encoding},
+            )
+            for seconds, encoding in ((5.0, "jpeg"), (3.0, "raw"))
+        )
+
+    # Stall-free is a claim about a machine that keeps up: judged on runs this process
+    # was not starved in (a loaded machine repeats them).
+    jpeg, raw = run_unstarved(runs)
     table = format_summary([jpeg, raw])
     assert jpeg.link is not None and jpeg.link.startswith("wan")
     # Early requests with the automatic lead keep the arm moving over the link.

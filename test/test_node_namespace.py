@@ -14,7 +14,8 @@ import threading
 import cv2
 import numpy as np
 import pytest
-from node_rig import PI_JOINTS, wait_for
+from helpers import wait_until
+from node_rig import PI_JOINTS, spinning
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -133,13 +134,10 @@ def test_a_namespaced_robot_is_commanded_in_its_namespace(ros_context, server):
     executor = SingleThreadedExecutor(context=ros_context)
     executor.add_node(node)
     executor.add_node(robot)
-    thread = threading.Thread(target=executor.spin, daemon=True)
-    thread.start()
     try:
-        wait_for(lambda: len(received["ns"]) >= 2, timeout=15)
+        with spinning(executor):
+            wait_until(lambda: len(received["ns"]) >= 2, timeout=15)
     finally:
-        executor.shutdown(timeout_sec=5.0)
-        thread.join(timeout=5.0)
         node.destroy_node()
         robot.destroy_node()
     assert received["root"] == []
@@ -227,20 +225,11 @@ def test_policy_node_drives_the_simulated_robot_in_a_namespace(robot_ns, server,
     for each in (node, arm, cameras):
         executor.add_node(each)
     root_executor.add_node(root)
-    threads = [
-        threading.Thread(target=executor.spin, daemon=True),
-        threading.Thread(target=root_executor.spin, daemon=True),
-    ]
-    for thread in threads:
-        thread.start()
     try:
-        follower = arm.followers["arm_controller"]
-        wait_for(lambda: follower.measures.metrics().accepted >= 2, timeout=30)
+        with spinning(executor, root_executor):
+            follower = arm.followers["arm_controller"]
+            wait_until(lambda: follower.measures.metrics().accepted >= 2, timeout=30)
     finally:
-        executor.shutdown(timeout_sec=5.0)
-        root_executor.shutdown(timeout_sec=5.0)
-        for thread in threads:
-            thread.join(timeout=5.0)
         for each in (node, arm, cameras, root):
             each.destroy_node()
     assert follower.measures.metrics().rejected == 0

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
-from node_rig import wait_for
+from helpers import wait_until
 from rcl_interfaces.msg import ParameterType
 from rcl_interfaces.srv import GetParameters, ListParameters
 from rclpy.executors import SingleThreadedExecutor
@@ -79,7 +79,7 @@ def _call(client_node: Node, service_type: Any, name: str, request: Any) -> Any:
     try:
         assert client.wait_for_service(timeout_sec=10.0), name
         future = client.call_async(request)
-        wait_for(future.done, timeout=10.0)
+        wait_until(future.done, timeout=10.0)
         return future.result()
     finally:
         client_node.destroy_client(client)

@@ -8,6 +8,7 @@ Read-only parameters and bad values must be refused with a reason.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import threading
 import time
@@ -15,9 +16,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from node_rig import PI_JOINTS, Rig, stamp_of, t_obs_of, tfs_of, velocity_overrides, wait_for
+from helpers import scaled, wait_until
+from node_rig import PI_JOINTS, Rig, stamp_of, t_obs_of, tfs_of, velocity_overrides
 from rclpy.parameter import Parameter
 from rclpy.parameter_client import AsyncParameterClient
+from std_srvs.srv import SetBool
 
 from relay_ros.server import ServerOptions, run_server_in_thread
 
@@ -39,12 +42,14 @@ class RecordingPolicy:
         self.mode = mode
         self.prompts: list[str] = []
         self.seeds: list[Any] = []
+        self.times: list[float] = []  # time.monotonic() of each request
         self._lock = threading.Lock()
 
     def infer(self, obs: dict) -> dict:
         with self._lock:
             self.prompts.append(obs.get("prompt"))
             self.seeds.append(obs.get("seed"))
+            self.times.append(time.monotonic())
         if self.mode == "raise":
             raise RuntimeError("model crashed on purpose")
         state = np.asarray(obs["state"], dtype=np.float32).reshape(-1)
@@ -72,29 +77,44 @@ def recording():
         yield policy, server
 
 
+@pytest.fixture
+def live(ros_context, recording, tmp_path):
+    """Opens policy_node on the recording server, with a parameter client:
+    ``rig, params = live(**rig_options)`` (test/node_rig.py); closed at teardown."""
+    _, server = recording
+    with contextlib.ExitStack() as stack:
+
+        def open_node(**options: Any) -> tuple[Rig, Params]:
+            rig = Rig(ros_context, server.url_template, tmp_path=tmp_path, **options)
+            stack.enter_context(rig)
+            return rig, Params(rig)
+
+        yield open_node
+
+
 class Params:
     """``ros2 param`` for a rig's node, from the rig's feeder node."""
 
     def __init__(self, rig: Rig) -> None:
         self._client = AsyncParameterClient(rig.feeder, rig.node_name)
-        assert self._client.wait_for_services(timeout_sec=10.0)
+        assert self._client.wait_for_services(timeout_sec=scaled(10.0))
 
     def set(self, **values: Any) -> tuple[Any, float]:
         """Set one parameter; its SetParametersResult and the wall time the call returned."""
         assert len(values) == 1
         future = self._client.set_parameters([Parameter(k, value=v) for k, v in values.items()])
-        wait_for(future.done, timeout=10.0)
+        wait_until(future.done, timeout=10.0)
         returned = time.time()
         return future.result().results[0], returned
 
     def get(self, name: str) -> Any:
         future = self._client.get_parameters([name])
-        wait_for(future.done, timeout=10.0)
+        wait_until(future.done, timeout=10.0)
         return Parameter.from_parameter_msg(_named(name, future.result().values[0])).value
 
     def describe(self, name: str) -> Any:
         future = self._client.describe_parameters([name])
-        wait_for(future.done, timeout=10.0)
+        wait_until(future.done, timeout=10.0)
         return future.result().descriptors[0]
 
 
@@ -112,71 +132,75 @@ def _chunks_after(messages: list, t: float) -> list:
 # ---------------------------------------------------------------- dry_run
 
 
-def test_dry_run_true_stops_commanding_before_the_set_returns(ros_context, recording, tmp_path):
-    policy, server = recording
-    with Rig(ros_context, server.url_template, tmp_path=tmp_path) as rig:
-        params = Params(rig)
-        wait_for(lambda: len(rig.snapshot().arm) >= 2, timeout=15)
-        result, returned = params.set(dry_run=True)
-        assert result.successful, result.reason
-        # The node keeps streaming, to ~/preview only.
-        wait_for(lambda: len(_chunks_after(rig.snapshot().preview, returned)) >= 4, timeout=10)
-        time.sleep(0.3)  # anything published before the return has arrived by now
-        got = rig.snapshot()
-        assert params.get("dry_run") is True
-        status = wait_for(lambda: (s := rig.last_status()) and s["dry_run"] == "True" and s)
-        result, enabled_at = params.set(dry_run=False)
-        assert result.successful, result.reason
-        wait_for(lambda: _chunks_after(rig.snapshot().arm, enabled_at), timeout=10)
+def test_dry_run_true_stops_commanding_before_the_set_returns(live):
+    rig, params = live()
+    wait_until(lambda: len(rig.snapshot().arm) >= 2, timeout=15)
+    result, returned = params.set(dry_run=True)
+    assert result.successful, result.reason
+    # The node keeps streaming, to ~/preview only.
+    wait_until(lambda: len(_chunks_after(rig.snapshot().preview, returned)) >= 4, timeout=10)
+    assert params.get("dry_run") is True
+    status = wait_until(lambda: (s := rig.last_status()) and s["dry_run"] == "True" and s)
+    leaving = time.time()
+    result, enabled_at = params.set(dry_run=False)
+    assert result.successful, result.reason
+    # Chunks on both controller topics from after the switch back: each topic delivers
+    # in order, so whatever the node published while in dry run has arrived by now.
+    wait_until(lambda: _chunks_after(rig.snapshot().arm, enabled_at), timeout=10)
+    wait_until(lambda: _chunks_after(rig.snapshot().gripper, enabled_at), timeout=10)
+    got = rig.snapshot()
+    in_dry_run = [stamp_of(m) for m in got.arm + got.gripper if returned <= stamp_of(m) < leaving]
     # Nothing reached the controllers from the moment the set call returned...
-    assert [stamp_of(m) for m in got.arm + got.gripper if stamp_of(m) >= returned] == []
+    assert in_dry_run == []
     # ...and the last command they got is a hold where the robot was commanded to be.
-    assert len(got.arm[-1].points) == 1 and len(got.gripper[-1].points) == 1
-    assert list(got.arm[-1].points[0].velocities) == [0.0] * 6
+    arm = [m for m in got.arm if stamp_of(m) < returned]
+    gripper = [m for m in got.gripper if stamp_of(m) < returned]
+    assert len(arm[-1].points) == 1 and len(gripper[-1].points) == 1
+    assert list(arm[-1].points[0].velocities) == [0.0] * 6
     assert status["level"] == 0  # still streaming (OK), in dry run
 
 
-def test_dry_run_set_before_any_chunk_sends_no_hold(ros_context, recording, tmp_path):
-    policy, server = recording
-    with Rig(
-        ros_context, server.url_template, overrides={"autostart": False}, tmp_path=tmp_path
-    ) as rig:
-        params = Params(rig)
-        result, _ = params.set(dry_run=True)
-        assert result.successful, result.reason
-        time.sleep(0.3)
-        assert rig.snapshot().arm == []
+def test_dry_run_set_before_any_chunk_sends_no_hold(live):
+    rig, params = live(overrides={"autostart": False})
+    result, _ = params.set(dry_run=True)
+    assert result.successful, result.reason
+    assert params.set(dry_run=False)[0].successful
+    # Start commanding: the arm topic delivers in order, so a hold sent for dry_run
+    # would come before the first chunk.
+    enable = rig.feeder.create_client(SetBool, f"/{rig.node_name}/enable")
+    assert enable.wait_for_service(timeout_sec=scaled(10))
+    future = enable.call_async(SetBool.Request(data=True))
+    assert wait_until(lambda: future.done() and future.result()).success
+    first = wait_until(lambda: rig.snapshot().arm, timeout=15)[0]
+    assert len(first.points) > 1, "a hold reached the arm before the first chunk"
 
 
 # ---------------------------------------------------------------- what the server sees
 
 
-def test_prompt_and_seed_reach_the_server_from_the_next_observation(
-    ros_context, recording, tmp_path
-):
-    policy, server = recording
-    with Rig(ros_context, server.url_template, tmp_path=tmp_path) as rig:
-        params = Params(rig)
-        wait_for(lambda: policy.requests() >= 2, timeout=15)
-        assert policy.prompts[-1] == "stack the blocks" and policy.seeds[-1] is None
-        assert params.set(prompt="open the drawer")[0].successful
-        seen = policy.requests()
-        wait_for(lambda: policy.requests() >= seen + 2, timeout=10)
-        assert policy.prompts[-1] == "open the drawer"
-        assert params.set(seed=42)[0].successful
-        seen = policy.requests()
-        wait_for(lambda: policy.requests() >= seen + 2, timeout=10)
-        assert policy.seeds[-1] == 42
-        assert params.set(seed=-1)[0].successful
-        seen = policy.requests()
-        wait_for(lambda: policy.requests() >= seen + 2, timeout=10)
-        assert policy.seeds[-1] is None
-        # The ~/prompt topic sets the parameter too: `ros2 param get` shows the prompt in use.
-        rig.publish_prompt("wipe the table")
-        wait_for(lambda: params.get("prompt") == "wipe the table", timeout=10)
-        seen = policy.requests()
-        wait_for(lambda: policy.requests() >= seen + 2, timeout=10)
-        assert policy.prompts[-1] == "wipe the table"
+def test_prompt_and_seed_reach_the_server_from_the_next_observation(recording, live):
+    policy, _ = recording
+    rig, params = live()
+    wait_until(lambda: policy.requests() >= 2, timeout=15)
+    assert policy.prompts[-1] == "stack the blocks" and policy.seeds[-1] is None
+    assert params.set(prompt="open the drawer")[0].successful
+    seen = policy.requests()
+    wait_until(lambda: policy.requests() >= seen + 2, timeout=10)
+    assert policy.prompts[-1] == "open the drawer"
+    assert params.set(seed=42)[0].successful
+    seen = policy.requests()
+    wait_until(lambda: policy.requests() >= seen + 2, timeout=10)
+    assert policy.seeds[-1] == 42
+    assert params.set(seed=-1)[0].successful
+    seen = policy.requests()
+    wait_until(lambda: policy.requests() >= seen + 2, timeout=10)
+    assert policy.seeds[-1] is None
+    # The ~/prompt topic sets the parameter too: `ros2 param get` shows the prompt in use.
+    rig.publish_prompt("wipe the table")
+    wait_until(lambda: params.get("prompt") == "wipe the table", timeout=10)
+    seen = policy.requests()
+    wait_until(lambda: policy.requests() >= seen + 2, timeout=10)
+    assert policy.prompts[-1] == "wipe the table"
 
 
 # ---------------------------------------------------------------- the timeline
@@ -187,36 +211,48 @@ def _switch_spacing(messages: list) -> float:
     return statistics.median(np.diff(stamps))
 
 
-def test_execute_horizon_changes_the_switch_spacing(ros_context, recording, tmp_path):
-    policy, server = recording
-    overrides = {"execute_horizon": 25, "request_lead_s": "0.1"}
-    with Rig(ros_context, server.url_template, overrides=overrides, tmp_path=tmp_path) as rig:
-        params = Params(rig)
-        wait_for(lambda: len(rig.snapshot().arm) >= 4, timeout=15)
-        before = _switch_spacing(rig.snapshot().arm[1:])
-        result, returned = params.set(execute_horizon=10)
-        assert result.successful, result.reason
-        # The chunk held at the moment of the change may still switch on the old spacing.
-        wait_for(lambda: len(_chunks_after(rig.snapshot().arm, returned + 0.6)) >= 5, timeout=15)
-        after = _switch_spacing(_chunks_after(rig.snapshot().arm, returned + 0.6))
+TIMELINE = {"execute_horizon": 25, "request_lead_s": "0.1"}
+
+
+def _before_and_after(
+    live, measure, counts: tuple[int, int], rig_options: dict | None = None, **change: Any
+) -> tuple:
+    """``measure(chunks)`` over the arm's chunks before and after a live change.
+
+    Before: from the second chunk (the first switch comes at start-up, on its own
+    timing) once ``counts[0]`` have come; after: from 0.6 s after the set returned
+    (the chunk held at the change may still follow the old value) once
+    ``counts[1]`` have come. ``rig_options`` replace the default (the TIMELINE
+    overrides). Returns (before, after, params).
+    """
+    rig, params = live(**(rig_options or {"overrides": TIMELINE}))
+    wait_until(lambda: len(rig.snapshot().arm) >= counts[0], timeout=15)
+    before = measure(rig.snapshot().arm[1:])
+    result, returned = params.set(**change)
+    assert result.successful, result.reason
+
+    def later() -> list:
+        return _chunks_after(rig.snapshot().arm, returned + 0.6)
+
+    wait_until(lambda: len(later()) >= counts[1], timeout=15)
+    return before, measure(later()), params
+
+
+def test_execute_horizon_changes_the_switch_spacing(live):
+    before, after, _ = _before_and_after(live, _switch_spacing, (4, 5), execute_horizon=10)
     assert before == pytest.approx(25 * DT, abs=0.05)
     assert after == pytest.approx(10 * DT, abs=0.05)
 
 
-def test_request_lead_changes_how_early_observations_are_taken(ros_context, recording, tmp_path):
-    policy, server = recording
-    overrides = {"execute_horizon": 25, "request_lead_s": "0.1"}
-    with Rig(ros_context, server.url_template, overrides=overrides, tmp_path=tmp_path) as rig:
-        params = Params(rig)
-        wait_for(lambda: len(rig.snapshot().arm) >= 3, timeout=15)
-        before = [stamp_of(m) - t_obs_of(m) for m in rig.snapshot().arm[1:]]
-        result, returned = params.set(request_lead_s=0.3)  # a double works as well as "0.3"
-        assert result.successful, result.reason
-        wait_for(lambda: len(_chunks_after(rig.snapshot().arm, returned + 0.6)) >= 3, timeout=15)
-        after = [
-            stamp_of(m) - t_obs_of(m) for m in _chunks_after(rig.snapshot().arm, returned + 0.6)
-        ]
-        assert params.set(request_lead_s="auto")[0].successful
+def _leads(messages: list) -> list[float]:
+    """How long before its publication each chunk's observation was taken."""
+    return [stamp_of(m) - t_obs_of(m) for m in messages]
+
+
+def test_request_lead_changes_how_early_observations_are_taken(live):
+    # A double works as well as "0.3".
+    before, after, params = _before_and_after(live, _leads, (3, 3), request_lead_s=0.3)
+    assert params.set(request_lead_s="auto")[0].successful
     assert statistics.median(before) == pytest.approx(0.1, abs=0.03)
     assert statistics.median(after) == pytest.approx(0.3, abs=0.03)
 
@@ -232,25 +268,16 @@ def _switch_jumps(messages: list) -> list[float]:
     return jumps
 
 
-def test_blend_steps_smooth_the_switch(ros_context, recording, tmp_path):
-    policy, server = recording
+def test_blend_steps_smooth_the_switch(live):
     # A still arm (follow=False) makes each chunk start 0.05 rad behind the last: a
     # 2.5 rad/s step the shipped limits refuse; raised so the jumps can be measured.
-    overrides = {
-        "execute_horizon": 25,
-        "request_lead_s": "0.1",
-        **velocity_overrides(PI_JOINTS, 10.0),
+    rig_options = {
+        "overrides": {**TIMELINE, **velocity_overrides(PI_JOINTS, 10.0)},
+        "follow": False,
     }
-    with Rig(
-        ros_context, server.url_template, overrides=overrides, follow=False, tmp_path=tmp_path
-    ) as rig:
-        params = Params(rig)
-        wait_for(lambda: len(rig.snapshot().arm) >= 4, timeout=15)
-        before = _switch_jumps(rig.snapshot().arm)
-        result, returned = params.set(blend_steps=10)
-        assert result.successful, result.reason
-        wait_for(lambda: len(_chunks_after(rig.snapshot().arm, returned + 0.6)) >= 3, timeout=15)
-        after = _switch_jumps(_chunks_after(rig.snapshot().arm, returned + 0.6))
+    before, after, _ = _before_and_after(
+        live, _switch_jumps, (4, 3), rig_options=rig_options, blend_steps=10
+    )
     # Each chunk starts again from the state: 25 actions * 0.002 rad behind the old one.
     assert min(before) > 0.03
     # Cross-faded over 10 points, the first point moves only 1/11 of the way.
@@ -260,17 +287,15 @@ def test_blend_steps_smooth_the_switch(ros_context, recording, tmp_path):
 # ---------------------------------------------------------------- safety checks
 
 
-def test_limits_mode_clamp_lets_a_refused_policy_through(ros_context, recording, tmp_path):
-    policy, server = recording
+def test_limits_mode_clamp_lets_a_refused_policy_through(recording, live):
+    policy, _ = recording
     policy.mode = "limits"
-    state = [0.1, 1.7, 0.1, 0.1, 0.1, 0.1, 0.1]
-    with Rig(ros_context, server.url_template, state=state, tmp_path=tmp_path) as rig:
-        params = Params(rig)
-        wait_for(lambda: (s := rig.last_status()) and "joint2" in s["last_refusal"], timeout=15)
-        assert rig.snapshot().arm == []
-        assert params.set(limits_mode="clamp")[0].successful
-        msg = wait_for(lambda: rig.snapshot().arm, timeout=10)[0]
-        result, _ = params.set(limits_mode="ignore")
+    rig, params = live(state=[0.1, 1.7, 0.1, 0.1, 0.1, 0.1, 0.1])
+    wait_until(lambda: (s := rig.last_status()) and "joint2" in s["last_refusal"], timeout=15)
+    assert rig.snapshot().arm == []
+    assert params.set(limits_mode="clamp")[0].successful
+    msg = wait_until(lambda: rig.snapshot().arm, timeout=10)[0]
+    result, _ = params.set(limits_mode="ignore")
     joint2 = [p.positions[1] for p in msg.points]
     assert max(joint2) == 1.8
     assert not result.successful
@@ -279,49 +304,55 @@ def test_limits_mode_clamp_lets_a_refused_policy_through(ros_context, recording,
     )
 
 
-def test_max_joint_step_decides_which_first_step_is_refused(ros_context, recording, tmp_path):
-    policy, server = recording
+def test_max_joint_step_decides_which_first_step_is_refused(recording, live):
+    policy, _ = recording
     policy.mode = "far"  # every chunk starts 0.6 rad from the measured state
     # 0.6 rad within a period is far over the shipped velocity limits: raised here, so
     # that max_joint_step alone decides.
-    overrides = velocity_overrides(PI_JOINTS, 100.0)
-    with Rig(ros_context, server.url_template, overrides=overrides, tmp_path=tmp_path) as rig:
-        params = Params(rig)
-        wait_for(lambda: (s := rig.last_status()) and s["last_refusal"], timeout=15)
-        assert rig.snapshot().arm == []
-        assert params.set(max_joint_step=1.0)[0].successful
-        wait_for(lambda: rig.snapshot().arm, timeout=10)
-        result, returned = params.set(max_joint_step=0.25)
-        assert result.successful
-        time.sleep(1.5)
-        assert _chunks_after(rig.snapshot().arm, returned + 0.2) == []
+    rig, params = live(overrides=velocity_overrides(PI_JOINTS, 100.0))
+    wait_until(lambda: (s := rig.last_status()) and s["last_refusal"], timeout=15)
+    assert rig.snapshot().arm == []
+    assert params.set(max_joint_step=1.0)[0].successful
+    wait_until(lambda: rig.snapshot().arm, timeout=10)
+    refused = rig.node.counts["refusals"]
+    result, returned = params.set(max_joint_step=0.25)
+    assert result.successful
+    # A chunk accepted just before the change may still go out; after the first
+    # refusal under the new step, three more replies come and none is published.
+    wait_until(lambda: rig.node.counts["refusals"] > refused, timeout=10)
+    published = rig.node.counts["chunks_published"]
+    wait_until(lambda: rig.node.counts["refusals"] >= refused + 4, timeout=15)
+    assert rig.node.counts["chunks_published"] == published
+    assert _chunks_after(rig.snapshot().arm, returned + 0.2) == []
 
 
-def test_sensor_timeout_decides_what_is_stale(ros_context, recording, tmp_path):
-    policy, server = recording
-    with Rig(ros_context, server.url_template, tmp_path=tmp_path) as rig:
-        params = Params(rig)
-        wait_for(lambda: len(rig.snapshot().arm) >= 2, timeout=15)
-        rig.cameras_on = False  # the last frames age past sensor_timeout_s (0.5 s)
-        wait_for(lambda: (s := rig.last_status()) and "camera" in s["hold_reason"], timeout=10)
-        # With a timeout longer than their age, the same frames are fresh again.
-        result, returned = params.set(sensor_timeout_s=60.0)
-        assert result.successful, result.reason
-        wait_for(lambda: len(_chunks_after(rig.snapshot().arm, returned)) >= 2, timeout=10)
+def test_sensor_timeout_decides_what_is_stale(live):
+    rig, params = live()
+    wait_until(lambda: len(rig.snapshot().arm) >= 2, timeout=15)
+    rig.cameras_on = False  # the last frames age past sensor_timeout_s (0.5 s)
+    wait_until(lambda: (s := rig.last_status()) and "camera" in s["hold_reason"], timeout=10)
+    # With a timeout longer than their age, the same frames are fresh again.
+    result, returned = params.set(sensor_timeout_s=60.0)
+    assert result.successful, result.reason
+    wait_until(lambda: len(_chunks_after(rig.snapshot().arm, returned)) >= 2, timeout=10)
 
 
-def test_retry_delay_spaces_failed_requests(ros_context, recording, tmp_path):
-    policy, server = recording
+def test_retry_delay_spaces_failed_requests(recording, live):
+    policy, _ = recording
     policy.mode = "raise"
-    with Rig(ros_context, server.url_template, tmp_path=tmp_path) as rig:
-        params = Params(rig)
-        wait_for(lambda: policy.requests() >= 2, timeout=15)
-        assert params.set(retry_delay_s=1.0)[0].successful
-        time.sleep(1.1)  # a retry scheduled before the change may still come
-        seen = policy.requests()
-        time.sleep(2.0)
-        retried = policy.requests() - seen
-    assert retried <= 3  # 0.25 s (the default) would be about 8
+    rig, params = live()
+    wait_until(lambda: policy.requests() >= 2, timeout=15)
+    assert params.set(retry_delay_s=1.0)[0].successful
+    changed = time.monotonic()
+
+    def after_change() -> list[float]:
+        with policy._lock:
+            return [t for t in policy.times if t > changed]
+
+    times = wait_until(lambda: len(t := after_change()) >= 3 and t, timeout=15)
+    # The first may be a retry scheduled before the change; from it on, each waits
+    # the new delay (0.25 s, the default, would space them 4 times closer).
+    assert min(np.diff(times[:3])[1:]) >= 0.9, np.diff(times)
 
 
 # ---------------------------------------------------------------- refusals
@@ -350,38 +381,32 @@ REFUSED = [
 ]
 
 
-def test_refused_with_a_reason_and_nothing_changes(ros_context, recording, tmp_path):
-    policy, server = recording
-    with Rig(ros_context, server.url_template, tmp_path=tmp_path) as rig:
-        params = Params(rig)
-        wait_for(lambda: rig.snapshot().arm, timeout=15)
-        config = rig.node.config
-        outcomes = []
-        for name, value, _ in REFUSED:
-            before = params.get(name)
-            result, _ = params.set(**{name: value})
-            outcomes.append((result, before, params.get(name)))
-        # Still streaming, with the configuration it had.
-        count = len(rig.snapshot().arm)
-        wait_for(lambda: len(rig.snapshot().arm) > count + 1, timeout=10)
-        assert rig.node.config == config
+def test_refused_with_a_reason_and_nothing_changes(live):
+    rig, params = live()
+    wait_until(lambda: rig.snapshot().arm, timeout=15)
+    config = rig.node.config
+    outcomes = []
+    for name, value, _ in REFUSED:
+        before = params.get(name)
+        result, _ = params.set(**{name: value})
+        outcomes.append((result, before, params.get(name)))
+    # Still streaming, with the configuration it had.
+    count = len(rig.snapshot().arm)
+    wait_until(lambda: len(rig.snapshot().arm) > count + 1, timeout=10)
+    assert rig.node.config == config
     for (name, value, reason), (result, before, after) in zip(REFUSED, outcomes):
         assert not result.successful, (name, value)
         assert reason in result.reason, (name, value, result.reason)
         assert after == before, name
 
 
-def test_descriptors_carry_ranges_and_the_read_only_flag(ros_context, recording, tmp_path):
-    policy, server = recording
-    with Rig(
-        ros_context, server.url_template, overrides={"autostart": False}, tmp_path=tmp_path
-    ) as rig:
-        params = Params(rig)
-        execute = params.describe("execute_horizon")
-        step = params.describe("max_joint_step")
-        model = params.describe("model")
-        lead = params.describe("request_lead_s")
-        limits = params.describe("joint_limits.joint1.max_velocity")
+def test_descriptors_carry_ranges_and_the_read_only_flag(live):
+    _, params = live(overrides={"autostart": False})
+    execute = params.describe("execute_horizon")
+    step = params.describe("max_joint_step")
+    model = params.describe("model")
+    lead = params.describe("request_lead_s")
+    limits = params.describe("joint_limits.joint1.max_velocity")
     assert not execute.read_only
     assert (execute.integer_range[0].from_value, execute.integer_range[0].to_value) == (0, 1000)
     assert (step.floating_point_range[0].from_value, step.floating_point_range[0].to_value) == (
@@ -432,5 +457,5 @@ def test_parameters_the_node_does_not_know_are_named_in_a_warning(ros_context, c
         assert node.has_parameter("execute_horizon") and not node.has_parameter("exceute_horizon")
     finally:
         node.destroy_node()
-    err = wait_for(lambda: (text := capfd.readouterr().err) and "ignoring" in text and text)
+    err = wait_until(lambda: (text := capfd.readouterr().err) and "ignoring" in text and text)
     assert "ignoring parameters ['exceute_horizon', 'outputs.wrist.topic']" in err

@@ -22,7 +22,8 @@ import numpy as np
 import pytest
 from fault_server import FaultServer
 from fifo_probe import fifo_refusal
-from node_rig import Rig, stamp_of, t_obs_of, tfs_of, wait_for
+from helpers import wait_until
+from node_rig import Rig, stamp_of, t_obs_of, tfs_of
 from rcl_interfaces.msg import Log
 from std_srvs.srv import SetBool, Trigger
 
@@ -87,10 +88,10 @@ def test_trajectories_have_the_configured_joints_timing_and_velocities(
     ros_context, server, tmp_path
 ):
     with Rig(ros_context, server.url_template, tmp_path=tmp_path) as rig:
-        wait_for(lambda: len(rig.snapshot().arm) >= 3 and rig.snapshot().gripper)
+        wait_until(lambda: len(rig.snapshot().arm) >= 3 and rig.snapshot().gripper)
         got = rig.snapshot()
         # OK only while the robot has points ahead (a loaded machine may stall it briefly).
-        status = wait_for(
+        status = wait_until(
             lambda: (s := rig.last_status()) and s["message"] == "streaming" and s, timeout=15
         )
     assert status["level"] == 0 and status["connected"] == "True"
@@ -117,8 +118,8 @@ def test_trajectories_have_the_configured_joints_timing_and_velocities(
 def test_error_replies_are_never_published_and_diagnostics_say_why(ros_context, tmp_path):
     policy, server_cm = _scripted_server("raise")
     with server_cm as srv, Rig(ros_context, srv.url_template, tmp_path=tmp_path) as rig:
-        wait_for(lambda: rig.node.counts["error_replies"] >= 2)
-        status = wait_for(lambda: (s := rig.last_status()) and s["hold_reason"] and s, timeout=5)
+        wait_until(lambda: rig.node.counts["error_replies"] >= 2)
+        status = wait_until(lambda: (s := rig.last_status()) and s["hold_reason"] and s, timeout=5)
         got = rig.snapshot()
     assert got.arm == [] and got.gripper == [] and got.preview == []
     assert status["hold_reason"] == "error reply from the server: Internal inference error"
@@ -137,7 +138,7 @@ def test_dry_run_publishes_only_on_preview(ros_context, server, tmp_path):
     with Rig(
         ros_context, server.url_template, overrides={"dry_run": True}, tmp_path=tmp_path
     ) as rig:
-        wait_for(lambda: len(rig.snapshot().preview) >= 4)
+        wait_until(lambda: len(rig.snapshot().preview) >= 4)
         got = rig.snapshot()
         # In dry run the node does not even advertise the controllers' topics.
         assert rig.feeder.count_publishers(rig.arm_topic) == 0
@@ -151,28 +152,28 @@ def test_dry_run_publishes_only_on_preview(ros_context, server, tmp_path):
 def test_reset_service_starts_a_new_session(ros_context, tmp_path):
     policy, server_cm = _scripted_server("follow", needs_session_id=True)
     with server_cm as srv, Rig(ros_context, srv.url_template, tmp_path=tmp_path) as rig:
-        wait_for(lambda: len(policy.sessions) >= 2)
+        wait_until(lambda: len(policy.sessions) >= 2)
         first = policy.sessions[-1]
         client = rig.feeder.create_client(Trigger, f"/{rig.node_name}/reset")
         assert client.wait_for_service(timeout_sec=5)
         future = client.call_async(Trigger.Request())
-        response = wait_for(lambda: future.done() and future.result())
+        response = wait_until(lambda: future.done() and future.result())
         assert response.success and rig.node.session_id in response.message
-        wait_for(lambda: policy.resets >= 1)
-        wait_for(lambda: policy.sessions[-1] != first)
+        wait_until(lambda: policy.resets >= 1)
+        wait_until(lambda: policy.sessions[-1] != first)
     assert first is not None and policy.sessions[-1] == rig.node.session_id
 
 
 def test_enable_service_stops_commanding(ros_context, server, tmp_path):
     with Rig(ros_context, server.url_template, tmp_path=tmp_path) as rig:
-        wait_for(lambda: len(rig.snapshot().arm) >= 2)
+        wait_until(lambda: len(rig.snapshot().arm) >= 2)
         client = rig.feeder.create_client(SetBool, f"/{rig.node_name}/enable")
         assert client.wait_for_service(timeout_sec=5)
         future = client.call_async(SetBool.Request(data=False))
-        response = wait_for(lambda: future.done() and future.result())
+        response = wait_until(lambda: future.done() and future.result())
         assert response.success and response.message == "disabled: holding position"
-        hold = wait_for(lambda: [m for m in rig.snapshot().arm if len(m.points) == 1])[0]
-        status = wait_for(lambda: (s := rig.last_status()) and s["enabled"] == "False" and s)
+        hold = wait_until(lambda: [m for m in rig.snapshot().arm if len(m.points) == 1])[0]
+        status = wait_until(lambda: (s := rig.last_status()) and s["enabled"] == "False" and s)
     assert list(hold.points[0].velocities) == [0.0] * 6
     assert status["message"] == "disabled (call ~/enable)"
 
@@ -180,10 +181,10 @@ def test_enable_service_stops_commanding(ros_context, server, tmp_path):
 def test_prompt_topic_replaces_the_prompt(ros_context, tmp_path):
     policy, server_cm = _scripted_server("follow")
     with server_cm as srv, Rig(ros_context, srv.url_template, tmp_path=tmp_path) as rig:
-        wait_for(lambda: policy.prompts)
+        wait_until(lambda: policy.prompts)
         assert policy.prompts[0] == "stack the blocks"
         rig.publish_prompt("open the drawer")
-        wait_for(lambda: policy.prompts[-1] == "open the drawer")
+        wait_until(lambda: policy.prompts[-1] == "open the drawer")
 
 
 @pytest.mark.slow
@@ -192,12 +193,12 @@ def test_reconnects_after_the_server_restarts(ros_context, tmp_path):
         port = first.port
         rig = Rig(ros_context, first.url_template, tmp_path=tmp_path).__enter__()
         try:
-            wait_for(lambda: len(rig.snapshot().arm) >= 2)
+            wait_until(lambda: len(rig.snapshot().arm) >= 2)
             first.stop()
-            wait_for(lambda: (s := rig.last_status()) and s["connected"] == "False", timeout=5)
+            wait_until(lambda: (s := rig.last_status()) and s["connected"] == "False", timeout=5)
             before = len(rig.snapshot().arm)
             with run_server_in_thread(ServerOptions(models=("pi05",), port=port)):
-                wait_for(lambda: len(rig.snapshot().arm) >= before + 3, timeout=15)
+                wait_until(lambda: len(rig.snapshot().arm) >= before + 3, timeout=15)
                 assert rig.node.counts["connection_errors"] >= 1
         finally:
             rig.close()
@@ -224,11 +225,11 @@ def test_a_stalled_server_makes_the_node_hold_warn_reconnect_and_resume(
             Log, "/rosout", lambda m: m.name == rig.node_name and logs.append(m.msg), 100
         )
         with rig:
-            wait_for(lambda: len(rig.snapshot().arm) >= 2)
+            wait_until(lambda: len(rig.snapshot().arm) >= 2)
             server.add_faults(fault)
             connections = server.connections
             # The robot stands still for want of a chunk: WARN on /diagnostics, not OK.
-            stalled = wait_for(
+            stalled = wait_until(
                 lambda: [
                     s
                     for s in rig.statuses()
@@ -238,10 +239,10 @@ def test_a_stalled_server_makes_the_node_hold_warn_reconnect_and_resume(
             )[0]
             # The request times out: the node drops the connection, opens a new one and
             # streams again.
-            wait_for(lambda: server.connections > connections, timeout=10)
+            wait_until(lambda: server.connections > connections, timeout=10)
             before = len(rig.snapshot().arm)
-            wait_for(lambda: len(rig.snapshot().arm) >= before + 2, timeout=15)
-            resumed = wait_for(lambda: (s := rig.last_status()) and s["level"] == 0 and s)
+            wait_until(lambda: len(rig.snapshot().arm) >= before + 2, timeout=15)
+            resumed = wait_until(lambda: (s := rig.last_status()) and s["level"] == 0 and s)
     assert "a request has been in flight for" in stalled["message"]
     assert int(resumed["connection_errors"]) >= 1 and resumed["message"] == "streaming"
     # Said in the node's log (the connection logs through the node's logger, to /rosout).
@@ -256,7 +257,7 @@ def test_a_stalled_server_makes_the_node_hold_warn_reconnect_and_resume(
 
 def test_groot_chunks_go_to_each_action_group(ros_context, server, tmp_path):
     with Rig(ros_context, server.url_template, model="groot", tmp_path=tmp_path) as rig:
-        wait_for(lambda: len(rig.snapshot().arm) >= 2 and rig.snapshot().gripper)
+        wait_until(lambda: len(rig.snapshot().arm) >= 2 and rig.snapshot().gripper)
         got = rig.snapshot()
     assert list(got.arm[0].joint_names) == ["joint1", "joint2", "joint3", "joint4", "joint5"]
     assert list(got.gripper[0].joint_names) == ["gripper_joint"]
@@ -271,8 +272,8 @@ def test_destroying_the_node_leaks_no_threads_or_sockets(ros_context, server, tm
     threads_before = {t.ident for t in threading.enumerate()}
     fds_before = _open_fds()
     with Rig(ros_context, server.url_template, tmp_path=tmp_path) as rig:
-        wait_for(lambda: rig.snapshot().arm)
-    wait_for(lambda: server.stats.open_connections == 0, timeout=5)
+        wait_until(lambda: rig.snapshot().arm)
+    wait_until(lambda: server.stats.open_connections == 0, timeout=5)
     leaked = [t for t in threading.enumerate() if t.ident not in threads_before and t.is_alive()]
     assert [t.name for t in leaked if not t.name.startswith("ThreadPoolExecutor")] == []
     # DDS keeps a few descriptors per participant; sockets of ours would add more each run.
@@ -340,7 +341,7 @@ def test_thread_priority_runs_the_node_process_under_sched_fifo(server, tmp_path
                     )
             return found
 
-        wait_for(lambda: "SCHED_FIFO priority 7" in log.read_text(), timeout=30)
+        wait_until(lambda: "SCHED_FIFO priority 7" in log.read_text(), timeout=30)
         assert policies() == {(os.SCHED_FIFO, 7)}
         assert "refused" not in log.read_text()
     finally:
@@ -350,6 +351,6 @@ def test_thread_priority_runs_the_node_process_under_sched_fifo(server, tmp_path
 
 def test_diagnostics_say_when_the_node_runs_at_normal_priority(ros_context, server, tmp_path):
     with Rig(ros_context, server.url_template, tmp_path=tmp_path) as rig:
-        status = wait_for(lambda: rig.last_status())
+        status = wait_until(lambda: rig.last_status())
         assert status["thread priority"] == "normal scheduling (thread_priority 0)"
         assert os.sched_getscheduler(rig._thread.native_id) == os.SCHED_OTHER

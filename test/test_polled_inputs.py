@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 import rclpy
-from node_rig import Rig, t_obs_of, wait_for
+from helpers import wait_until
+from node_rig import Rig, t_obs_of
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
@@ -52,13 +53,19 @@ class _Pair:
             group=PolledCallbackGroup(),
             callback=lambda msg: self.pushed.append(msg.data),
         )
+        # An ordinary subscription on the same node: the executor runs it, so what it
+        # has received shows how far the executor got and when DDS delivered.
+        self.spun: dict[int, float] = {}  # data -> time.time() its callback ran
+        self.node.create_subscription(
+            Int32, self.topic, lambda msg: self.spun.setdefault(msg.data, time.time()), _qos(10)
+        )
         self.pub = self.talker.create_publisher(Int32, self.topic, _qos(10))
         self.executor = SingleThreadedExecutor(context=context)
         self.executor.add_node(self.node)
         self.executor.add_node(self.talker)
         self._thread = threading.Thread(target=self.executor.spin, daemon=True)
         self._thread.start()
-        wait_for(lambda: self.pub.get_subscription_count() == 1, timeout=10)
+        wait_until(lambda: self.pub.get_subscription_count() == 2, timeout=10)
 
     def publish(self, *values: int) -> None:
         for value in values:
@@ -75,7 +82,8 @@ def test_no_executor_runs_a_polled_subscription_take_reads_its_queue(ros_context
     pair = _Pair(ros_context, depth=10)
     try:
         pair.publish(1, 2, 3, 4, 5)
-        time.sleep(0.5)  # the executor spins all along
+        # The executor has run the ordinary subscription's callbacks for all five.
+        wait_until(lambda: len(pair.spun) == 5)
         assert pair.pushed == []
         taken = pair.sub.take_all()
         assert [t.msg.data for t in taken] == [1, 2, 3, 4, 5]
@@ -89,13 +97,15 @@ def test_a_take_says_how_long_the_message_waited(ros_context) -> None:
     pair = _Pair(ros_context, depth=10)
     try:
         pair.publish(7)
-        wait_for(lambda: pair.node.count_publishers(pair.topic) == 1)
-        time.sleep(0.4)
-        first = wait_for(pair.sub.take)
+        arrived = wait_until(lambda: pair.spun.get(7))  # DDS delivered it by then
+        # It waits in the queue for 0.4 s from its arrival, then it is read.
+        wait_until(lambda: time.time() - arrived >= 0.4)
+        waited = time.time() - arrived
+        first = wait_until(pair.sub.take)
         assert first.msg.data == 7
-        assert 0.35 <= first.age_s < 5.0  # it arrived about 0.4 s before it was read
+        assert waited - 0.05 <= first.age_s < waited + 5.0  # from its arrival, not the read
         pair.publish(8)
-        fresh = wait_for(pair.sub.take)
+        fresh = wait_until(pair.sub.take)
         assert fresh.msg.data == 8 and fresh.age_s < 0.35
     finally:
         pair.close()
@@ -114,7 +124,7 @@ def test_depth_one_keeps_only_the_newest_message(ros_context) -> None:
     pair = _Pair(ros_context, depth=1)
     try:
         pair.publish(1, 2, 3)
-        time.sleep(0.3)
+        wait_until(lambda: 3 in pair.spun)  # all three have arrived
         newest = pair.sub.take_newest(100.0)
         assert newest is not None and newest.msg.data == 3
         assert 99.0 < newest.received <= 100.0  # now minus its age in the queue
@@ -150,31 +160,34 @@ def test_the_node_reads_few_frames_ticks_when_due_and_holds_when_a_camera_goes_s
 ) -> None:
     with Rig(ros_context, server.url_template, tmp_path=tmp_path) as rig:
         node = rig.node
-        wait_for(lambda: len(rig.snapshot().arm) >= 2, timeout=15)
+        wait_until(lambda: len(rig.snapshot().arm) >= 2, timeout=15)
         frames0, ticks0, chunks0 = (
             node.counts["frames_received"],
             node.ticks,
             len(rig.snapshot().arm),
         )
-        time.sleep(2.0)
+        started = time.monotonic()
+        # Chunks keep coming (a request every 0.5 s), watched for at least 2 s ...
+        wait_until(
+            lambda: len(rig.snapshot().arm) >= chunks0 + 2 and time.monotonic() - started >= 2.0,
+            timeout=15,
+        )
         frames = node.counts["frames_received"] - frames0
         ticks = node.ticks - ticks0
-        chunks = len(rig.snapshot().arm) - chunks0
-        # Chunks keep coming (a request every 0.5 s) ...
-        assert chunks >= 2
+        elapsed = time.monotonic() - started
         # ... from a fraction of the 2 x 30 frames/s published, read just before each
         # request, and a tick far below tick_hz (100/s) between the due times.
-        assert 0 < frames < 0.6 * 2 * 30 * 2.0, frames
-        assert 0 < ticks < 0.6 * node.config.tick_hz * 2.0, ticks
+        assert 0 < frames < 0.6 * 2 * 30 * elapsed, frames
+        assert 0 < ticks < 0.6 * node.config.tick_hz * elapsed, ticks
 
         # The cameras stop: the frames already queued age, and the node holds.
         rig.cameras_on = False
         stopped = node.get_clock().now().nanoseconds * 1e-9
-        reason = wait_for(lambda: (r := node.hold_reason) and "stale" in r and r, timeout=10)
+        reason = wait_until(lambda: (r := node.hold_reason) and "stale" in r and r, timeout=10)
         assert "camera" in reason
         # A frame read after the stop keeps the time DDS received it (before the stop).
         assert max(node.core.frames.stamps().values()) <= stopped + 0.05
-        status = wait_for(
+        status = wait_until(
             lambda: (s := rig.last_status()) and s["level"] == 1 and "stale" in s["message"] and s,
             timeout=5,
         )

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from helpers import scaled, wait_until
 
 from relay_ros.paths import config_dir
 from relay_ros.server import ServerOptions, run_server_in_thread
@@ -129,10 +130,12 @@ class Running:
         self.is_ready.set()  # ended: nothing more to wait for
 
     def wait_until_its_code_runs(self) -> None:
-        deadline = time.monotonic() + _TIMEOUT_S
-        while not _signals_taken(self.process.pid):
-            assert time.monotonic() < deadline, f"{self.spec.name} did not start"
-            time.sleep(0.002)
+        wait_until(
+            lambda: _signals_taken(self.process.pid),
+            _TIMEOUT_S,
+            f"{self.spec.name} starting",
+            period=0.002,
+        )
 
     def terminal_ctrl_c(self) -> None:
         """SIGINT to the whole group, as the terminal sends it."""
@@ -144,11 +147,11 @@ class Running:
 
     def finish(self) -> tuple[int, str]:
         try:
-            code = self.process.wait(timeout=_TIMEOUT_S)
+            code = self.process.wait(timeout=scaled(_TIMEOUT_S))
         except subprocess.TimeoutExpired:
             self.process.kill()
             code = self.process.wait()
-        self._reader.join(timeout=_TIMEOUT_S)
+        self._reader.join(timeout=scaled(_TIMEOUT_S))
         return code, "".join(self.lines)
 
 
@@ -165,7 +168,7 @@ def _assert_clean(name: str, code: int, output: str, what: str) -> None:
 def test_a_running_program_stops_cleanly_on_repeated_signals(server, how) -> None:
     programs = [Running(spec) for spec in _specs(server.url_template)]
     for program in programs:
-        assert program.is_ready.wait(_TIMEOUT_S)
+        assert program.is_ready.wait(scaled(_TIMEOUT_S))
     for program in programs:
         if how == "ctrl-c under launch":
             program.terminal_ctrl_c()
@@ -214,7 +217,7 @@ def test_signals_at_random_moments_of_start_up_end_cleanly(server) -> None:
     for sender in senders:
         sender.start()
     for sender in senders:
-        sender.join(_TIMEOUT_S)
+        sender.join(scaled(_TIMEOUT_S))
     for program, delay, how in started:
         code, output = program.finish()
         _assert_clean(program.spec.name, code, output, f"{how} {delay:.3f} s into start-up")
@@ -229,7 +232,7 @@ def test_the_node_entry_points_answer_help_without_starting_ros(tmp_path: Path) 
         for flag in ("--help", "-h")
     }
     for (entry, flag), process in runs.items():
-        out, err = process.communicate(timeout=_TIMEOUT_S)
+        out, err = process.communicate(timeout=scaled(_TIMEOUT_S))
         assert process.returncode == 0, err
         assert err == "", f"{entry} {flag} logged (ROS started?):\n{err}"
         program = {"policy_node": "policy_node"}.get(entry, entry)

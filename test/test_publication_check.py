@@ -8,10 +8,18 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import pytest
 from streaming_rig import CoreRig, ramp_policy
 
 from relay_ros.pipeline.health import Level
-from relay_ros.pipeline.publication_check import CommandedMotion
+from relay_ros.pipeline.joint_limits import JointLimit
+from relay_ros.pipeline.publication import Publication
+from relay_ros.pipeline.publication_check import (
+    MAX_START_DELAY_SLOTS,
+    CommandedMotion,
+    check_publication,
+)
+from relay_ros.pipeline.safety import MotionLimits, check_motion
 
 H = 50
 JUMP = 2.65  # rad, on joint1 (limits -2.9..2.9, 2.5 rad/s) from 0.1 + 49 * 0.002
@@ -124,3 +132,91 @@ def test_a_joint_without_limits_is_never_commanded() -> None:
     rig.run_until(lambda: rig.core.counts["refusals"] >= 1)
     assert rig.chunks() == []
     assert rig.core.last_refusal == "cannot command: no velocity limit known for joints ['joint4']"
+
+
+# --- a chunk for a still arm starts later rather than too fast -------------------------
+
+DT = 0.02
+LIMITS = {
+    name: JointLimit(min_position=-3.0, max_position=3.0, max_velocity=3.0) for name in ("j1", "j2")
+}
+
+
+def _slowing_down() -> np.ndarray:
+    """50 actions from 2.5 rad/s down to rest, the first one a slot's travel from 0."""
+    speed = 2.5 * np.cos(np.pi / 2 * np.arange(50) / 50)
+    return (np.cumsum(speed) * DT)[:, None] * np.ones((1, 2))
+
+
+def _publication(positions: np.ndarray) -> Publication:
+    tfs = DT + DT * np.arange(len(positions))
+    return Publication(
+        stamp=0.0,
+        positions=positions,
+        time_from_start=tfs,
+        t_obs=0.0,
+        first_index=0,
+        switch_time=tfs[24],
+        chunk_seq=1,
+    )
+
+
+def _check(publication: Publication, motion: CommandedMotion | None = None):
+    return check_publication(
+        publication,
+        joints=("j1", "j2"),
+        joint_limits=LIMITS,
+        limits_mode="refuse",
+        max_joint_step=0.25,
+        motion=motion or CommandedMotion(),
+        measured=np.zeros(2),
+    )
+
+
+def test_a_still_arm_joins_a_fast_chunk_a_few_slots_later_within_its_limits() -> None:
+    """2.5 rad/s at the first point, slowing down to rest (limit 3): from rest the
+    cubic to a first point one slot ahead would peak at 3.33 rad/s. The chunk is
+    delayed by the fewest slots that fit, as a whole (switch and shift too), not
+    refused."""
+    positions = _slowing_down()
+    publication = _publication(positions)
+    undelayed = check_motion(
+        np.zeros(2),
+        positions,
+        publication.time_from_start,
+        MotionLimits.from_joint_limits(LIMITS, ("j1", "j2")),
+    )
+    assert undelayed.refusal is not None and "to the first point" in undelayed.refusal.reason
+    verdict = _check(publication)
+    assert verdict.refusal is None and verdict.publication is not None
+    delayed = verdict.publication
+    delay = delayed.time_from_start[0] - publication.time_from_start[0]
+    slots = round(delay / DT)
+    assert 1 <= slots <= MAX_START_DELAY_SLOTS
+    np.testing.assert_allclose(delayed.time_from_start, publication.time_from_start + delay)
+    assert delayed.switch_time == pytest.approx(publication.switch_time + delay)
+    assert delayed.shift_s == pytest.approx(publication.shift_s + delay)
+    np.testing.assert_array_equal(delayed.positions, positions)
+    # The fewest: one slot less still breaks the limit.
+    if slots > 1:
+        fewer = dataclasses.replace(
+            publication, time_from_start=publication.time_from_start + (slots - 1) * DT
+        )
+        assert _check(fewer).refusal is not None
+    assert 0.0 < verdict.peak_speed_ratio <= 1.0
+
+
+def test_a_moving_arm_or_a_jump_between_points_is_refused_not_delayed() -> None:
+    # The controller passes 0 at 1 rad/s at the stamp: delaying would not make it
+    # stand, so the too-fast first segment is refused as it is.
+    moving = CommandedMotion()
+    moving.follow(-0.1, np.full(2, -0.1), np.ones(2), np.full((1, 2), 0.1), np.array([0.2]))
+    position, velocity = moving.state_at(0.0)
+    assert np.abs(position).max() < 0.05 and velocity.min() > 0.5
+    verdict = _check(_publication(-_slowing_down()), moving)
+    assert verdict.refusal is not None and verdict.refusal.kind == "velocity"
+    assert "to the first point" in verdict.refusal.reason
+    jump = np.zeros((50, 2))
+    jump[30:, 0] = 1.0  # 1 rad between two points 20 ms apart: no delay helps
+    verdict = _check(_publication(jump))
+    assert verdict.refusal is not None and "between points" in verdict.refusal.reason

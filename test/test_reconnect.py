@@ -12,12 +12,12 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from fault_server import FaultServer
+from helpers import free_port, wait_until
 
 from relay_ros.server import ServerHandle, ServerOptions, run_server_in_thread
 from relay_ros.wire.connection import InferOutcome, PolicyConnection
@@ -28,28 +28,12 @@ from relay_ros.wire.tcp import connect, refused_by, resolve
 # A backoff far longer than any wait below: a test that connects within it shows the
 # probe ended the wait, however slow the machine.
 LONG_BACKOFF_S = 120.0
+# How long a reconnect may take before a test gives up (scaled by wait_until).
+WAIT_S = 20.0
 
 
-@pytest.fixture(autouse=True)
-def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("WALLE_URL", raising=False)
-    monkeypatch.delenv("WALLE_DIRECT", raising=False)
-    monkeypatch.chdir(tmp_path)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_until(predicate: Any, timeout: float = 20.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return bool(predicate())
+# No WALLE_* from the shell or a .env above the checkout (test/conftest.py).
+pytestmark = pytest.mark.usefixtures("isolated_env")
 
 
 @contextlib.contextmanager
@@ -80,11 +64,11 @@ def test_a_server_that_comes_up_during_a_long_backoff_is_connected_at_once() -> 
     port = free_port()
     conn = connection(port, reconnect_initial_s=LONG_BACKOFF_S, reconnect_max_s=LONG_BACKOFF_S)
     try:
-        assert wait_until(lambda: conn.last_error is not None)
+        assert wait_until(lambda: conn.last_error is not None, WAIT_S)
         assert conn.last_error is not None and conn.last_error.startswith("ConnectionRefused")
-        assert wait_until(lambda: conn.probes >= 2)  # it probes while it waits
+        assert wait_until(lambda: conn.probes >= 2, WAIT_S)  # it probes while it waits
         with serving(port):
-            assert wait_until(lambda: conn.connected)
+            assert wait_until(lambda: conn.connected, WAIT_S)
             assert conn.connect_attempts == 2  # the refused one, then the one that worked
     finally:
         conn.close()
@@ -100,12 +84,12 @@ def test_a_server_restarted_on_its_port_is_reconnected_within_a_long_backoff() -
     )
     try:
         with serving(port):
-            assert wait_until(lambda: conn.connected)
+            assert wait_until(lambda: conn.connected, WAIT_S)
         # Refused, now in its long wait (probing): the attempts stay as they are.
-        assert wait_until(lambda: not conn.connected and conn.probes >= 2)
+        assert wait_until(lambda: not conn.connected and conn.probes >= 2, WAIT_S)
         attempts = conn.connect_attempts
         with serving(port) as again:
-            assert wait_until(lambda: conn.connected)
+            assert wait_until(lambda: conn.connected, WAIT_S)
             assert conn.connect_attempts == attempts + 1
             assert again.stats.connections_opened == 1  # probes are not WebSocket connections
             assert conn.submit(OBS, "after")
@@ -166,7 +150,7 @@ def test_probes_never_hammer_a_port_that_accepts_connections() -> None:
     with UpgradeRefusingServer() as server:
         conn = connection(server.port, reconnect_initial_s=0.2, reconnect_max_s=0.2)
         try:
-            assert wait_until(lambda: server.requests >= 5)
+            assert wait_until(lambda: server.requests >= 5, WAIT_S)
         finally:
             conn.close()
         assert conn.last_error is not None and "503" in conn.last_error
@@ -187,7 +171,7 @@ def test_a_refused_direct_route_behind_an_open_proxy_port_is_no_shortcut() -> No
             proxy.port, reconnect_initial_s=LONG_BACKOFF_S, reconnect_max_s=LONG_BACKOFF_S
         )
         try:
-            assert wait_until(lambda: conn.probes >= 1)
+            assert wait_until(lambda: conn.probes >= 1, WAIT_S)
             time.sleep(1.0)
             assert (conn.connect_attempts, conn.probes) == (1, 1)
             assert conn.last_error is not None and "ConnectionRefused" in conn.last_error
@@ -212,7 +196,7 @@ def test_a_port_that_opens_during_the_wait_ends_it() -> None:
     ended: list[str] = []
     thread = threading.Thread(target=lambda: ended.append(wait.wait(LONG_BACKOFF_S)))
     thread.start()
-    assert wait_until(lambda: wait.probes >= 2)  # the first one is done: seen closed
+    assert wait_until(lambda: wait.probes >= 2, WAIT_S)  # the first one is done: seen closed
     with socket.create_server(("127.0.0.1", port)):
         thread.join(20)
     assert ended == [WaitEnd.REACHABLE]
@@ -265,7 +249,7 @@ def test_stop_ends_a_wait_at_once() -> None:
     ended: list[str] = []
     thread = threading.Thread(target=lambda: ended.append(wait.wait(LONG_BACKOFF_S)))
     thread.start()
-    assert wait_until(lambda: wait.probes >= 1)
+    assert wait_until(lambda: wait.probes >= 1, WAIT_S)
     stop.set()
     thread.join(10)
     assert ended == [WaitEnd.STOPPED]

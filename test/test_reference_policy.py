@@ -8,6 +8,7 @@ from typing import Any
 import cv2
 import numpy as np
 import pytest
+from helpers import scaled
 from websockets.sync.client import connect
 
 from relay_ros.pipeline.action_prefix import committed_prefix, to_action_space
@@ -22,7 +23,7 @@ from relay_ros.sim.world_camera import WorldCamera
 from relay_ros.wire.codec import packb, unpackb
 from relay_ros.world import World
 
-TIMEOUT = 10.0
+TIMEOUT = scaled(10.0)
 
 
 def frames(world: World, t: float, q: tuple[float, float]) -> dict[str, Any]:

@@ -17,7 +17,8 @@ the state, the prompt and the seed, so recomputing it locally finds the one
 that reproduces the chunk exactly), and requires chunks of the two runs from
 the same joint state to be identical. ``/clock`` at 500 Hz and a fixed
 ``request_lead_s`` keep the runs' observation times close, so such pairs are
-common.
+common on an idle machine; they are not required, since the local recomputation
+already ties every chunk of every run to the seed.
 """
 
 from __future__ import annotations
@@ -389,11 +390,12 @@ class ReferencePolicy:
     def source(self, chunk: Chunk) -> int | None:
         """The joint state (index) whose policy output is exactly this chunk, if any.
 
-        Candidates are the joint states up to 150 ms before and 20 ms after t_obs:
-        on a loaded machine the executor may deliver joint states late.
+        Candidates are the joint states up to sensor_timeout_s before and 20 ms after
+        t_obs: on a loaded machine the executor may deliver joint states late, and the
+        node takes none older than that.
         """
         indices = chunk.action_indices(self.dt)
-        lo = np.searchsorted(self.stamps, chunk.t_obs - 0.15)
+        lo = np.searchsorted(self.stamps, chunk.t_obs - SENSOR_TIMEOUT_S)
         hi = np.searchsorted(self.stamps, chunk.t_obs + 0.02)
         for index in range(int(hi) - 1, int(lo) - 1, -1):
             if np.array_equal(self.actions(index)[indices], chunk.positions):
@@ -430,8 +432,12 @@ def test_same_seed_gives_identical_trajectories(
                     a.positions[np.isin(ia, common)], b.positions[np.isin(ib, common)]
                 )
                 pairs += 1
+    # Every chunk of every run is the seeded policy's answer to a recorded state (above):
+    # that is what proves the seed decides the trajectory, however the runs' timing
+    # fell. Runs that caught the same state are also compared directly; on an idle
+    # machine most do, on a loaded one their observation times drift apart.
     t_obs = [[round(c.t_obs - t0, 4) for c in run.chunks] for run in runs]
-    assert pairs >= 2, t_obs
+    assert all(len(by_state) >= 3 for by_state in sources), (pairs, t_obs)
 
 
 # ---------------------------------------------------------------------- errors

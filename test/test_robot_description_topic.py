@@ -6,7 +6,8 @@ comes, nothing is commanded and /diagnostics says which joints lack limits."""
 from __future__ import annotations
 
 import pytest
-from node_rig import Rig, wait_for
+from helpers import wait_until
+from node_rig import Rig
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import String
 
@@ -49,9 +50,9 @@ def test_a_urdf_published_before_the_node_starts_gives_the_limits(ros_context, s
         publisher = publisher_node.create_publisher(String, topic, LATCHED)
         publisher.publish(String(data=SIM_URDF))  # before the node exists
         with _rig(ros_context, server, tmp_path, topic) as rig:
-            wait_for(lambda: len(rig.snapshot().arm) >= 2, timeout=15)
+            wait_until(lambda: len(rig.snapshot().arm) >= 2, timeout=15)
             limits = rig.node.config.joint_limits
-            status = wait_for(
+            status = wait_until(
                 lambda: (s := rig.last_status()) and s["message"] == "streaming" and s, timeout=15
             )
     finally:
@@ -66,14 +67,14 @@ def test_without_a_urdf_nothing_is_commanded_until_one_comes(ros_context, server
     from rclpy.node import Node
 
     with _rig(ros_context, server, tmp_path, topic) as rig:
-        error = wait_for(lambda: (s := rig.last_status()) and s["level"] == 2 and s, timeout=15)
+        error = wait_until(lambda: (s := rig.last_status()) and s["level"] == 2 and s, timeout=15)
         assert rig.snapshot().arm == [] and rig.snapshot().gripper == []
         publisher_node = Node("urdf_publisher_after", context=ros_context)
         try:
             publisher = publisher_node.create_publisher(String, topic, LATCHED)
             publisher.publish(String(data=SIM_URDF))
-            wait_for(lambda: len(rig.snapshot().arm) >= 2, timeout=15)
-            streaming = wait_for(
+            wait_until(lambda: len(rig.snapshot().arm) >= 2, timeout=15)
+            streaming = wait_until(
                 lambda: (s := rig.last_status()) and s["message"] == "streaming" and s, timeout=15
             )
             # A URDF whose gripper mimics joint1 (never commanded itself): hold, say so.
@@ -81,7 +82,7 @@ def test_without_a_urdf_nothing_is_commanded_until_one_comes(ros_context, server
                 '<axis xyz="1 0 0"/>', '<axis xyz="1 0 0"/>\n    <mimic joint="joint1"/>'
             )
             publisher.publish(String(data=mimic))
-            mimicked = wait_for(
+            mimicked = wait_until(
                 lambda: (s := rig.last_status()) and "mimics" in s["message"] and s, timeout=15
             )
         finally:

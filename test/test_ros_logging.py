@@ -9,7 +9,8 @@ import logging
 import threading
 
 import pytest
-from node_rig import Rig, wait_for
+from helpers import wait_until
+from node_rig import Rig
 from rcl_interfaces.msg import Log
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.logging import LoggingSeverity
@@ -71,7 +72,7 @@ def test_records_reach_rosout_with_their_severity(rosout) -> None:
     except RuntimeError:
         log.error("request failed", exc_info=True)
     log.info("a second info line")  # same severity as before, after other severities
-    got = wait_for(lambda: len(messages()) >= 4 and messages())
+    got = wait_until(lambda: len(messages()) >= 4 and messages())
     assert got[0] == (Log.INFO, "connected to ws://host:8000/pi05")
     assert got[1] == (Log.WARN, "reconnecting in 0.5 s")
     assert got[2][0] == Log.ERROR and got[2][1].startswith("request failed\nTraceback")
@@ -90,7 +91,7 @@ def test_the_node_log_level_applies(rosout) -> None:
     node.get_logger().set_level(LoggingSeverity.ERROR)  # changed later: still honoured
     log.warning("hidden now")
     log.error("still shown")
-    got = wait_for(lambda: len(messages()) >= 2 and messages())
+    got = wait_until(lambda: len(messages()) >= 2 and messages())
     assert [text for _, text in got] == ["shown", "still shown"]
 
 
@@ -128,7 +129,7 @@ def test_the_mono8_warning_reaches_rosout_from_the_policy_node(ros_context, tmp_
                 with lock:
                     return [text for text in warnings if "mono8" in text]
 
-            found = wait_for(mono_warning, timeout=30)
+            found = wait_until(mono_warning, timeout=30)
         assert found == [
             f"camera {rig.raw_topic} sends mono8 frames; expanding grey to 3 channels "
             "(the policy expects RGB)"

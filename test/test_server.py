@@ -6,6 +6,7 @@ by a valid request on the same connection to show it stayed open.
 
 from __future__ import annotations
 
+import functools
 import http.client
 import sys
 import time
@@ -15,6 +16,7 @@ from typing import Any
 import cv2
 import numpy as np
 import pytest
+from helpers import groot_observation, pi_observation, scaled
 from websockets.exceptions import ConnectionClosed, ConnectionClosedError, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
@@ -24,7 +26,7 @@ from relay_ros.wire.codec import packb, unpackb
 INTERNAL = {"type": "error", "message": "Internal inference error"}
 PAYLOAD = {"type": "error", "message": "Invalid request payload"}
 ADAPTERS = ("towels", "cups")
-TIMEOUT = 10.0  # generous: the machine is shared
+TIMEOUT = scaled(10.0)  # generous: the machine is shared
 
 
 @pytest.fixture(scope="module")
@@ -47,26 +49,13 @@ def ask(ws: ClientConnection, frame: Any) -> Any:
     return unpackb(ws.recv(timeout=TIMEOUT))
 
 
-def pi_obs(**extra: Any) -> dict[str, Any]:
-    rng = np.random.default_rng(0)
-    obs: dict[str, Any] = {
-        "images": {
-            "base_0_rgb": rng.integers(0, 255, (224, 224, 3), dtype=np.uint8),
-            "left_wrist_0_rgb": rng.integers(0, 255, (224, 224, 3), dtype=np.uint8),
-        },
-        "state": np.linspace(-0.5, 0.5, 32, dtype=np.float32),
-        "prompt": "fold the towel",
-    }
-    obs.update(extra)
-    return obs
-
-
-def groot_obs(meta: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "video": {k: np.zeros((1, 64, 80, 3), np.uint8) for k in meta["video_keys"]},
-        "state": {k: np.full((1, n), 0.1, np.float32) for k, n in meta["state_keys"].items()},
-        "prompt": "pick the cube",
-    }
+# Two cameras of seeded random pixels; GR00T frames smaller than the metadata's.
+pi_obs = functools.partial(
+    pi_observation, cameras=("base_0_rgb", "left_wrist_0_rgb"), random=True, prompt="fold the towel"
+)
+groot_obs = functools.partial(
+    groot_observation, image_size=(64, 80), state_value=0.1, prompt="pick the cube"
+)
 
 
 def assert_pi_actions(reply: Any, meta: dict[str, Any]) -> None:

@@ -5,29 +5,29 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import scaled, wait_until
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
 from relay_ros.server.__main__ import build_parser, options_from_args
 from relay_ros.wire.codec import packb, unpackb
 
-TIMEOUT = 20.0
+TIMEOUT_S = 20.0
+TIMEOUT = scaled(TIMEOUT_S)
 
 
 def _wait_for_port(proc: subprocess.Popen[str], port_file: Path) -> int:
-    deadline = time.monotonic() + TIMEOUT
-    while time.monotonic() < deadline:
-        if port_file.exists():
-            return int(port_file.read_text())
-        if proc.poll() is not None:
+    def written() -> bool:
+        if proc.poll() is not None and not port_file.exists():
             raise AssertionError(f"server exited early: {proc.communicate()[1]}")
-        time.sleep(0.05)
-    raise AssertionError("server did not write its port file")
+        return port_file.exists() and port_file.read_text().strip() != ""
+
+    wait_until(written, TIMEOUT_S, "the server writing its port file")
+    return int(port_file.read_text())
 
 
 @pytest.mark.slow

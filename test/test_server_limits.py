@@ -18,6 +18,7 @@ from typing import Any
 import cv2
 import numpy as np
 import pytest
+from helpers import pi_observation, scaled, wait_until
 from websockets.sync.client import ClientConnection, connect
 
 from relay_ros.server import ServerOptions, run_server_in_thread
@@ -26,7 +27,7 @@ from relay_ros.wire.codec import packb, unpackb
 
 INTERNAL = {"type": "error", "message": "Internal inference error"}
 PAYLOAD = {"type": "error", "message": "Invalid request payload"}
-TIMEOUT = 30.0
+TIMEOUT = scaled(30.0)
 
 
 def amplification_frame(mib: int) -> bytes:
@@ -39,16 +40,6 @@ def open_ws(url: str) -> tuple[ClientConnection, dict[str, Any]]:
     ws = connect(url, compression=None, max_size=None, open_timeout=TIMEOUT)
     ws.__enter__()
     return ws, unpackb(ws.recv(timeout=TIMEOUT))
-
-
-def pi_obs(**extra: Any) -> dict[str, Any]:
-    obs: dict[str, Any] = {
-        "images": {"base_0_rgb": np.zeros((224, 224, 3), np.uint8)},
-        "state": np.zeros(32, np.float32),
-        "prompt": "wave",
-    }
-    obs.update(extra)
-    return obs
 
 
 def peak_rss_kib(pid: int) -> int:
@@ -73,11 +64,12 @@ def server_process(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], st
         stderr=subprocess.DEVNULL,
     )
     try:
-        end = time.monotonic() + 30
-        while not port_file.exists():
-            assert time.monotonic() < end, "server did not start"
+
+        def started() -> bool:
             assert proc.poll() is None, "server exited"
-            time.sleep(0.05)
+            return port_file.exists() and port_file.read_text().strip() != ""
+
+        wait_until(started, 30, "the server writing its port file")
         yield proc, f"ws://127.0.0.1:{int(port_file.read_text())}/pi05"
     finally:
         proc.terminate()
@@ -93,7 +85,7 @@ def test_amplification_frame_stalls_no_one_and_keeps_rss_bounded(tmp_path: Path)
         victim, _ = open_ws(url)
         attacker, _ = open_ws(url)
         with victim, attacker:
-            assert "actions" in _ask(victim, pi_obs())
+            assert "actions" in _ask(victim, pi_observation())
             baseline = peak_rss_kib(proc.pid)
             replies: list[Any] = []
             sender = threading.Thread(target=lambda: replies.append(_ask(attacker, frame)))
@@ -101,7 +93,7 @@ def test_amplification_frame_stalls_no_one_and_keeps_rss_bounded(tmp_path: Path)
             worst = 0.0
             while sender.is_alive() or not worst:
                 started = time.monotonic()
-                assert "actions" in _ask(victim, pi_obs())
+                assert "actions" in _ask(victim, pi_observation())
                 worst = max(worst, time.monotonic() - started)
             sender.join(TIMEOUT)
             assert replies == [PAYLOAD]
@@ -138,7 +130,7 @@ def test_hostile_headers_are_invalid_payload(
     ws, _ = open_ws(server_url)
     with ws:
         assert _ask(ws, frame) == PAYLOAD
-        assert "actions" in _ask(ws, pi_obs())
+        assert "actions" in _ask(ws, pi_observation())
     assert why in caplog.text
 
 
@@ -170,9 +162,9 @@ def test_jpeg_decompression_bomb_is_refused_undecoded(
     ws, _ = open_ws(server_url)
     with ws:
         started = time.monotonic()
-        assert _ask(ws, pi_obs(images={"base_0_rgb": bomb})) == INTERNAL
+        assert _ask(ws, pi_observation(images={"base_0_rgb": bomb})) == INTERNAL
         assert time.monotonic() - started < 2.0  # decoding it took seconds
-        assert "actions" in _ask(ws, pi_obs())
+        assert "actions" in _ask(ws, pi_observation())
     assert f"declares 16000x16000 pixels; at most {MAX_JPEG_PIXELS}" in caplog.text
 
 
@@ -180,7 +172,7 @@ def test_a_jpeg_under_the_pixel_limit_is_still_decoded(server_url: str) -> None:
     ok, encoded = cv2.imencode(".jpg", np.zeros((224, 224, 3), np.uint8))
     ws, _ = open_ws(server_url)
     with ws:
-        assert "actions" in _ask(ws, pi_obs(images={"base_0_rgb": encoded.tobytes()}))
+        assert "actions" in _ask(ws, pi_observation(images={"base_0_rgb": encoded.tobytes()}))
 
 
 @pytest.mark.parametrize("key", ["seed", "session_id", "prompt_type"])
@@ -189,7 +181,7 @@ def test_huge_client_values_make_short_log_lines(
 ) -> None:
     caplog.set_level(logging.INFO, logger="relay_ros")
     huge = "A" * (10 * 2**20)
-    obs = pi_obs(**{"seed": huge} if key == "seed" else {})
+    obs = pi_observation(**{"seed": huge} if key == "seed" else {})
     if key == "session_id":
         obs["session_id"] = 5
         obs["images"] = {huge[: 2**20]: np.zeros((4, 4, 3), np.uint8)}

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers import scaled
 from websockets.sync.client import connect
 
 from relay_ros.server import ServerOptions, run_server_in_thread
@@ -25,7 +26,7 @@ OBS = {
     "prompt": "wave",
 }
 INTERNAL = {"type": "error", "message": "Internal inference error"}
-TIMEOUT = 10.0  # generous: the machine is shared
+TIMEOUT = scaled(10.0)  # generous: the machine is shared
 
 
 class Peer:

@@ -17,7 +17,8 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from node_rig import Rig, t_obs_of, wait_for
+from helpers import wait_until
+from node_rig import Rig, t_obs_of
 from sensor_msgs.msg import JointState
 
 from relay_ros.server import ServerOptions, run_server_in_thread
@@ -66,11 +67,11 @@ def test_the_first_chunk_is_the_first_reply_and_joins_the_measured_state(
         rig.feeder.create_subscription(JointState, topic, record, 10)
         rig.cameras_on = False  # no observation before the debug topic is matched
         with rig:
-            wait_for(lambda: rig.node.count_subscribers(topic) > 0)
+            wait_until(lambda: rig.node.count_subscribers(topic) > 0)
             rig.cameras_on = True
-            wait_for(lambda: rig.snapshot().arm, timeout=30)
+            wait_until(lambda: rig.snapshot().arm, timeout=30)
             first = rig.snapshot().arm[0]
-            wait_for(lambda: observed)
+            wait_until(lambda: observed)
             with lock:
                 first_observation = observed[0]
     assert t_obs_of(first) == pytest.approx(first_observation, abs=1e-6)

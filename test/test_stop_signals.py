@@ -14,6 +14,7 @@ import threading
 import time
 
 import pytest
+from helpers import wait_until
 
 from relay_ros.stop_signals import (
     StopSignals,
@@ -21,14 +22,6 @@ from relay_ros.stop_signals import (
     interrupt_once,
     stop_signals,
 )
-
-
-def wait_for(predicate, timeout: float = 10.0) -> None:
-    """Poll ``predicate`` until true (the signal thread works on its own time)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met within 10 s"
-        time.sleep(0.005)
 
 
 def _to_main_thread(sig: signal.Signals) -> None:
@@ -58,7 +51,7 @@ def test_the_first_signal_requests_the_stop_and_later_ones_are_counted(handlers)
         os.kill(os.getpid(), signal.SIGINT)
         _to_main_thread(signal.SIGTERM)
         time.sleep(0)  # a pending Python handler runs here; it must not raise
-        wait_for(lambda: len(stop.ignored) == 2)
+        wait_until(lambda: len(stop.ignored) == 2)
         late: list[str] = []
         stop.on_stop(lambda: late.append("now"))  # already stopped: runs at once
         assert late == ["now"]
@@ -79,7 +72,7 @@ def test_a_removed_stop_callback_is_not_run(handlers) -> None:
         forget()
         os.kill(os.getpid(), signal.SIGTERM)
         assert stop.wait(10)
-        wait_for(lambda: calls)
+        wait_until(lambda: calls)
     assert calls == ["kept"]
 
 

@@ -110,8 +110,19 @@ class Log:
 def policy(tid=0):
     return [os.sched_getscheduler(tid), os.sched_getparam(tid).sched_priority]
 
+def tasks():
+    # A joined thread's task can linger in /proc a moment and be gone when asked.
+    out = set()
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            out.add(tuple(policy(int(tid))))
+        except ProcessLookupError:
+            pass
+    return sorted(out)
+
 stop = threading.Event()
-early = [threading.Thread(target=stop.wait) for _ in range(3)]
+# Daemons: a failing child exits with its traceback instead of waiting for stop.
+early = [threading.Thread(target=stop.wait, daemon=True) for _ in range(3)]
 for thread in early:
     thread.start()
 log = Log()
@@ -128,7 +139,7 @@ out = {
     "main": policy(),
     "early": [policy(t.native_id) for t in early],
     "late": later[0],
-    "every_task": sorted({tuple(policy(int(t))) for t in os.listdir("/proc/self/task")}),
+    "every_task": tasks(),
     "infos": log.infos,
     "warnings": log.warnings,
 }

@@ -49,6 +49,7 @@ from relay_ros.pipeline.safety import LimitsMode, Refusal, check_first_step
 from relay_ros.pipeline.scheduler import ChunkScheduler, Publication
 
 __all__ = [
+    "MAX_START_DELAY_SLOTS",
     "TRACKING_TOLERANCE",
     "CommandedMotion",
     "PublicationGate",
@@ -61,6 +62,11 @@ __all__ = [
 #: at the stamp (exact for a moving arm, whose measurement is a tick old), else from
 #: the measured state.
 TRACKING_TOLERANCE = 0.05
+
+#: Most control periods a chunk for a still arm may start later so that the arm can
+#: reach its first point within its velocity and acceleration limits
+#: (:func:`_start_later`); a chunk that needs more is refused.
+MAX_START_DELAY_SLOTS = 10
 
 
 class CommandedMotion:
@@ -218,6 +224,11 @@ def check_publication(
         start_velocity=start_velocity,
         mode=cast(LimitsMode, limits_mode),
     )
+    if result.refusal is not None and result.refusal.kind in ("velocity", "acceleration"):
+        later = _start_later(publication, start, start_velocity, limits)
+        if later is not None:
+            delayed, ratio = later
+            return PublicationVerdict(delayed, None, start, start_velocity, peak_speed_ratio=ratio)
     if result.refusal is not None or result.positions is None:
         refusal = result.refusal or Refusal("refused by the motion check", "velocity")
         return PublicationVerdict(None, refusal, start, start_velocity)
@@ -231,6 +242,47 @@ def check_publication(
     return PublicationVerdict(
         clamped, None, start, start_velocity, result.note, result.peak_speed_ratio
     )
+
+
+def _start_later(
+    publication: Publication,
+    start: np.ndarray,
+    start_velocity: np.ndarray,
+    limits: MotionLimits,
+) -> tuple[Publication, float] | None:
+    """``publication`` delayed by the fewest whole slots (at most
+    :data:`MAX_START_DELAY_SLOTS`) that let an arm standing at ``start`` reach its
+    first point within the velocity and acceleration limits, or None.
+
+    Only for a still arm (``start_velocity`` zero: before the first chunk, after a
+    hold or a reset): leaving a standing arm a few control periods later costs only
+    that time, whereas refusing would hold it for a retry and a round trip. The whole
+    chunk moves with its first point (``shift_s`` and the switch too), so the points
+    keep their spacing and the next chunk joins the same timeline; a violation
+    between two points of the chunk is not helped by a delay and is refused as is.
+    """
+    if np.abs(start_velocity).max(initial=0.0) > 0.0:
+        return None
+    tfs = publication.time_from_start
+    dt = float(tfs[1] - tfs[0]) if len(tfs) > 1 else float(tfs[0])
+    if not dt > 0.0:
+        return None
+    for slots in range(1, MAX_START_DELAY_SLOTS + 1):
+        delay = slots * dt
+        result = check_motion(
+            start, publication.positions, tfs + delay, limits, start_velocity=start_velocity
+        )
+        if result.refusal is None:
+            delayed_tfs = tfs + delay
+            delayed_tfs.setflags(write=False)
+            delayed = dataclasses.replace(
+                publication,
+                time_from_start=delayed_tfs,
+                switch_time=publication.switch_time + delay,
+                shift_s=publication.shift_s + delay,
+            )
+            return delayed, result.peak_speed_ratio
+    return None
 
 
 class PublicationGate:
