@@ -1,29 +1,39 @@
-"""One request to the policy server: its observation, and the tag that comes back with its reply.
+"""The request half of a tick: read the cameras, take an observation, hand it over.
 
-The streaming core decides *when* to request (the scheduler) and *whether* the inputs
-allow it (:mod:`~relay_ros.pipeline.observation_inputs`); this module builds *what* is
-sent: :func:`build_observation` turns one :class:`~relay_ros.pipeline.observation_inputs.Snapshot`
-into the model's observation, with the ``action_prefix`` keys
-(:mod:`~relay_ros.pipeline.action_prefix`) when the server takes them, and
-:class:`RequestTag` travels with it through the connection, so that a reply from
-before a reconnect or an episode reset is never executed.
+The scheduler says *when* a chunk is wanted; :class:`Requester` reads the cameras
+shortly before (each camera's newest frame, in the window before the request), takes
+an observation from fresh, complete inputs only
+(:mod:`~relay_ros.pipeline.observation_inputs`; else an
+:class:`~relay_ros.pipeline.observation_inputs.InputProblem` for the core to hold
+on), builds it (:func:`build_observation`, with the ``action_prefix`` keys of
+:mod:`~relay_ros.pipeline.action_prefix` when the server takes them) and hands it to
+the connection with a :class:`RequestTag`, which comes back with the reply so that a
+reply from before a reconnect or an episode reset is never executed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from relay_ros.pipeline.action_prefix import add_prefix_keys
-from relay_ros.pipeline.observation_inputs import Snapshot
-from relay_ros.pipeline.request_clock import RequestStart
+from relay_ros.pipeline.observation_inputs import (
+    OBSERVATION_TIMINGS,
+    InputProblem,
+    ObservationInputs,
+    ObservationTiming,
+    Snapshot,
+)
+from relay_ros.pipeline.request_clock import RequestClock, RequestStart
 from relay_ros.pipeline.server_session import ServerSession
 from relay_ros.pipeline.settings import StreamingSettings
+from relay_ros.pipeline.streaming_counts import StreamingCounts
+from relay_ros.pipeline.tick_plan import frames_just_came, frames_wanted
 
-__all__ = ["RequestTag", "build_observation"]
+__all__ = ["RequestTag", "Requester", "build_observation"]
 
 
 @dataclass(frozen=True)
@@ -84,3 +94,87 @@ def build_observation(
         chunk_width=session.spec.chunk_width,
     )
     return observation, committed
+
+
+class Requester:
+    """Requests a chunk when the scheduler wants one (or, timed to frames, when new
+    frames came), from the inputs' newest frames and joint states.
+
+    Args:
+        inputs: The cameras and joint states.
+        clock: Times each request (frame reads included in ``request_to_wire``).
+        counts: ``requests`` grows with each observation the connection took.
+        submit: Hands an observation and its tag to the connection; False when it
+            cannot take it now (not connected, a request in flight).
+        timing: Which moment an observation shows (``observation_timing``).
+
+    Raises:
+        ValueError: ``timing`` is not one of ``OBSERVATION_TIMINGS``.
+    """
+
+    def __init__(
+        self,
+        inputs: ObservationInputs,
+        clock: RequestClock,
+        counts: StreamingCounts,
+        submit: Callable[[dict[str, Any], RequestTag], bool],
+        timing: ObservationTiming,
+    ) -> None:
+        if timing not in OBSERVATION_TIMINGS:
+            raise ValueError(
+                f"observation_timing {timing!r} is not one of {list(OBSERVATION_TIMINGS)}"
+            )
+        self._inputs = inputs
+        self._clock = clock
+        self._counts = counts
+        self._submit = submit
+        self._timing = timing
+
+    def run(
+        self,
+        session: ServerSession,
+        now: float,
+        settings: StreamingSettings,
+        *,
+        prompt: str,
+        session_id: str,
+    ) -> InputProblem | None:
+        """Read the cameras if a request is near, then request if one is wanted; the
+        problem with the inputs when an observation could not be taken."""
+        inputs = self._inputs
+        scheduler = session.scheduler
+        started = self._clock.perf_clock()
+        stored_before = inputs.frames.stored
+        if inputs.pulls_frames and frames_wanted(scheduler, now):
+            inputs.read_sources(now, scheduler.next_request_time(), session.spec.image_size)
+        timed_to_frames = self._timing == "frame_arrival"
+        if not (
+            scheduler.wants_request(now)
+            or (timed_to_frames and frames_just_came(scheduler, inputs, now))
+        ):
+            return None
+        snapshot = inputs.snapshot(
+            now,
+            session.spec.image_size,
+            settings.sensor_timeout_s,
+            timed_after=stored_before,
+            at_frames=self._timing == "frame",
+        )
+        if isinstance(snapshot, InputProblem):
+            return snapshot
+        observation, committed = build_observation(
+            session,
+            snapshot,
+            settings,
+            prompt=prompt,
+            session_id=session_id,
+            joint_names=inputs.joints.joint_names,
+            requested_at=now,
+        )
+        start = self._clock.start(started, snapshot.frames.newest_prepared_s, now)
+        tag = RequestTag(session.generation, session_id, snapshot.t_obs, start)
+        if self._submit(observation, tag):
+            scheduler.request_sent(snapshot.t_obs, committed_steps=committed)
+            self._clock.sent(start, now)
+            self._counts.requests += 1
+        return None

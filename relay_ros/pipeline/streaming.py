@@ -46,12 +46,11 @@ from relay_ros.pipeline.frame_source import FrameSource
 from relay_ros.pipeline.holding import Holding
 from relay_ros.pipeline.observation_inputs import (
     DEFAULT_OBSERVATION_TIMING,
-    OBSERVATION_TIMINGS,
     InputProblem,
     ObservationInputs,
     ObservationTiming,
 )
-from relay_ros.pipeline.observation_request import RequestTag, build_observation
+from relay_ros.pipeline.observation_request import Requester, RequestTag
 from relay_ros.pipeline.publication import Publication
 from relay_ros.pipeline.publication_check import PublicationGate
 from relay_ros.pipeline.replies import ReplyVerdict, judge_reply
@@ -68,7 +67,6 @@ from relay_ros.pipeline.settings import (
 from relay_ros.pipeline.stats import LatencyStats, MessageCounter
 from relay_ros.pipeline.streaming_counts import StreamingCounts
 from relay_ros.pipeline.tick_plan import (
-    frames_just_came,
     frames_wanted,
     next_deadline,
     stall_message,
@@ -131,15 +129,8 @@ class StreamingCore:
         observation_timing: ObservationTiming = DEFAULT_OBSERVATION_TIMING,
     ) -> None:
         check_live_settings(config)
-        if observation_timing not in OBSERVATION_TIMINGS:
-            raise ValueError(
-                f"observation_timing {observation_timing!r} is not one of "
-                f"{list(OBSERVATION_TIMINGS)}"
-            )
-        self._timing = observation_timing
         self._cfg = config
         self._camera_keys = tuple(camera_keys)
-        self._submit = submit
         self._publish_message = publish
         self._request_reset = request_reset
         self._log = log
@@ -167,6 +158,9 @@ class StreamingCore:
         self._generation = 0
         self._config_error: str | None = None
         self._counts = StreamingCounts()
+        self._requests = Requester(
+            self._inputs, self._clock, self._counts, submit, observation_timing
+        )
         self._gate = PublicationGate()  # what the controllers follow: accepted only
         self._holding = Holding(
             counts=self._counts,
@@ -510,17 +504,12 @@ class StreamingCore:
         self._publish_due(session, now)
         if self._session is not session:
             return
-        # After the publication (it must not wait for the frames); reads count on the wire path.
-        started = self._clock.perf_clock()
-        stored_before = self._inputs.frames.stored
-        if self._inputs.pulls_frames and self.wants_frames(now):
-            request_at = session.scheduler.next_request_time()
-            self._inputs.read_sources(now, request_at, session.spec.image_size)
-        timed_to_frames = self._timing == "frame_arrival"
-        if session.scheduler.wants_request(now) or (
-            timed_to_frames and frames_just_came(session.scheduler, self._inputs, now)
-        ):
-            self._request(session, now, started, stored_before)
+        # After the publication (it must not wait for the frames).
+        problem = self._requests.run(
+            session, now, self._cfg, prompt=self._prompt, session_id=self._session_id
+        )
+        if problem is not None:
+            self._input_problem(problem, now)
 
     def _publish_due(self, session: ServerSession, now: float) -> None:
         """Publish the due publication if it passes the checks (the one check point,
@@ -539,37 +528,6 @@ class StreamingCore:
             self._clamp_warned_at = now
             self._log.warning(verdict.note)
         self._publish_chunk(session, verdict.publication)
-
-    def _request(
-        self, session: ServerSession, now: float, started: float, stored_before: int
-    ) -> None:
-        """Take an observation from the inputs and hand it to the connection, or hold."""
-        cfg = self._cfg
-        snapshot = self._inputs.snapshot(
-            now,
-            session.spec.image_size,
-            cfg.sensor_timeout_s,
-            timed_after=stored_before,
-            at_frames=self._timing == "frame",
-        )
-        if isinstance(snapshot, InputProblem):
-            self._input_problem(snapshot, now)
-            return
-        observation, committed = build_observation(
-            session,
-            snapshot,
-            cfg,
-            prompt=self._prompt,
-            session_id=self._session_id,
-            joint_names=self._inputs.joints.joint_names,
-            requested_at=now,
-        )
-        start = self._clock.start(started, snapshot.frames.newest_prepared_s, now)
-        tag = RequestTag(session.generation, self._session_id, snapshot.t_obs, start)
-        if self._submit(observation, tag):
-            session.scheduler.request_sent(snapshot.t_obs, committed_steps=committed)
-            self._clock.sent(start, now)
-            self._counts.requests += 1
 
     def _input_problem(self, problem: InputProblem, now: float) -> None:
         if problem.kind == "frame_conversion":
