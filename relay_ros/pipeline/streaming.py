@@ -40,8 +40,9 @@ import numpy as np
 
 from relay_ros.pipeline.camera_frames import CameraFrames
 from relay_ros.pipeline.camera_map import CameraEntry
+from relay_ros.pipeline.chunk_publisher import ChunkPublisher
 from relay_ros.pipeline.clock_jump import ClockJumps, restarted_scheduler
-from relay_ros.pipeline.controller_messages import TrajectoryMessage, chunk_messages
+from relay_ros.pipeline.controller_messages import TrajectoryMessage
 from relay_ros.pipeline.frame_source import FrameSource
 from relay_ros.pipeline.holding import Holding
 from relay_ros.pipeline.observation_inputs import (
@@ -51,11 +52,9 @@ from relay_ros.pipeline.observation_inputs import (
     ObservationTiming,
 )
 from relay_ros.pipeline.observation_request import Requester, RequestTag
-from relay_ros.pipeline.publication import Publication
 from relay_ros.pipeline.publication_check import PublicationGate
-from relay_ros.pipeline.replies import ReplyVerdict, judge_reply
+from relay_ros.pipeline.reply_handling import ReplyHandler
 from relay_ros.pipeline.request_clock import RequestClock
-from relay_ros.pipeline.scheduler import ChunkScheduler
 from relay_ros.pipeline.server_session import ServerSession, SessionError
 from relay_ros.pipeline.server_spec import ServerSpec
 from relay_ros.pipeline.settings import (
@@ -64,7 +63,7 @@ from relay_ros.pipeline.settings import (
     check_live_settings,
     scheduler_config,
 )
-from relay_ros.pipeline.stats import LatencyStats, MessageCounter
+from relay_ros.pipeline.stats import LatencyStats
 from relay_ros.pipeline.streaming_counts import StreamingCounts
 from relay_ros.pipeline.tick_plan import (
     frames_wanted,
@@ -131,7 +130,6 @@ class StreamingCore:
         check_live_settings(config)
         self._cfg = config
         self._camera_keys = tuple(camera_keys)
-        self._publish_message = publish
         self._request_reset = request_reset
         self._log = log
         self._clock = RequestClock(perf_clock)
@@ -169,9 +167,13 @@ class StreamingCore:
             info=log.info,
             warning=log.warning,
         )
+        self._publisher = ChunkPublisher(
+            self._gate, self._holding, self._counts, publish=publish, warning=log.warning
+        )
+        self._replies = ReplyHandler(
+            self._clock, self._counts, log_error=log.error, hold=self._hold, refuse=self._refuse
+        )
         self._jumps = ClockJumps()
-        self._clamp_warned_at = -math.inf
-        self._error_messages = MessageCounter()  # bounded: each distinct error logged once
         self._input_warned_at = -math.inf
 
     # ------------------------------------------------------------------ state
@@ -443,53 +445,11 @@ class StreamingCore:
 
     def result(self, outcome: Any, now: float) -> None:
         """What became of a submitted observation (a ``wire.connection.InferOutcome``):
-        timed, judged (:func:`~relay_ros.pipeline.replies.judge_reply`), then
-        scheduled or refused."""
-        tag = outcome.tag
-        if not isinstance(tag, RequestTag):
-            return
-        self._clock.finished(tag.start, outcome)
-        session = self._session
-        if session is None or tag.generation != session.generation:
-            return  # a reply from before a reconnect: that scheduler is gone
-        verdict = judge_reply(
-            outcome,
-            session_id=self._session_id,
-            reader=session.reader,
-            joint_limits=self._cfg.joint_limits,
-            limits_mode=self._cfg.limits_mode,
+        timed, judged, then scheduled or refused
+        (:class:`~relay_ros.pipeline.reply_handling.ReplyHandler`)."""
+        self._replies.handle(
+            outcome, self._session, now, session_id=self._session_id, settings=self._cfg
         )
-        if verdict.is_action_reply:
-            self._clock.replied(tag.t_obs, tag.start, now)
-            self._counts.chunks_received += 1
-        if verdict.chunk is None:
-            self._reply_failed(session.scheduler, verdict, now)
-            return
-        session.scheduler.chunk_received(verdict.chunk, tag.t_obs, now)
-
-    def _reply_failed(self, scheduler: ChunkScheduler, verdict: ReplyVerdict, now: float) -> None:
-        """No chunk from this reply: free the request slot (with the retry delay) and,
-        except for a reply from before the reset, hold and say why."""
-        reason = verdict.reason
-        if verdict.kind == "before_reset":
-            # Sent before the episode reset: never executed; the slot is free again.
-            if scheduler.request_in_flight:
-                scheduler.request_failed(now, reason)
-            return
-        scheduler.request_failed(now, reason)
-        if verdict.kind == "connection":
-            self._counts.connection_errors += 1
-            self._hold(f"connection lost during a request: {reason}", "connection", now)
-        elif verdict.kind == "error_reply":
-            self._counts.error_replies += 1
-            if self._error_messages.add(reason):
-                self._log.error(f"server refused the observation: {reason}")
-            self._hold(f"error reply from the server: {reason}", "error_reply", now)
-        elif verdict.kind == "malformed_reply":
-            self._counts.error_replies += 1
-            self._refuse(f"malformed reply: {reason}", "malformed_reply", now)
-        else:
-            self._refuse(reason, "unsafe_chunk", now)
 
     # ------------------------------------------------------------------ the loop
     def tick(self, now: float) -> None:
@@ -512,22 +472,12 @@ class StreamingCore:
             self._input_problem(problem, now)
 
     def _publish_due(self, session: ServerSession, now: float) -> None:
-        """Publish the due publication if it passes the checks (the one check point,
-        :class:`~relay_ros.pipeline.publication_check.PublicationGate`), else refuse it."""
+        """Publish the due publication if it passes the checks, else refuse it and hold."""
         cfg = self._cfg
         measured = self._inputs.measured(now, cfg.sensor_timeout_s, cfg.commanded_joints)
-        verdict = self._gate.publish_due(session.scheduler, now, settings=cfg, measured=measured)
-        if verdict is None:
-            return
-        refusal = verdict.refusal
-        if refusal is not None or verdict.publication is None:
-            assert refusal is not None
+        refusal = self._publisher.publish_due(session, now, cfg, measured)
+        if refusal is not None:
             self._refuse(refusal.reason, refusal.kind, now)
-            return
-        if verdict.note is not None and now - self._clamp_warned_at >= _INPUT_WARNING_PERIOD_S:
-            self._clamp_warned_at = now
-            self._log.warning(verdict.note)
-        self._publish_chunk(session, verdict.publication)
 
     def _input_problem(self, problem: InputProblem, now: float) -> None:
         if problem.kind == "frame_conversion":
@@ -537,15 +487,6 @@ class StreamingCore:
             self._hold(problem.reason, problem.kind, now)
         else:
             self._hold(problem.reason, problem.kind, now, refusal=True)
-
-    def _publish_chunk(self, session: ServerSession, publication: Publication) -> None:
-        cfg = self._cfg
-        for message in chunk_messages(
-            publication, session.outputs, cfg.commanded_joints, dry_run=cfg.dry_run
-        ):
-            self._publish_message(message)
-        self._counts.chunks_published += 1
-        self._holding.streaming()
 
     # ------------------------------------------------------------------ holding
     def _refuse(self, reason: str, kind: str, now: float) -> None:
