@@ -13,13 +13,16 @@ reply from before a reconnect or an episode reset is never executed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from relay_ros.pipeline.action_prefix import add_prefix_keys
+from relay_ros.pipeline.camera_map import CameraEntry
+from relay_ros.pipeline.frame_source import FrameSource
 from relay_ros.pipeline.observation_inputs import (
     OBSERVATION_TIMINGS,
     InputProblem,
@@ -33,7 +36,11 @@ from relay_ros.pipeline.settings import StreamingSettings
 from relay_ros.pipeline.streaming_counts import StreamingCounts
 from relay_ros.pipeline.tick_plan import frames_just_came, frames_wanted
 
-__all__ = ["RequestTag", "Requester", "build_observation"]
+__all__ = ["INPUT_WARNING_PERIOD_S", "RequestTag", "Requester", "build_observation"]
+
+#: A refused camera frame or joint state message is logged at most this often (each
+#: refusal is counted).
+INPUT_WARNING_PERIOD_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -98,15 +105,22 @@ def build_observation(
 
 class Requester:
     """Requests a chunk when the scheduler wants one (or, timed to frames, when new
-    frames came), from the inputs' newest frames and joint states.
+    frames came), from the inputs' newest frames and joint states; holds when they
+    are missing or stale.
 
     Args:
-        inputs: The cameras and joint states.
+        settings: The settings the inputs are built for (cameras, joints, encoding).
+        camera_keys: The camera map's keys, in map order.
+        cameras: The camera map's entries; None: the keys only (RGB arrays).
         clock: Times each request (frame reads included in ``request_to_wire``).
-        counts: ``requests`` grows with each observation the connection took.
+        counts: ``requests``, and each refused frame or joint state message.
         submit: Hands an observation and its tag to the connection; False when it
             cannot take it now (not connected, a request in flight).
         timing: Which moment an observation shows (``observation_timing``).
+        sources: Camera key -> where its newest frame is read; None: pushed frames.
+        deserialize: For frames the CDR reader does not understand (rclpy's).
+        hold: The core's hold (``reason, kind, now, refusal=...``).
+        warning: Writes a WARN line (a refused message, at most every 5 s).
 
     Raises:
         ValueError: ``timing`` is not one of ``OBSERVATION_TIMINGS``.
@@ -114,21 +128,61 @@ class Requester:
 
     def __init__(
         self,
-        inputs: ObservationInputs,
+        settings: StreamingSettings,
+        camera_keys: Sequence[str],
+        cameras: Sequence[CameraEntry] | None,
+        *,
         clock: RequestClock,
         counts: StreamingCounts,
         submit: Callable[[dict[str, Any], RequestTag], bool],
         timing: ObservationTiming,
+        sources: Mapping[str, FrameSource] | None,
+        deserialize: Callable[[bytes], Any] | None,
+        hold: Callable[..., None],
+        warning: Callable[[str], Any],
     ) -> None:
         if timing not in OBSERVATION_TIMINGS:
             raise ValueError(
                 f"observation_timing {timing!r} is not one of {list(OBSERVATION_TIMINGS)}"
             )
-        self._inputs = inputs
+        self._inputs = ObservationInputs.for_settings(
+            settings,
+            camera_keys,
+            cameras,
+            clock=clock,
+            sources=sources,
+            deserialize=deserialize,
+            refused=self.input_refused,
+        )
         self._clock = clock
         self._counts = counts
         self._submit = submit
         self._timing = timing
+        self._hold = hold
+        self._warning = warning
+        self._warned_at = -math.inf
+
+    @property
+    def inputs(self) -> ObservationInputs:
+        """The cameras and joint states requests are taken from."""
+        return self._inputs
+
+    def input_refused(self, reason: str, now: float) -> None:
+        """A frame or joint state message was refused: count it, WARN at most every
+        :data:`INPUT_WARNING_PERIOD_S` (no hold: the previous one stays until stale)."""
+        self._counts.refused(reason)
+        if now - self._warned_at >= INPUT_WARNING_PERIOD_S:
+            self._warned_at = now
+            self._warning(reason)
+
+    def _problem(self, problem: InputProblem, now: float) -> None:
+        if problem.kind == "frame_conversion":
+            # That camera falls back to its previous frame; the next tick tries again.
+            self.input_refused(problem.reason, now)
+        elif problem.kind == "missing_input":
+            self._hold(problem.reason, problem.kind, now)
+        else:
+            self._hold(problem.reason, problem.kind, now, refusal=True)
 
     def run(
         self,
@@ -138,9 +192,9 @@ class Requester:
         *,
         prompt: str,
         session_id: str,
-    ) -> InputProblem | None:
-        """Read the cameras if a request is near, then request if one is wanted; the
-        problem with the inputs when an observation could not be taken."""
+    ) -> None:
+        """Read the cameras if a request is near, then request if one is wanted; hold
+        (or count a refused frame) when the inputs do not give an observation."""
         inputs = self._inputs
         scheduler = session.scheduler
         started = self._clock.perf_clock()
@@ -152,7 +206,7 @@ class Requester:
             scheduler.wants_request(now)
             or (timed_to_frames and frames_just_came(scheduler, inputs, now))
         ):
-            return None
+            return
         snapshot = inputs.snapshot(
             now,
             session.spec.image_size,
@@ -161,7 +215,8 @@ class Requester:
             at_frames=self._timing == "frame",
         )
         if isinstance(snapshot, InputProblem):
-            return snapshot
+            self._problem(snapshot, now)
+            return
         observation, committed = build_observation(
             session,
             snapshot,
@@ -177,4 +232,3 @@ class Requester:
             scheduler.request_sent(snapshot.t_obs, committed_steps=committed)
             self._clock.sent(start, now)
             self._counts.requests += 1
-        return None

@@ -1,28 +1,22 @@
 """The streaming core of policy_node: inputs in, safe trajectories out (no rclpy).
 
-:class:`StreamingCore` holds everything policy_node decides, with time passed in,
-so it is tested on a synthetic clock. Each job has its own module; the core runs
-them in order and owns only the session, the episode and the settings in force:
+:class:`StreamingCore` holds everything policy_node decides, with time passed in, so
+it is tested on a synthetic clock. It owns the server session, the episode, the
+settings in force (live changes: :meth:`StreamingCore.apply_config`) and the order
+of work; each job is a module of its own:
 
-- **inputs** (:mod:`~relay_ros.pipeline.observation_inputs`): each camera's newest
-  frame and the joint states; an observation only from fresh, complete inputs;
-- **requests** (:mod:`~relay_ros.pipeline.observation_request`): when the
-  :class:`~relay_ros.pipeline.scheduler.ChunkScheduler` wants a chunk, the
-  observation goes to the connection with a ``RequestTag``, so a reply from before
-  a reconnect or an episode reset is never executed; the
-  :mod:`~relay_ros.pipeline.request_clock` times it;
-- **replies** (:mod:`~relay_ros.pipeline.replies`): judged, then scheduled or
-  refused (a refusal holds and backs off ``retry_delay_s``);
-- **publication** (:mod:`~relay_ros.pipeline.publication_check`): the due
-  publication checked as a whole, the one place publication checks go, then sent
-  per controller (:mod:`~relay_ros.pipeline.controller_messages`) or refused;
-- **holding** (:mod:`~relay_ros.pipeline.holding`): the reason, logged once per
-  kind, and the hold message, once per hold;
+- **requests** (:mod:`~relay_ros.pipeline.observation_request`): camera reads, an
+  observation from fresh, complete inputs
+  (:mod:`~relay_ros.pipeline.observation_inputs`) handed to the connection;
+- **replies** (:mod:`~relay_ros.pipeline.reply_handling`): timed, judged, then
+  scheduled, or a hold with the reason;
+- **publication** (:mod:`~relay_ros.pipeline.chunk_publisher`): the due chunk through
+  the one check point, then one message per controller, or refused;
+- **holding** (:mod:`~relay_ros.pipeline.holding`): the reason, logged once per kind,
+  and the hold message, once per hold;
 - **clock jumps** (:mod:`~relay_ros.pipeline.clock_jump`): a new timeline, a hold;
-- **live config** (:mod:`~relay_ros.pipeline.settings`): what may change checked,
-  then :meth:`StreamingCore.apply_config`;
 - **bookkeeping** (:mod:`~relay_ros.pipeline.streaming_counts`): the counters; times
-  are in the request clock, the retry deadline and stall in the scheduler.
+  in the request clock, the retry deadline and stall in the scheduler.
 
 Not thread-safe: call it from one thread (the node's executor); replies cross from
 the connection's worker thread through the node's queue.
@@ -30,7 +24,6 @@ the connection's worker thread through the node's queue.
 
 from __future__ import annotations
 
-import math
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -41,16 +34,11 @@ import numpy as np
 from relay_ros.pipeline.camera_frames import CameraFrames
 from relay_ros.pipeline.camera_map import CameraEntry
 from relay_ros.pipeline.chunk_publisher import ChunkPublisher
-from relay_ros.pipeline.clock_jump import ClockJumps, restarted_scheduler
+from relay_ros.pipeline.clock_jump import ClockJumps, restart_timeline
 from relay_ros.pipeline.controller_messages import TrajectoryMessage
 from relay_ros.pipeline.frame_source import FrameSource
 from relay_ros.pipeline.holding import Holding
-from relay_ros.pipeline.observation_inputs import (
-    DEFAULT_OBSERVATION_TIMING,
-    InputProblem,
-    ObservationInputs,
-    ObservationTiming,
-)
+from relay_ros.pipeline.observation_inputs import DEFAULT_OBSERVATION_TIMING, ObservationTiming
 from relay_ros.pipeline.observation_request import Requester, RequestTag
 from relay_ros.pipeline.publication_check import PublicationGate
 from relay_ros.pipeline.reply_handling import ReplyHandler
@@ -65,17 +53,9 @@ from relay_ros.pipeline.settings import (
 )
 from relay_ros.pipeline.stats import LatencyStats
 from relay_ros.pipeline.streaming_counts import StreamingCounts
-from relay_ros.pipeline.tick_plan import (
-    frames_wanted,
-    next_deadline,
-    stall_message,
-)
+from relay_ros.pipeline.tick_plan import frames_wanted, next_deadline, stall_message
 
 __all__ = ["StreamingCore"]
-
-#: A refused camera frame or joint state message is logged at most this often (each
-#: refusal is counted).
-_INPUT_WARNING_PERIOD_S = 5.0
 
 
 class Logger(Protocol):
@@ -133,22 +113,6 @@ class StreamingCore:
         self._request_reset = request_reset
         self._log = log
         self._clock = RequestClock(perf_clock)
-        entries = (
-            list(cameras)
-            if cameras is not None
-            else [CameraEntry(key, key, "raw", "reliable") for key in self._camera_keys]
-        )
-        watched = list(dict.fromkeys(list(config.state_joints) + list(config.commanded_joints)))
-        self._inputs = ObservationInputs(
-            entries,
-            watched,
-            clock=self._clock,
-            sources=frame_sources,
-            encoding=config.image_encoding,
-            jpeg_quality=config.jpeg_quality,
-            deserialize=deserialize,
-            refused=self._input_refused,
-        )
         self._prompt = config.prompt
         self._session_id = uuid.uuid4().hex
         self._enabled = config.autostart
@@ -157,8 +121,19 @@ class StreamingCore:
         self._config_error: str | None = None
         self._counts = StreamingCounts()
         self._requests = Requester(
-            self._inputs, self._clock, self._counts, submit, observation_timing
+            config,
+            self._camera_keys,
+            cameras,
+            clock=self._clock,
+            counts=self._counts,
+            submit=submit,
+            timing=observation_timing,
+            sources=frame_sources,
+            deserialize=deserialize,
+            hold=self._hold,
+            warning=log.warning,
         )
+        self._inputs = self._requests.inputs
         self._gate = PublicationGate()  # what the controllers follow: accepted only
         self._holding = Holding(
             counts=self._counts,
@@ -174,7 +149,6 @@ class StreamingCore:
             self._clock, self._counts, log_error=log.error, hold=self._hold, refuse=self._refuse
         )
         self._jumps = ClockJumps()
-        self._input_warned_at = -math.inf
 
     # ------------------------------------------------------------------ state
     @property
@@ -317,12 +291,6 @@ class StreamingCore:
         message is refused like a bad frame."""
         self._inputs.joint_state(names, positions, now)
 
-    def _input_refused(self, reason: str, now: float) -> None:
-        self._counts.refused(reason)
-        if now - self._input_warned_at >= _INPUT_WARNING_PERIOD_S:
-            self._input_warned_at = now
-            self._log.warning(reason)
-
     def set_prompt(self, text: str) -> None:
         """Replace the task instruction from the next observation on."""
         if text != self._prompt:
@@ -399,11 +367,7 @@ class StreamingCore:
         reason = self._jumps.jumped(delta_s, now)
         commanded = None
         if self._session is not None:
-            old = self._session.scheduler
-            # Back: as just before the jump; forward: what the controller commands now.
-            commanded = old.last_commanded(now - delta_s if delta_s < 0 else now)
-            self._counts.retire(old, now - delta_s)  # its stall up to the jump, not the jump
-            self._session.scheduler = restarted_scheduler(old)
+            commanded = restart_timeline(self._session, self._counts, delta_s, now)
         self._inputs.clear()
         self._gate.motion.forget()  # its times are on the old timeline
         self._hold(reason, "clock_jump", now, commanded=commanded)
@@ -465,11 +429,9 @@ class StreamingCore:
         if self._session is not session:
             return
         # After the publication (it must not wait for the frames).
-        problem = self._requests.run(
+        self._requests.run(
             session, now, self._cfg, prompt=self._prompt, session_id=self._session_id
         )
-        if problem is not None:
-            self._input_problem(problem, now)
 
     def _publish_due(self, session: ServerSession, now: float) -> None:
         """Publish the due publication if it passes the checks, else refuse it and hold."""
@@ -478,15 +440,6 @@ class StreamingCore:
         refusal = self._publisher.publish_due(session, now, cfg, measured)
         if refusal is not None:
             self._refuse(refusal.reason, refusal.kind, now)
-
-    def _input_problem(self, problem: InputProblem, now: float) -> None:
-        if problem.kind == "frame_conversion":
-            # That camera falls back to its previous frame; the next tick tries again.
-            self._input_refused(problem.reason, now)
-        elif problem.kind == "missing_input":
-            self._hold(problem.reason, problem.kind, now)
-        else:
-            self._hold(problem.reason, problem.kind, now, refusal=True)
 
     # ------------------------------------------------------------------ holding
     def _refuse(self, reason: str, kind: str, now: float) -> None:
