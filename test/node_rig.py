@@ -254,8 +254,15 @@ class Rig:
     def _start_following(self, topic: str, msg: JointTrajectory) -> None:
         index = [self.joints.index(j) for j in msg.joint_names]
         now = self.feeder.get_clock().now().nanoseconds * 1e-9
-        times = np.concatenate(([now], stamp_of(msg) + tfs_of(msg)))
-        positions = np.array([p.positions for p in msg.points], dtype=float)
+        point_times = stamp_of(msg) + tfs_of(msg)
+        ahead = point_times > now
+        if not ahead.any():
+            return  # it ends in the past (a late message, a clock jump): JTC rejects it
+        # Points already due (a message delayed under load, or stamped on the far side
+        # of a clock jump) are passed: from where it is, the arm heads for the next one
+        # ahead. (Interpolating over times that go back would teleport the arm.)
+        times = np.concatenate(([now], point_times[ahead]))
+        positions = np.array([p.positions for p in msg.points], dtype=float)[ahead]
         with self._lock:
             start = self.state[index].copy()
             self._following[topic] = (index, start, times, positions)

@@ -173,7 +173,7 @@ def test_server_cli_serves_the_recorded_policy(bags: dict[str, Path], tmp_path: 
     params = str(config_dir() / "pi05.yaml")
     bag = str(bags["mcap"])
     args = build_parser().parse_args(
-        ["--model", "pi05", "--recorded-bag", bag, "--recorded-params", params]
+        ["--model", "pi05", "--port", "0", "--recorded-bag", bag, "--recorded-params", params]
     )
     options = options_from_args(args)
     with (
