@@ -41,7 +41,7 @@ from rclpy.exceptions import InvalidHandle
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.serialization import deserialize_message
-from sensor_msgs.msg import CompressedImage, Image, JointState
+from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import String
 from std_srvs.srv import SetBool, Trigger
 
@@ -53,8 +53,8 @@ from relay_ros.node.node_main import NodeProgram, run_node
 from relay_ros.node.param_spec import ParameterError
 from relay_ros.node.params import expected_value
 from relay_ros.node.policy_usage import usage
-from relay_ros.node.polled import PolledCallbackGroup, PolledSubscription
-from relay_ros.node.qos import JOINT_STATES, LATCHED, RELIABLE, camera_qos
+from relay_ros.node.polled import PolledCallbackGroup, PolledSubscription, camera_subscription
+from relay_ros.node.qos import JOINT_STATES, LATCHED, RELIABLE
 from relay_ros.node.ros_logging import node_logger, route_library_logs
 from relay_ros.node.ros_params import LiveParameters, declare_parameters
 from relay_ros.node.thread_priority import ProcessPriority
@@ -143,21 +143,18 @@ class PolicyNode(Node):
         )
         # Cameras and joint states are read on the tick, not pushed per message
         # (node.polled): the node uses only the newest frames, at request time.
-        self._camera_subs: list[tuple[CameraEntry, PolledSubscription]] = []
-        for entry in self._cameras:
-            compressed = entry.transport == "compressed"
-            subscription = PolledSubscription(
-                self,
-                CompressedImage if compressed else Image,
-                entry.topic,
-                camera_qos(entry),
-                group=polled,
-                callback=lambda msg, entry=entry: self._on_image(entry, msg),
-                # Raw frames are read straight from their CDR bytes (pipeline.image_cdr):
-                # building the rclpy message would copy every 900 KiB frame once more.
-                raw=not compressed,
+        self._camera_subs = [
+            (
+                entry,
+                camera_subscription(
+                    self,
+                    entry,
+                    group=polled,
+                    callback=lambda msg, entry=entry: self._on_image(entry, msg),
+                ),
             )
-            self._camera_subs.append((entry, subscription))
+            for entry in self._cameras
+        ]
         self.core = StreamingCore(
             cfg,
             camera_keys=[c.key for c in self._cameras],
