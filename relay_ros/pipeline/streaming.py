@@ -43,7 +43,7 @@ from relay_ros.pipeline.observation_request import Requester, RequestTag
 from relay_ros.pipeline.publication_check import PublicationGate
 from relay_ros.pipeline.reply_handling import ReplyHandler
 from relay_ros.pipeline.request_clock import RequestClock
-from relay_ros.pipeline.server_session import ServerSession, SessionError
+from relay_ros.pipeline.server_session import ServerSession, SessionError, SessionSlot
 from relay_ros.pipeline.server_spec import ServerSpec
 from relay_ros.pipeline.settings import (
     StreamingSettings,
@@ -116,10 +116,8 @@ class StreamingCore:
         self._prompt = config.prompt
         self._session_id = uuid.uuid4().hex
         self._enabled = config.autostart
-        self._session: ServerSession | None = None
-        self._generation = 0
-        self._config_error: str | None = None
         self._counts = StreamingCounts()
+        self._slot = SessionSlot(self._clock, self._counts)
         self._requests = Requester(
             config,
             self._camera_keys,
@@ -151,6 +149,10 @@ class StreamingCore:
         self._jumps = ClockJumps()
 
     # ------------------------------------------------------------------ state
+    @property
+    def _session(self) -> ServerSession | None:
+        return self._slot.current
+
     @property
     def config(self) -> StreamingSettings:
         """The settings in force."""
@@ -380,32 +382,22 @@ class StreamingCore:
     def connected(self, metadata: Mapping[str, Any], now: float) -> None:
         """The connection (re)connected; ``metadata`` is what the server announced."""
         try:
-            session = ServerSession.open(
-                metadata,
-                self._cfg,
-                camera_keys=self._camera_keys,
-                latencies=self._clock.estimate,
-                generation=self._generation + 1,
-            )
-        except SessionError as exc:
-            self._config_error = f"configuration does not fit the server: {exc}"
-            self._log.error(self._config_error)
-            self._hold(self._config_error, "config", now)
-            self._drop_session(now)
+            session = self._slot.open(metadata, self._cfg, camera_keys=self._camera_keys, now=now)
+        except SessionError:
+            reason = self._slot.config_error
+            assert reason is not None
+            self._log.error(reason)
+            self._hold(reason, "config", now)
+            self._slot.drop(now)
             return
-        self._config_error = None
         self._inputs.clear_frames()  # the image size may have changed
-        self._generation = session.generation
-        self._drop_session(now)
-        self._clock.connected()  # its first reply may carry the server's warm-up
-        self._session = session
         self._log.info(session.describe(self._cfg))
 
     def disconnected(self, reason: str, now: float) -> None:
         """The connection was lost (the connection reconnects by itself)."""
         self._counts.connection_errors += 1
         self._hold(f"disconnected from the policy server: {reason}", "connection", now)
-        self._drop_session(now)
+        self._slot.drop(now)
 
     def result(self, outcome: Any, now: float) -> None:
         """What became of a submitted observation (a ``wire.connection.InferOutcome``):
@@ -470,19 +462,11 @@ class StreamingCore:
             commanded=commanded,
         )
 
-    def _drop_session(self, now: float) -> None:
-        """Forget the server; keep the stall and drop totals of its scheduler."""
-        self._clock.abandon()
-        session = self._session
-        if session is not None:
-            self._counts.retire(session.scheduler, now)
-        self._session = None
-
     # ------------------------------------------------------------------ what is wrong
     @property
     def config_error(self) -> str | None:
         """Why the configuration does not fit the connected server, or None."""
-        return self._config_error
+        return self._slot.config_error
 
     def stalled(self, now: float) -> str | None:
         """Why the robot stands still for want of a chunk, or None while a published
