@@ -239,7 +239,6 @@ def test_node_parameters_match_the_model_config(model):
             "policy_url": f"ws://127.0.0.1:8123/{model}",
             "request_mode": "sync",
             "blend_steps": 0,  # the default smoothing is the server's action prefix
-            "limits_mode": "clamp",  # the demo policy's few steps over the limits, slowed
         },
     ]
     blended = demo_node_parameters(model, policy=DemoPolicy(smoothing="blend", seed=4))

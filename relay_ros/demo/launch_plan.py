@@ -146,10 +146,6 @@ def demo_node_parameters(
         "policy_url": f"ws://{url_host}:{port}/{model}",
         "request_mode": request_mode,
         "blend_steps": policy.blend_steps(model, config.execute_horizon),
-        # The demo's policy (chunk noise, chunks restarting from a stale observation)
-        # steps over the simulated arm's velocity limits at a few switches: slowed to
-        # the limit (counted as chunks_clamped) instead of refused and held.
-        "limits_mode": "clamp",
     }
     return {
         "sim_cameras": [camera_params],

@@ -258,6 +258,8 @@ class ReferencePolicy:
             if window is None:
                 window = soft_window(request.execute_horizon, len(plan))
             plan = apply_prefix(plan, prefix, committed, window)
+        if self._visual is not None:
+            plan = self._visual.limit_speed(plan, committed if prefix is not None else 0)
         return np.asarray(plan, dtype=np.float32)
 
 
