@@ -23,9 +23,11 @@ from relay_ros.models import family_of
 from relay_ros.node.node_config import NodeConfig
 from relay_ros.paths import config_dir
 from relay_ros.pipeline.camera_map import load_model_camera_map
+from relay_ros.pipeline.controller_messages import TrajectoryMessage
 from relay_ros.pipeline.frame_source import ArrivedFrame, LatestFrame
 from relay_ros.pipeline.health import assess
-from relay_ros.pipeline.streaming import RequestTag, StreamingCore, TrajectoryMessage
+from relay_ros.pipeline.observation_request import RequestTag
+from relay_ros.pipeline.streaming import StreamingCore
 from relay_ros.server.embodiment import load_embodiment
 from relay_ros.server.metadata import build_metadata
 from relay_ros.wire.connection import InferOutcome

@@ -13,13 +13,13 @@ from streaming_rig import CoreRig, ramp_policy
 
 from relay_ros.pipeline.health import Level
 from relay_ros.pipeline.joint_limits import JointLimit
+from relay_ros.pipeline.motion_check import MotionLimits, check_motion
 from relay_ros.pipeline.publication import Publication
 from relay_ros.pipeline.publication_check import (
     MAX_START_DELAY_SLOTS,
     CommandedMotion,
     check_publication,
 )
-from relay_ros.pipeline.safety import MotionLimits, check_motion
 
 H = 50
 JUMP = 2.65  # rad, on joint1 (limits -2.9..2.9, 2.5 rad/s) from 0.1 + 49 * 0.002

@@ -14,8 +14,8 @@ import pytest
 from streaming_rig import CoreRig, ramp_policy
 
 from relay_ros.pipeline.health import Level, assess
+from relay_ros.pipeline.observation_request import RequestTag
 from relay_ros.pipeline.settings import StreamingConfigError
-from relay_ros.pipeline.streaming import RequestTag
 from relay_ros.pipeline.trajectory import parse_t_obs
 from relay_ros.wire.connection import InferOutcome
 

@@ -10,7 +10,7 @@ from streaming_rig import CoreRig
 from relay_ros.pipeline.camera_frames import FRAME_LOOKAHEAD_S, LAST_READ_LEAD_S
 from relay_ros.pipeline.health import assess
 from relay_ros.pipeline.image_encoding import decode_jpeg
-from relay_ros.pipeline.streaming import RequestTag
+from relay_ros.pipeline.observation_request import RequestTag
 from relay_ros.wire.connection import InferOutcome
 from relay_ros.wire.request_timing import RequestTiming
 

@@ -34,42 +34,35 @@ import queue
 import sys
 from typing import Any
 
-from builtin_interfaces.msg import Duration as DurationMsg
-from builtin_interfaces.msg import Time as TimeMsg
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rclpy.clock import JumpThreshold, TimeJump
 from rclpy.duration import Duration
 from rclpy.exceptions import InvalidHandle
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from rclpy.qos import (
-    DurabilityPolicy,
-    HistoryPolicy,
-    QoSProfile,
-    ReliabilityPolicy,
-    qos_profile_sensor_data,
-)
 from rclpy.serialization import deserialize_message
-from sensor_msgs.msg import CompressedImage, Image, JointState
+from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import String
 from std_srvs.srv import SetBool, Trigger
-from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from relay_ros.node.debug_topics import ObservationTopics
+from relay_ros.node.diagnostics_message import diagnostic_array, diagnostic_status
 from relay_ros.node.limit_params import with_robot_text
 from relay_ros.node.node_config import NodeConfig
 from relay_ros.node.node_main import NodeProgram, run_node
 from relay_ros.node.param_spec import ParameterError
 from relay_ros.node.params import expected_value
 from relay_ros.node.policy_usage import usage
-from relay_ros.node.polled import PolledCallbackGroup, PolledSubscription
+from relay_ros.node.polled import PolledCallbackGroup, PolledSubscription, camera_subscription
+from relay_ros.node.qos import JOINT_STATES, LATCHED, RELIABLE
 from relay_ros.node.ros_logging import node_logger, route_library_logs
 from relay_ros.node.ros_params import LiveParameters, declare_parameters
 from relay_ros.node.thread_priority import ProcessPriority
+from relay_ros.node.trajectory_publishers import TrajectoryPublishers
 from relay_ros.pipeline.camera_map import CameraEntry, CameraMapError, load_model_camera_map
 from relay_ros.pipeline.health import assess
 from relay_ros.pipeline.stats import LatencyStats
-from relay_ros.pipeline.streaming import StreamingCore, TrajectoryMessage
+from relay_ros.pipeline.streaming import StreamingCore
 from relay_ros.stop_signals import take_stop_signals
 from relay_ros.wire.connection import PolicyConnection
 
@@ -88,22 +81,6 @@ _MIN_TICK_S = 0.001
 # connection worker to write it to the socket, instead of running on with the GIL
 # the worker needs to encode and send it (about 1 ms on a fast link; docs/node.md).
 _HANDOFF_S = 0.005
-
-_RELIABLE = QoSProfile(
-    depth=10, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE
-)
-# robot_state_publisher's robot_description: the last message kept for late joiners.
-_LATCHED = QoSProfile(
-    depth=1,
-    history=HistoryPolicy.KEEP_LAST,
-    reliability=ReliabilityPolicy.RELIABLE,
-    durability=DurabilityPolicy.TRANSIENT_LOCAL,
-)
-# Joint states wait for the next tick: 100 of them cover 1 kHz over the longest gap
-# between ticks (several publishers may share the topic, each with some of the joints).
-_JOINT_STATES_QOS = QoSProfile(
-    depth=100, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE
-)
 
 
 class PolicyNode(Node):
@@ -127,16 +104,14 @@ class PolicyNode(Node):
         # Read by hand (cameras, joint states) or not watched by the executor (the
         # publishers' QoS events; the subscriber side reports them): see node.polled.
         self._polled = polled = PolledCallbackGroup()
-        self._trajectory_pubs: dict[str, Any] = {}
-        self._topics = {output.name: output.topic for output in cfg.outputs}
-        if not cfg.dry_run:
-            for name in self._topics:
-                self._output_publisher(name)
-        self._preview = self.create_publisher(
-            JointTrajectory, "~/preview", _RELIABLE, callback_group=polled
+        self._trajectories = TrajectoryPublishers(
+            self,
+            {output.name: output.topic for output in cfg.outputs},
+            group=polled,
+            create_now=not cfg.dry_run,
         )
         self._diagnostics = self.create_publisher(
-            DiagnosticArray, "/diagnostics", _RELIABLE, callback_group=polled
+            DiagnosticArray, "/diagnostics", RELIABLE, callback_group=polled
         )
         # The connection worker triggers this after each event (it may do so while
         # the node is still being built: the tick runs once the executor spins).
@@ -168,33 +143,23 @@ class PolicyNode(Node):
         )
         # Cameras and joint states are read on the tick, not pushed per message
         # (node.polled): the node uses only the newest frames, at request time.
-        self._camera_subs: list[tuple[CameraEntry, PolledSubscription]] = []
-        for entry in self._cameras:
-            compressed = entry.transport == "compressed"
-            qos = qos_profile_sensor_data if entry.qos == "sensor_data" else _RELIABLE
-            subscription = PolledSubscription(
-                self,
-                CompressedImage if compressed else Image,
-                entry.topic,
-                # Depth 1: older frames are overwritten in the middleware, never copied.
-                QoSProfile(
-                    depth=1,
-                    history=HistoryPolicy.KEEP_LAST,
-                    reliability=qos.reliability,
-                    durability=qos.durability,
+        self._camera_subs = [
+            (
+                entry,
+                camera_subscription(
+                    self,
+                    entry,
+                    group=polled,
+                    callback=lambda msg, entry=entry: self._on_image(entry, msg),
                 ),
-                group=polled,
-                callback=lambda msg, entry=entry: self._on_image(entry, msg),
-                # Raw frames are read straight from their CDR bytes (pipeline.image_cdr):
-                # building the rclpy message would copy every 900 KiB frame once more.
-                raw=not compressed,
             )
-            self._camera_subs.append((entry, subscription))
+            for entry in self._cameras
+        ]
         self.core = StreamingCore(
             cfg,
             camera_keys=[c.key for c in self._cameras],
             submit=self._submit,
-            publish=self._publish,
+            publish=self._trajectories.publish,
             request_reset=self._connection.request_reset,
             log=self.get_logger(),
             cameras=self._cameras,
@@ -211,7 +176,7 @@ class PolicyNode(Node):
             self,
             JointState,
             cfg.joint_states_topic,
-            _JOINT_STATES_QOS,
+            JOINT_STATES,
             group=polled,
             callback=self._on_joint_state,
         )
@@ -219,7 +184,7 @@ class PolicyNode(Node):
             String,
             "~/prompt",
             self._on_prompt,
-            _RELIABLE,
+            RELIABLE,
             callback_group=group,
         )
         # The robot's URDF, as robot_state_publisher publishes it, unless a parameter gave it.
@@ -229,7 +194,7 @@ class PolicyNode(Node):
                 String,
                 cfg.robot_description_topic,
                 self._on_robot_description,
-                _LATCHED,
+                LATCHED,
                 callback_group=group,
             )
         self.create_service(Trigger, "~/reset", self._on_reset, callback_group=group)
@@ -409,43 +374,7 @@ class PolicyNode(Node):
             timer.timer_period_ns = period_ns
         timer.reset()  # the next call is one (new) period from now
 
-    # ------------------------------------------------------------------ outputs
-    def _output_publisher(self, name: str) -> Any:
-        publisher = self._trajectory_pubs.get(name)
-        if publisher is None:
-            publisher = self.create_publisher(
-                JointTrajectory, self._topics[name], _RELIABLE, callback_group=self._polled
-            )
-            self._trajectory_pubs[name] = publisher
-        return publisher
-
-    def _publish(self, message: TrajectoryMessage) -> None:
-        if message.output is None and self._preview.get_subscription_count() == 0:
-            return  # ~/preview is for people and recorders; nobody listens now
-        points = message.points
-        msg = JointTrajectory()
-        msg.header.stamp = TimeMsg(
-            sec=points.stamp_sec_nanosec[0], nanosec=points.stamp_sec_nanosec[1]
-        )
-        msg.header.frame_id = message.frame_id
-        msg.joint_names = list(message.joint_names)
-        out = []
-        for positions, velocities, (sec, nanosec) in zip(
-            points.positions.tolist(),
-            points.velocities.tolist(),
-            points.time_from_start_sec_nanosec,
-        ):
-            point = JointTrajectoryPoint()
-            point.positions = positions
-            point.velocities = velocities
-            point.time_from_start = DurationMsg(sec=sec, nanosec=nanosec)
-            out.append(point)
-        msg.points = out
-        if message.output is None:
-            self._preview.publish(msg)
-        else:
-            self._output_publisher(message.output).publish(msg)
-
+    # ------------------------------------------------------------------ diagnostics
     def diagnostics_status(self) -> DiagnosticStatus:
         """The node's health as one DiagnosticStatus (also published at 1 Hz)."""
         health = assess(
@@ -454,20 +383,16 @@ class PolicyNode(Node):
             connected=self._connection.connected,
             connection_error=self._connection.last_error,
         )
-        status = DiagnosticStatus()
-        status.name = f"{self.get_name()}: policy"
-        status.hardware_id = self._config.model
-        status.level = bytes([int(health.level)])
-        status.message = health.message
-        status.values = [KeyValue(key=k, value=v) for k, v in health.values.items()]
-        status.values.append(KeyValue(key="thread priority", value=self._priority.status))
-        return status
+        return diagnostic_status(
+            health,
+            name=f"{self.get_name()}: policy",
+            hardware_id=self._config.model,
+            extra={"thread priority": self._priority.status},
+        )
 
     def _publish_diagnostics(self) -> None:
-        array = DiagnosticArray()
-        array.header.stamp = self.get_clock().now().to_msg()
-        array.status = [self.diagnostics_status()]
-        self._diagnostics.publish(array)
+        stamp = self.get_clock().now().to_msg()
+        self._diagnostics.publish(diagnostic_array(self.diagnostics_status(), stamp))
 
     # ------------------------------------------------------------------ lifetime
     def destroy_node(self) -> None:

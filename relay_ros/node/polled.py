@@ -40,10 +40,19 @@ from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
 from rclpy.qos import QoSProfile
 from rclpy.subscription import Subscription
+from sensor_msgs.msg import CompressedImage, Image
 
+from relay_ros.node.qos import camera_qos
+from relay_ros.pipeline.camera_map import CameraEntry
 from relay_ros.pipeline.frame_source import ArrivedFrame
 
-__all__ = ["PolledCallbackGroup", "PolledSubscription", "Taken", "message_age"]
+__all__ = [
+    "PolledCallbackGroup",
+    "PolledSubscription",
+    "Taken",
+    "camera_subscription",
+    "message_age",
+]
 
 
 class PolledCallbackGroup(ReentrantCallbackGroup):
@@ -157,3 +166,26 @@ class PolledSubscription:
         if not batch:
             return None
         return ArrivedFrame(batch[-1].msg, now - batch[-1].age_s)
+
+
+def camera_subscription(
+    node: Node,
+    entry: CameraEntry,
+    *,
+    group: PolledCallbackGroup,
+    callback: Callable[[Any], None],
+) -> PolledSubscription:
+    """The polled subscription of one camera of the map: ``CompressedImage`` for the
+    compressed transport, else ``Image`` read straight from its CDR bytes
+    (:mod:`relay_ros.pipeline.image_cdr`: building the rclpy message would copy every
+    900 KiB frame once more), with depth 1 (:func:`~relay_ros.node.qos.camera_qos`)."""
+    compressed = entry.transport == "compressed"
+    return PolledSubscription(
+        node,
+        CompressedImage if compressed else Image,
+        entry.topic,
+        camera_qos(entry),
+        group=group,
+        callback=callback,
+        raw=not compressed,
+    )

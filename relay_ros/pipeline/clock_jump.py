@@ -19,9 +19,13 @@ Plain Python, no rclpy.
 
 from __future__ import annotations
 
-from relay_ros.pipeline.scheduler import ChunkScheduler
+import numpy as np
 
-__all__ = ["NOTICE_S", "ClockJumps", "describe_jump", "restarted_scheduler"]
+from relay_ros.pipeline.scheduler import ChunkScheduler
+from relay_ros.pipeline.server_session import ServerSession
+from relay_ros.pipeline.streaming_counts import StreamingCounts
+
+__all__ = ["NOTICE_S", "ClockJumps", "describe_jump", "restart_timeline", "restarted_scheduler"]
 
 #: How long after a jump ``/diagnostics`` still reports it (WARN), seconds.
 NOTICE_S = 5.0
@@ -40,6 +44,20 @@ def restarted_scheduler(scheduler: ChunkScheduler) -> ChunkScheduler:
     """A new scheduler with ``scheduler``'s settings and latency measurements: no
     current or held chunk, no retry deadline, no stall (all on the old timeline)."""
     return ChunkScheduler(scheduler.config, scheduler.latencies)
+
+
+def restart_timeline(
+    session: ServerSession, counts: StreamingCounts, delta_s: float, now: float
+) -> np.ndarray | None:
+    """Give ``session`` a :func:`restarted_scheduler` after a jump of ``delta_s`` seconds
+    seen at ``now``; the old one's stall counts up to the jump (not the jump itself).
+    Returns the position to hold: back, as commanded just before the jump; forward,
+    what the controller commands now."""
+    old = session.scheduler
+    commanded = old.last_commanded(now - delta_s if delta_s < 0 else now)
+    counts.retire(old, now - delta_s)
+    session.scheduler = restarted_scheduler(old)
+    return commanded
 
 
 class ClockJumps:

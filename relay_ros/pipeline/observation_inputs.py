@@ -54,6 +54,7 @@ from relay_ros.pipeline.frame_source import FrameSource
 from relay_ros.pipeline.image_encoding import DEFAULT_JPEG_QUALITY
 from relay_ros.pipeline.request_clock import RequestClock
 from relay_ros.pipeline.safety import check_fresh
+from relay_ros.pipeline.settings import StreamingSettings
 from relay_ros.pipeline.state import JointStateCache, JointStateError
 
 __all__ = [
@@ -148,6 +149,38 @@ class ObservationInputs:
         self._clock = clock
         self._refused = refused
         self.frames_received = 0
+
+    @classmethod
+    def for_settings(
+        cls,
+        settings: StreamingSettings,
+        camera_keys: Sequence[str],
+        cameras: Sequence[CameraEntry] | None,
+        *,
+        clock: RequestClock,
+        sources: Mapping[str, FrameSource] | None,
+        deserialize: Callable[[bytes], Any] | None,
+        refused: Callable[[str, float], None],
+    ) -> ObservationInputs:
+        """The inputs ``settings`` need: the camera map's entries (None: raw frames
+        under ``camera_keys``), the state joints then the other commanded joints, and
+        the wire encoding."""
+        entries = (
+            list(cameras)
+            if cameras is not None
+            else [CameraEntry(key, key, "raw", "reliable") for key in camera_keys]
+        )
+        joints = dict.fromkeys(list(settings.state_joints) + list(settings.commanded_joints))
+        return cls(
+            entries,
+            list(joints),
+            clock=clock,
+            sources=sources,
+            encoding=settings.image_encoding,
+            jpeg_quality=settings.jpeg_quality,
+            deserialize=deserialize,
+            refused=refused,
+        )
 
     @property
     def pulls_frames(self) -> bool:

@@ -8,7 +8,7 @@ controller will run it (:func:`check_publication`):
    commanded (``limits_problem``);
 2. the first point against the measured state (``max_joint_step``);
 3. every segment the controller interpolates, within each joint's position range,
-   velocity limit and acceleration limit (:func:`~relay_ros.pipeline.safety.check_motion`):
+   velocity limit and acceleration limit (:func:`~relay_ros.pipeline.motion_check.check_motion`):
    from where the controller is, with the velocity it has, to the first point;
    between every two points; and the tail past the execute horizon, which the
    robot runs when the next chunk is late. ``limits_mode`` ``"refuse"`` refuses a
@@ -44,13 +44,8 @@ from relay_ros.pipeline.controller_messages import (
 )
 from relay_ros.pipeline.interpolation import finite_difference_velocities
 from relay_ros.pipeline.joint_limits import JointLimit
-from relay_ros.pipeline.safety import (
-    LimitsMode,
-    MotionLimits,
-    Refusal,
-    check_first_step,
-    check_motion,
-)
+from relay_ros.pipeline.motion_check import MotionLimits, check_motion
+from relay_ros.pipeline.safety import LimitsMode, Refusal, check_first_step
 from relay_ros.pipeline.scheduler import ChunkScheduler, Publication
 
 __all__ = [

@@ -7,7 +7,9 @@ wire format, the output controllers with their action dimensions, and the reply
 reader. :meth:`ServerSession.open` either builds all of it or raises
 :class:`SessionError` naming what does not fit, so the core never runs with half of
 a configuration. A reply or a timer event from an earlier session is recognised by
-its ``generation``.
+its ``generation``. :class:`SessionSlot` holds the current session and what
+outlives one: the generation count, why the last server did not fit, and (in the
+counters) the stall and late drops of the schedulers it dropped.
 """
 
 from __future__ import annotations
@@ -21,12 +23,14 @@ import numpy as np
 from relay_ros.pipeline.observation import ObservationBuilder, ObservationError
 from relay_ros.pipeline.outputs import OutputController, OutputsError, load_outputs
 from relay_ros.pipeline.replies import ReplyReader
+from relay_ros.pipeline.request_clock import RequestClock
 from relay_ros.pipeline.scheduler import ChunkScheduler
 from relay_ros.pipeline.server_spec import ServerSpec, ServerSpecError
 from relay_ros.pipeline.settings import StreamingConfigError, StreamingSettings, scheduler_config
 from relay_ros.pipeline.stats import LatencyStats
+from relay_ros.pipeline.streaming_counts import StreamingCounts
 
-__all__ = ["ServerSession", "SessionError"]
+__all__ = ["ServerSession", "SessionError", "SessionSlot"]
 
 
 class SessionError(ValueError):
@@ -100,3 +104,62 @@ class ServerSession:
             f"{1000.0 * sched.dt:.1f} ms, execute {sched.execute_horizon}, "
             f"{config.request_mode} requests"
         )
+
+
+class SessionSlot:
+    """The session with the server connected now (None between connections).
+
+    Args:
+        clock: The request clock, told when a session opens (its first reply may
+            carry the server's warm-up) and when one is dropped (nothing in flight).
+        counts: Keeps the stall time and late drops of each dropped scheduler.
+    """
+
+    def __init__(self, clock: RequestClock, counts: StreamingCounts) -> None:
+        self._clock = clock
+        self._counts = counts
+        self._generation = 0
+        self.current: ServerSession | None = None
+        #: Why the configuration does not fit the last server announced, or None.
+        self.config_error: str | None = None
+
+    def open(
+        self,
+        metadata: Mapping[str, Any],
+        config: StreamingSettings,
+        *,
+        camera_keys: Sequence[str],
+        now: float,
+    ) -> ServerSession:
+        r"""Make the session of the server that announced ``metadata`` current (the
+        previous one dropped at ``now``).
+
+        Raises:
+            SessionError: the configuration does not fit that server; ``config_error``
+                says how, and the previous session is still current (the caller holds
+                on it, then :meth:`drop`\ s it).
+        """
+        try:
+            session = ServerSession.open(
+                metadata,
+                config,
+                camera_keys=camera_keys,
+                latencies=self._clock.estimate,
+                generation=self._generation + 1,
+            )
+        except SessionError as exc:
+            self.config_error = f"configuration does not fit the server: {exc}"
+            raise
+        self.config_error = None
+        self._generation = session.generation
+        self.drop(now)
+        self._clock.connected()
+        self.current = session
+        return session
+
+    def drop(self, now: float) -> None:
+        """Forget the server; keep the stall and drop totals of its scheduler."""
+        self._clock.abandon()
+        if self.current is not None:
+            self._counts.retire(self.current.scheduler, now)
+        self.current = None

@@ -1,33 +1,22 @@
 """The streaming core of policy_node: inputs in, safe trajectories out (no rclpy).
 
-:class:`StreamingCore` holds everything policy_node decides, with time passed in,
-so it is tested on a synthetic clock. Each job has its own module; the core runs
-them in order:
+:class:`StreamingCore` holds everything policy_node decides, with time passed in, so
+it is tested on a synthetic clock. It owns the server session, the episode, the
+settings in force (live changes: :meth:`StreamingCore.apply_config`) and the order
+of work; each job is a module of its own:
 
-- **inputs** (:mod:`~relay_ros.pipeline.observation_inputs`): each camera's newest
-  frame, pulled from its :class:`~relay_ros.pipeline.frame_source.FrameSource` in
-  the window before a request, and the joint states; an observation is taken only
-  from fresh, complete inputs (else: hold and say why);
-- **requests**: when the :class:`~relay_ros.pipeline.scheduler.ChunkScheduler` wants
-  a chunk, the observation (with the ``action_prefix`` keys when the server takes
-  them) goes to the connection with a :class:`RequestTag`, so that a reply from
-  before a reconnect or an episode reset is never executed; the
-  :class:`~relay_ros.pipeline.request_clock.RequestClock` times it;
-- **replies** (:mod:`~relay_ros.pipeline.replies`): classified, decoded and checked
-  (error replies, malformed replies, NaN/Inf, joint limits), then scheduled; a
-  refusal holds position and backs off ``retry_delay_s``;
-- **publication**: the scheduler's due publication is peeked, checked as a whole
-  (:func:`~relay_ros.pipeline.publication_check.check_publication`, from
-  :meth:`StreamingCore._publication_refusal`, the one place publication checks
-  go: limits known, first step, position/velocity/acceleration on every segment),
-  then committed (clamped in ``limits_mode`` clamp) and sent per controller
-  (:mod:`~relay_ros.pipeline.controller_messages`) or refused;
-- **holding** (:mod:`~relay_ros.pipeline.holding`): the current commanded position
-  is sent once per hold, the reason logged when its kind changes and always shown
-  in :meth:`~relay_ros.pipeline.health.assess`;
+- **requests** (:mod:`~relay_ros.pipeline.observation_request`): camera reads, an
+  observation from fresh, complete inputs
+  (:mod:`~relay_ros.pipeline.observation_inputs`) handed to the connection;
+- **replies** (:mod:`~relay_ros.pipeline.reply_handling`): timed, judged, then
+  scheduled, or a hold with the reason;
+- **publication** (:mod:`~relay_ros.pipeline.chunk_publisher`): the due chunk through
+  the one check point, then one message per controller, or refused;
+- **holding** (:mod:`~relay_ros.pipeline.holding`): the reason, logged once per kind,
+  and the hold message, once per hold;
 - **clock jumps** (:mod:`~relay_ros.pipeline.clock_jump`): a new timeline, a hold;
-- bookkeeping, one owner each: counters here, times in the request clock, the retry
-  deadline and stall in the scheduler (replaced schedulers' stall carried over).
+- **bookkeeping** (:mod:`~relay_ros.pipeline.streaming_counts`): the counters; times
+  in the request clock, the retry deadline and stall in the scheduler.
 
 Not thread-safe: call it from one thread (the node's executor); replies cross from
 the connection's worker thread through the node's queue.
@@ -35,35 +24,26 @@ the connection's worker thread through the node's queue.
 
 from __future__ import annotations
 
-import math
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 
-from relay_ros.pipeline.action_prefix import add_prefix_keys
 from relay_ros.pipeline.camera_frames import CameraFrames
 from relay_ros.pipeline.camera_map import CameraEntry
-from relay_ros.pipeline.clock_jump import ClockJumps, restarted_scheduler
-from relay_ros.pipeline.controller_messages import TrajectoryMessage, chunk_messages
+from relay_ros.pipeline.chunk_publisher import ChunkPublisher
+from relay_ros.pipeline.clock_jump import ClockJumps, restart_timeline
+from relay_ros.pipeline.controller_messages import TrajectoryMessage
 from relay_ros.pipeline.frame_source import FrameSource
 from relay_ros.pipeline.holding import Holding
-from relay_ros.pipeline.observation_inputs import (
-    DEFAULT_OBSERVATION_TIMING,
-    OBSERVATION_TIMINGS,
-    InputProblem,
-    ObservationInputs,
-    ObservationTiming,
-)
-from relay_ros.pipeline.publication import Publication
+from relay_ros.pipeline.observation_inputs import DEFAULT_OBSERVATION_TIMING, ObservationTiming
+from relay_ros.pipeline.observation_request import Requester, RequestTag
 from relay_ros.pipeline.publication_check import PublicationGate
-from relay_ros.pipeline.replies import ReplyVerdict, judge_reply
-from relay_ros.pipeline.request_clock import RequestClock, RequestStart
-from relay_ros.pipeline.scheduler import ChunkScheduler
-from relay_ros.pipeline.server_session import ServerSession, SessionError
+from relay_ros.pipeline.reply_handling import ReplyHandler
+from relay_ros.pipeline.request_clock import RequestClock
+from relay_ros.pipeline.server_session import ServerSession, SessionError, SessionSlot
 from relay_ros.pipeline.server_spec import ServerSpec
 from relay_ros.pipeline.settings import (
     StreamingSettings,
@@ -71,19 +51,11 @@ from relay_ros.pipeline.settings import (
     check_live_settings,
     scheduler_config,
 )
-from relay_ros.pipeline.stats import LatencyStats, MessageCounter
-from relay_ros.pipeline.tick_plan import (
-    frames_just_came,
-    frames_wanted,
-    next_deadline,
-    stall_message,
-)
+from relay_ros.pipeline.stats import LatencyStats
+from relay_ros.pipeline.streaming_counts import StreamingCounts
+from relay_ros.pipeline.tick_plan import frames_wanted, next_deadline, stall_message
 
-__all__ = ["RequestTag", "StreamingCore", "TrajectoryMessage"]
-
-#: A refused camera frame or joint state message is logged at most this often (each
-#: refusal is counted).
-_INPUT_WARNING_PERIOD_S = 5.0
+__all__ = ["StreamingCore"]
 
 
 class Logger(Protocol):
@@ -92,34 +64,6 @@ class Logger(Protocol):
     def info(self, message: str) -> Any: ...
     def warning(self, message: str) -> Any: ...
     def error(self, message: str) -> Any: ...
-
-
-@dataclass(frozen=True)
-class RequestTag:
-    """Travels with each observation through the connection and back with its reply.
-
-    Attributes:
-        generation: Which connection the request was made on; a reply from an
-            earlier one is dropped (its scheduler is gone).
-        session_id: The episode; a reply from before ``~/reset`` is never executed.
-        t_obs: Observation time on the node clock (s).
-        start: The request's start on the core's :class:`RequestClock`.
-    """
-
-    generation: int
-    session_id: str
-    t_obs: float
-    start: RequestStart
-
-
-@dataclass
-class _Counts:
-    requests: int = 0
-    chunks_received: int = 0
-    chunks_published: int = 0
-    error_replies: int = 0
-    refusals: int = 0
-    connection_errors: int = 0
 
 
 class StreamingCore:
@@ -164,53 +108,51 @@ class StreamingCore:
         observation_timing: ObservationTiming = DEFAULT_OBSERVATION_TIMING,
     ) -> None:
         check_live_settings(config)
-        if observation_timing not in OBSERVATION_TIMINGS:
-            raise ValueError(
-                f"observation_timing {observation_timing!r} is not one of "
-                f"{list(OBSERVATION_TIMINGS)}"
-            )
-        self._timing = observation_timing
         self._cfg = config
         self._camera_keys = tuple(camera_keys)
-        self._submit = submit
-        self._publish_message = publish
         self._request_reset = request_reset
         self._log = log
         self._clock = RequestClock(perf_clock)
-        entries = (
-            list(cameras)
-            if cameras is not None
-            else [CameraEntry(key, key, "raw", "reliable") for key in self._camera_keys]
-        )
-        watched = list(dict.fromkeys(list(config.state_joints) + list(config.commanded_joints)))
-        self._inputs = ObservationInputs(
-            entries,
-            watched,
-            clock=self._clock,
-            sources=frame_sources,
-            encoding=config.image_encoding,
-            jpeg_quality=config.jpeg_quality,
-            deserialize=deserialize,
-            refused=self._input_refused,
-        )
         self._prompt = config.prompt
         self._session_id = uuid.uuid4().hex
         self._enabled = config.autostart
-        self._session: ServerSession | None = None
-        self._generation = 0
-        self._config_error: str | None = None
-        self._holding = Holding()
+        self._counts = StreamingCounts()
+        self._slot = SessionSlot(self._clock, self._counts)
+        self._requests = Requester(
+            config,
+            self._camera_keys,
+            cameras,
+            clock=self._clock,
+            counts=self._counts,
+            submit=submit,
+            timing=observation_timing,
+            sources=frame_sources,
+            deserialize=deserialize,
+            hold=self._hold,
+            warning=log.warning,
+        )
+        self._inputs = self._requests.inputs
         self._gate = PublicationGate()  # what the controllers follow: accepted only
+        self._holding = Holding(
+            counts=self._counts,
+            gate=self._gate,
+            publish=publish,
+            info=log.info,
+            warning=log.warning,
+        )
+        self._publisher = ChunkPublisher(
+            self._gate, self._holding, self._counts, publish=publish, warning=log.warning
+        )
+        self._replies = ReplyHandler(
+            self._clock, self._counts, log_error=log.error, hold=self._hold, refuse=self._refuse
+        )
         self._jumps = ClockJumps()
-        self._last_refusal: str | None = None
-        self._clamp_warned_at = -math.inf
-        self._error_messages = MessageCounter()  # bounded: each distinct error logged once
-        self._input_warned_at = -math.inf
-        self._counts = _Counts()
-        self._stall_before_s = 0.0  # stall time of schedulers replaced by a reconnect
-        self._dropped_before = 0
 
     # ------------------------------------------------------------------ state
+    @property
+    def _session(self) -> ServerSession | None:
+        return self._slot.current
+
     @property
     def config(self) -> StreamingSettings:
         """The settings in force."""
@@ -247,14 +189,12 @@ class StreamingCore:
     def counts(self) -> dict[str, int]:
         """Requests, chunks received/published/dropped late, error replies,
         refusals, connection errors and frames received so far."""
-        dropped = self._dropped_before
-        if self._session is not None:
-            dropped += self._session.scheduler.chunks_dropped_late
-        counts = vars(self._counts).copy()
+        scheduler = None if self._session is None else self._session.scheduler
+        counts = self._counts.as_dict()
         counts["frames_received"] = self._inputs.frames_received
         counts["chunks_clamped"] = self._gate.clamped
         counts["clock_jumps"] = self._jumps.count
-        counts["chunks_dropped_late"] = dropped
+        counts["chunks_dropped_late"] = self._counts.dropped_late(scheduler)
         return counts
 
     @property
@@ -262,7 +202,7 @@ class StreamingCore:
         """Why the last refused chunk, observation (stale inputs), frame or joint
         state message was refused, in a sentence; it changes exactly when
         ``counts["refusals"]`` grows."""
-        return self._last_refusal
+        return self._counts.last_refusal
 
     @property
     def last_clamp(self) -> str | None:
@@ -307,10 +247,8 @@ class StreamingCore:
 
     def stall_time(self, now: float) -> float:
         """Seconds the controllers had no future point to follow while streaming."""
-        total = self._stall_before_s
-        if self._session is not None:
-            total += self._session.scheduler.stall_time(now)
-        return total
+        scheduler = None if self._session is None else self._session.scheduler
+        return self._counts.stall_time(scheduler, now)
 
     # ------------------------------------------------------------------ inputs
     def wants_frames(self, now: float) -> bool:
@@ -354,13 +292,6 @@ class StreamingCore:
         """Positions from one ``JointState`` message received at ``now``; a malformed
         message is refused like a bad frame."""
         self._inputs.joint_state(names, positions, now)
-
-    def _input_refused(self, reason: str, now: float) -> None:
-        self._counts.refusals += 1
-        self._last_refusal = reason
-        if now - self._input_warned_at >= _INPUT_WARNING_PERIOD_S:
-            self._input_warned_at = now
-            self._log.warning(reason)
 
     def set_prompt(self, text: str) -> None:
         """Replace the task instruction from the next observation on."""
@@ -429,7 +360,6 @@ class StreamingCore:
         if not config.dry_run and old.dry_run:
             # What was published went to ~/preview: a hold must not move the robot there.
             self._holding.forget_motion()
-            self._gate.motion.forget()
         self._log.info("configuration changed")
 
     def clock_jumped(self, delta_s: float, now: float) -> None:
@@ -439,12 +369,7 @@ class StreamingCore:
         reason = self._jumps.jumped(delta_s, now)
         commanded = None
         if self._session is not None:
-            old = self._session.scheduler
-            # Back: as just before the jump; forward: what the controller commands now.
-            commanded = old.last_commanded(now - delta_s if delta_s < 0 else now)
-            self._stall_before_s += old.stall_time(now - delta_s)  # not the jump itself
-            self._dropped_before += old.chunks_dropped_late
-            self._session.scheduler = restarted_scheduler(old)
+            commanded = restart_timeline(self._session, self._counts, delta_s, now)
         self._inputs.clear()
         self._gate.motion.forget()  # its times are on the old timeline
         self._hold(reason, "clock_jump", now, commanded=commanded)
@@ -457,82 +382,30 @@ class StreamingCore:
     def connected(self, metadata: Mapping[str, Any], now: float) -> None:
         """The connection (re)connected; ``metadata`` is what the server announced."""
         try:
-            session = ServerSession.open(
-                metadata,
-                self._cfg,
-                camera_keys=self._camera_keys,
-                latencies=self._clock.estimate,
-                generation=self._generation + 1,
-            )
-        except SessionError as exc:
-            self._config_error = f"configuration does not fit the server: {exc}"
-            self._log.error(self._config_error)
-            self._hold(self._config_error, "config", now)
-            self._drop_session(now)
+            session = self._slot.open(metadata, self._cfg, camera_keys=self._camera_keys, now=now)
+        except SessionError:
+            reason = self._slot.config_error
+            assert reason is not None
+            self._log.error(reason)
+            self._hold(reason, "config", now)
+            self._slot.drop(now)
             return
-        self._config_error = None
         self._inputs.clear_frames()  # the image size may have changed
-        self._generation = session.generation
-        self._drop_session(now)
-        self._clock.connected()  # its first reply may carry the server's warm-up
-        self._session = session
         self._log.info(session.describe(self._cfg))
 
     def disconnected(self, reason: str, now: float) -> None:
         """The connection was lost (the connection reconnects by itself)."""
         self._counts.connection_errors += 1
         self._hold(f"disconnected from the policy server: {reason}", "connection", now)
-        self._drop_session(now)
+        self._slot.drop(now)
 
     def result(self, outcome: Any, now: float) -> None:
         """What became of a submitted observation (a ``wire.connection.InferOutcome``):
-        timed, judged (:func:`~relay_ros.pipeline.replies.judge_reply`), then
-        scheduled or refused."""
-        tag = outcome.tag
-        if not isinstance(tag, RequestTag):
-            return
-        self._clock.finished(tag.start, outcome)
-        session = self._session
-        if session is None or tag.generation != session.generation:
-            return  # a reply from before a reconnect: that scheduler is gone
-        verdict = judge_reply(
-            outcome,
-            session_id=self._session_id,
-            reader=session.reader,
-            joint_limits=self._cfg.joint_limits,
-            limits_mode=self._cfg.limits_mode,
+        timed, judged, then scheduled or refused
+        (:class:`~relay_ros.pipeline.reply_handling.ReplyHandler`)."""
+        self._replies.handle(
+            outcome, self._session, now, session_id=self._session_id, settings=self._cfg
         )
-        if verdict.is_action_reply:
-            self._clock.replied(tag.t_obs, tag.start, now)
-            self._counts.chunks_received += 1
-        if verdict.chunk is None:
-            self._reply_failed(session.scheduler, verdict, now)
-            return
-        session.scheduler.chunk_received(verdict.chunk, tag.t_obs, now)
-
-    def _reply_failed(self, scheduler: ChunkScheduler, verdict: ReplyVerdict, now: float) -> None:
-        """No chunk from this reply: free the request slot (with the retry delay) and,
-        except for a reply from before the reset, hold and say why."""
-        reason = verdict.reason
-        if verdict.kind == "before_reset":
-            # Sent before the episode reset: never executed; the slot is free again.
-            if scheduler.request_in_flight:
-                scheduler.request_failed(now, reason)
-            return
-        scheduler.request_failed(now, reason)
-        if verdict.kind == "connection":
-            self._counts.connection_errors += 1
-            self._hold(f"connection lost during a request: {reason}", "connection", now)
-        elif verdict.kind == "error_reply":
-            self._counts.error_replies += 1
-            if self._error_messages.add(reason):
-                self._log.error(f"server refused the observation: {reason}")
-            self._hold(f"error reply from the server: {reason}", "error_reply", now)
-        elif verdict.kind == "malformed_reply":
-            self._counts.error_replies += 1
-            self._refuse(f"malformed reply: {reason}", "malformed_reply", now)
-        else:
-            self._refuse(reason, "unsafe_chunk", now)
 
     # ------------------------------------------------------------------ the loop
     def tick(self, now: float) -> None:
@@ -547,107 +420,23 @@ class StreamingCore:
         self._publish_due(session, now)
         if self._session is not session:
             return
-        # After the publication (it must not wait for the frames); reads count on the wire path.
-        started = self._clock.perf_clock()
-        stored_before = self._inputs.frames.stored
-        if self._inputs.pulls_frames and self.wants_frames(now):
-            request_at = session.scheduler.next_request_time()
-            self._inputs.read_sources(now, request_at, session.spec.image_size)
-        timed_to_frames = self._timing == "frame_arrival"
-        if session.scheduler.wants_request(now) or (
-            timed_to_frames and frames_just_came(session.scheduler, self._inputs, now)
-        ):
-            self._request(session, now, started, stored_before)
+        # After the publication (it must not wait for the frames).
+        self._requests.run(
+            session, now, self._cfg, prompt=self._prompt, session_id=self._session_id
+        )
 
     def _publish_due(self, session: ServerSession, now: float) -> None:
-        """Publish the due publication if it passes the checks (the one check point,
-        :class:`~relay_ros.pipeline.publication_check.PublicationGate`), else refuse it."""
+        """Publish the due publication if it passes the checks, else refuse it and hold."""
         cfg = self._cfg
         measured = self._inputs.measured(now, cfg.sensor_timeout_s, cfg.commanded_joints)
-        verdict = self._gate.publish_due(session.scheduler, now, settings=cfg, measured=measured)
-        if verdict is None:
-            return
-        refusal = verdict.refusal
-        if refusal is not None or verdict.publication is None:
-            assert refusal is not None
+        refusal = self._publisher.publish_due(session, now, cfg, measured)
+        if refusal is not None:
             self._refuse(refusal.reason, refusal.kind, now)
-            return
-        if verdict.note is not None and now - self._clamp_warned_at >= _INPUT_WARNING_PERIOD_S:
-            self._clamp_warned_at = now
-            self._log.warning(verdict.note)
-        self._publish_chunk(session, verdict.publication)
-
-    def _request(
-        self, session: ServerSession, now: float, started: float, stored_before: int
-    ) -> None:
-        """Take an observation from the inputs and hand it to the connection, or hold."""
-        cfg = self._cfg
-        snapshot = self._inputs.snapshot(
-            now,
-            session.spec.image_size,
-            cfg.sensor_timeout_s,
-            timed_after=stored_before,
-            at_frames=self._timing == "frame",
-        )
-        if isinstance(snapshot, InputProblem):
-            self._input_problem(snapshot, now)
-            return
-        observation = session.builder.build(
-            snapshot.frames.frames,
-            snapshot.state[: len(cfg.state_joints)],
-            self._prompt,
-            session_id=self._session_id,
-            seed=cfg.seed,
-            observation_time=snapshot.t_obs,
-        )
-        committed = 0
-        if session.spec.action_prefix:
-            committed = add_prefix_keys(
-                observation,
-                session.scheduler,
-                snapshot.t_obs,
-                self._commanded_part(snapshot.state),
-                requested_at=now,
-                used_dims=session.reader.used_dims.tolist(),
-                chunk_width=session.spec.chunk_width,
-            )
-        start = self._clock.start(started, snapshot.frames.newest_prepared_s, now)
-        tag = RequestTag(session.generation, self._session_id, snapshot.t_obs, start)
-        if self._submit(observation, tag):
-            session.scheduler.request_sent(snapshot.t_obs, committed_steps=committed)
-            self._clock.sent(start, now)
-            self._counts.requests += 1
-
-    def _input_problem(self, problem: InputProblem, now: float) -> None:
-        if problem.kind == "frame_conversion":
-            # That camera falls back to its previous frame; the next tick tries again.
-            self._input_refused(problem.reason, now)
-        elif problem.kind == "missing_input":
-            self._hold(problem.reason, problem.kind, now)
-        else:
-            self._hold(problem.reason, problem.kind, now, refusal=True)
-
-    def _commanded_part(self, state: np.ndarray) -> np.ndarray:
-        """The commanded joints' positions out of a state vector over the watched joints."""
-        order = {name: i for i, name in enumerate(self._inputs.joints.joint_names)}
-        return np.array([state[order[j]] for j in self._cfg.commanded_joints])
-
-    def _publish_chunk(self, session: ServerSession, publication: Publication) -> None:
-        cfg = self._cfg
-        for message in chunk_messages(
-            publication, session.outputs, cfg.commanded_joints, dry_run=cfg.dry_run
-        ):
-            self._publish_message(message)
-        self._counts.chunks_published += 1
-        ended = self._holding.streaming()
-        if ended is not None:
-            self._log.info(f"streaming again after: {ended}")
 
     # ------------------------------------------------------------------ holding
     def _refuse(self, reason: str, kind: str, now: float) -> None:
         """A chunk was refused by a safety check: count it, say why, hold."""
-        self._counts.refusals += 1
-        self._last_refusal = reason
+        self._counts.refused(reason)
         self._hold(reason, kind, now)
 
     def _hold(
@@ -659,56 +448,25 @@ class StreamingCore:
         refusal: bool = False,
         commanded: np.ndarray | None = None,
     ) -> None:
-        """Stop following chunks: command the current position and say why.
-
-        ``kind`` groups reasons whose text changes from tick to tick (a stale input's
-        age): the log line is written when the kind changes, while ``/diagnostics``
-        always shows the latest reason. ``refusal``: the observation was refused
-        (stale or missing joint states, stale frames); counted once per hold, with
-        ``last_refusal`` set, except before the first chunk, when inputs not there
-        yet are expected, not a fault.
-        """
-        if not self._holding.hold(reason, kind):
-            return
-        startup = self._counts.chunks_published == 0
-        if refusal and not startup:
-            self._counts.refusals += 1
-            self._last_refusal = reason
-        if startup and kind in ("missing_input", "joint_states"):
-            self._log.info(f"waiting before the first request: {reason}")
-        else:
-            self._log.warning(f"holding position: {reason}")
+        """Hold position for ``reason`` (:meth:`~relay_ros.pipeline.holding.Holding.hold`)."""
         session = self._session
-        if session is not None:
-            if commanded is None:
-                commanded = session.scheduler.last_commanded(now)
-            session.scheduler.reset()
-        if not self._holding.moving:
-            return  # nothing of ours is moving the robot
         cfg = self._cfg
-        if commanded is None:
-            commanded = self._inputs.measured(now, cfg.sensor_timeout_s, cfg.commanded_joints)
-        if commanded is None:
-            return
-        self._holding.stopped()
-        dt = 0.0 if session is None else session.scheduler.config.dt
-        for message in self._gate.hold(commanded, cfg.outputs, dt=dt, now=now, dry_run=cfg.dry_run):
-            self._publish_message(message)
-
-    def _drop_session(self, now: float) -> None:
-        """Forget the server; keep the stall and drop totals of its scheduler."""
-        self._clock.abandon()
-        session = self._session
-        if session is not None:
-            self._stall_before_s += session.scheduler.stall_time(now)
-            self._dropped_before += session.scheduler.chunks_dropped_late
-        self._session = None
+        self._holding.hold(
+            reason,
+            kind,
+            now,
+            settings=cfg,
+            scheduler=None if session is None else session.scheduler,
+            measured=lambda: self._inputs.measured(now, cfg.sensor_timeout_s, cfg.commanded_joints),
+            refusal=refusal,
+            commanded=commanded,
+        )
 
     # ------------------------------------------------------------------ what is wrong
     @property
     def config_error(self) -> str | None:
         """Why the configuration does not fit the connected server, or None."""
-        return self._config_error
+        return self._slot.config_error
 
     def stalled(self, now: float) -> str | None:
         """Why the robot stands still for want of a chunk, or None while a published

@@ -43,7 +43,8 @@ from relay_ros.pipeline.camera_map import load_model_camera_map
 from relay_ros.pipeline.controller_messages import TrajectoryMessage
 from relay_ros.pipeline.frame_source import LatestFrame
 from relay_ros.pipeline.observation_inputs import DEFAULT_OBSERVATION_TIMING
-from relay_ros.pipeline.streaming import RequestTag, StreamingCore
+from relay_ros.pipeline.observation_request import RequestTag
+from relay_ros.pipeline.streaming import StreamingCore
 from relay_ros.server.chunk_noise import ChunkNoise
 from relay_ros.server.embodiment import load_embodiment
 from relay_ros.server.metadata import PI_CAMERA_KEYS, build_metadata
