@@ -22,12 +22,10 @@ non-blocking front:
   before each request); when it passes the outcome carries ``connection_error``
   naming the timeout, and the worker drops the connection and reconnects, since
   a late reply would otherwise be taken for the next one.
-- Whatever goes wrong on the worker (an unexpected exception, even
-  ``MemoryError``) ends the request with a ``connection_error`` and a reconnect;
-  the worker itself never dies.
-- :meth:`PolicyConnection.close` returns promptly in every state: opening is
-  cancelled through a stop event, a blocked request is woken by shutting its
-  socket down, and the thread is joined.
+- Whatever goes wrong on the worker (even ``MemoryError``) ends the request with a
+  ``connection_error`` and a reconnect; the worker itself never dies.
+- :meth:`PolicyConnection.close` returns promptly in every state: opening is cancelled
+  through a stop event, a blocked request woken by a socket shutdown, the thread joined.
 
 Plain Python, no rclpy, so it is tested on its own.
 """
@@ -263,6 +261,11 @@ class PolicyConnection:
     def probes(self) -> int:
         """TCP probes of the server's port sent while waiting to reconnect."""
         return self._retry.probes
+
+    @property
+    def reconnect_shortcuts(self) -> int:
+        """Reconnect waits a probe cut short (the server's port was back)."""
+        return self._retry.shortcuts
 
     # Commands, callable from any thread.
 

@@ -113,6 +113,7 @@ class RetryWait:
 
     Attributes:
         probes: TCP probes sent so far (for benchmarks and diagnostics).
+        shortcuts: waits a probe ended early (the port accepted connections again).
     """
 
     def __init__(
@@ -133,6 +134,7 @@ class RetryWait:
         self.host = host
         self.port = port
         self.probes = 0
+        self.shortcuts = 0
         self._stop = stop
         self._probe_s = probe_s
         self._jitter = jitter
@@ -173,6 +175,7 @@ class RetryWait:
                 closed = True
             elif state == "open":
                 if closed:
+                    self.shortcuts += 1
                     return WaitEnd.REACHABLE
                 # The port accepts connections and the attempt failed anyway: a probe
                 # has nothing more to tell this wait; the backoff decides alone.
