@@ -92,10 +92,8 @@ class InferOutcome:
     @classmethod
     def of_reply(cls, tag: object, reply: Reply) -> InferOutcome:
         """The outcome of a request that got ``reply`` (actions or an error map)."""
-        timing, server_timing = reply.timing, reply.server_timing
-        return cls(
-            tag, reply.result(), reply.roundtrip_s, server_timing, None, reply.sent_at, timing
-        )
+        result, timing = reply.result(), reply.timing
+        return cls(tag, result, reply.roundtrip_s, reply.server_timing, None, reply.sent_at, timing)
 
 
 def _describe(exc: BaseException) -> str:
@@ -112,9 +110,8 @@ def _is_idle_close(client: PolicyClient) -> bool:
 
 
 class PolicyConnection:
-    """Keeps one policy connection alive on a worker thread and runs requests on it.
-
-    The thread starts in the constructor.
+    """Keeps one policy connection alive on a worker thread (started in the
+    constructor) and runs requests on it.
 
     Args:
         model: ``"pi05"``, ``"pi0"`` or ``"groot"``.
