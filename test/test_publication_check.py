@@ -17,6 +17,7 @@ from relay_ros.pipeline.motion_check import MotionLimits, check_motion
 from relay_ros.pipeline.publication import Publication
 from relay_ros.pipeline.publication_check import (
     MAX_START_DELAY_SLOTS,
+    TRACKING_TOLERANCE,
     CommandedMotion,
     check_publication,
 )
@@ -156,7 +157,7 @@ def _publication(positions: np.ndarray) -> Publication:
         time_from_start=tfs,
         t_obs=0.0,
         first_index=0,
-        switch_time=tfs[24],
+        switch_time=tfs[min(24, len(tfs) - 1)],
         chunk_seq=1,
     )
 
@@ -220,3 +221,37 @@ def test_a_moving_arm_or_a_jump_between_points_is_refused_not_delayed() -> None:
     jump[30:, 0] = 1.0  # 1 rad between two points 20 ms apart: no delay helps
     verdict = _check(_publication(jump))
     assert verdict.refusal is not None and "between points" in verdict.refusal.reason
+
+
+def test_a_moving_arm_measured_a_little_late_still_counts_as_following() -> None:
+    """At 1.5 rad/s a joint state 60 ms old is 0.09 rad behind the command at the
+    stamp, more than TRACKING_TOLERANCE: compared with the command at the stamp the
+    arm would count as not following, and the first segment would start from the old
+    measurement (a 0.1 rad jump, refused). Compared with what was commanded when it
+    was measured, it follows: the chunk continuing the command is accepted."""
+    motion = CommandedMotion()
+    tfs = DT * np.arange(1, 51)
+    line = -0.5 + 1.5 * tfs[:, None] * np.ones((1, 2))  # 1.5 rad/s from -0.5 at t = 0
+    motion.follow(0.0, np.full(2, -0.5), np.full(2, 1.5), line, tfs)
+    stamp = 0.5
+    measured_at = stamp - 0.06
+    measured = motion.state_at(measured_at)[0]
+    commanded = motion.state_at(stamp)[0]
+    assert np.abs(commanded - measured).max() > TRACKING_TOLERANCE
+    rest = line[line[:, 0] > commanded[0] + 1e-9][:20]  # the command's next points
+    publication = dataclasses.replace(
+        _publication(rest), stamp=stamp, time_from_start=DT + DT * np.arange(len(rest))
+    )
+    args = dict(
+        joints=("j1", "j2"),
+        joint_limits=LIMITS,
+        limits_mode="refuse",
+        max_joint_step=0.25,
+        motion=motion,
+        measured=measured,
+    )
+    late = check_publication(publication, **args, measured_at=measured_at)
+    assert late.refusal is None
+    np.testing.assert_allclose(late.start, commanded)
+    at_stamp = check_publication(publication, **args)  # the comparison at the stamp
+    assert at_stamp.refusal is not None and "to the first point" in at_stamp.refusal.reason

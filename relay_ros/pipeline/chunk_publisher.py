@@ -63,12 +63,14 @@ class ChunkPublisher:
         now: float,
         settings: StreamingSettings,
         measured: np.ndarray | None,
+        measured_at: float | None = None,
     ) -> Refusal | None:
         """Publish what is due at ``now`` if it passes the checks; the refusal if not
         (nothing was sent then); None also when nothing is due. ``measured``: the
-        commanded joints' measured positions (None: missing or stale)."""
+        commanded joints' measured positions (None: missing or stale), measured at
+        ``measured_at``."""
         verdict = self._gate.publish_due(
-            session.scheduler, now, settings=settings, measured=measured
+            session.scheduler, now, settings=settings, measured=measured, measured_at=measured_at
         )
         if verdict is None:
             return None

@@ -251,6 +251,10 @@ class ObservationInputs:
         order = {name: i for i, name in enumerate(self.joints.joint_names)}
         return np.array([vector[order[j]] for j in names])
 
+    def measured_at(self, names: Sequence[str]) -> float:
+        """When the positions :meth:`measured` gives for ``names`` were measured."""
+        return self.joints.measured_at(names)
+
     # ------------------------------------------------------------------ observations
     def snapshot(
         self,

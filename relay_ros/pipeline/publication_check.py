@@ -18,7 +18,8 @@ The first segment starts where the controller is at the stamp: the commanded sta
 and velocity (:class:`CommandedMotion`: the trajectory of the last accepted
 publication or the last hold, sampled as the controller interpolates it, cubic
 Hermite segments with the published velocities) while the measured state is within
-:data:`TRACKING_TOLERANCE` of it; otherwise (a robot that did not follow, nothing
+:data:`TRACKING_TOLERANCE` of what was commanded when it was measured (a moving arm's
+joint state is a few ms of transport old); otherwise (a robot that did not follow, nothing
 commanded yet) the measured state, where joint_trajectory_controller starts a new
 trajectory by default, moving at the commanded velocity. Only accepted publications enter
 :class:`CommandedMotion`, so neither a hold nor the next check ever starts from a
@@ -170,6 +171,7 @@ def check_publication(
     max_joint_step: float,
     motion: CommandedMotion,
     measured: np.ndarray | None,
+    measured_at: float | None = None,
     limits_problem: str | None = None,
 ) -> PublicationVerdict:
     """Check ``publication`` (columns ``joints``) before it goes out (module docstring).
@@ -182,6 +184,9 @@ def check_publication(
         max_joint_step: Largest first-point distance from ``measured``.
         motion: What the controllers follow now.
         measured: The measured positions of ``joints`` (fresh), or None.
+        measured_at: When they were measured (None: at the stamp). A moving arm's
+            measurement is compared with what was commanded at that time, so one
+            that lags by a few ms of transport still counts as following.
         limits_problem: Why some joint has no limits (then everything is refused).
     """
     if limits_problem is not None:
@@ -197,8 +202,9 @@ def check_publication(
         if refusal is not None:
             return PublicationVerdict(None, Refusal(refusal.reason, "first_step"))
     state = motion.state_at(publication.stamp)
+    then = motion.state_at(publication.stamp if measured_at is None else measured_at)
     if measured is not None and (
-        state is None or np.abs(state[0] - measured).max() > TRACKING_TOLERANCE
+        state is None or then is None or np.abs(then[0] - measured).max() > TRACKING_TOLERANCE
     ):
         # Not where it was commanded (or nothing was): joint_trajectory_controller starts
         # from the measured state (unless open_loop_control), moving as it was commanded.
@@ -304,6 +310,7 @@ class PublicationGate:
         *,
         settings: Any,
         measured: np.ndarray | None,
+        measured_at: float | None = None,
     ) -> PublicationVerdict | None:
         """The scheduler's due publication at ``now``, checked (:func:`check_publication`
         with ``settings``' joints, limits, ``limits_mode`` and ``max_joint_step``):
@@ -320,6 +327,7 @@ class PublicationGate:
             max_joint_step=settings.max_joint_step,
             motion=self.motion,
             measured=measured,
+            measured_at=measured_at,
             limits_problem=getattr(settings, "limits_problem", None),
         )
         accepted = verdict.publication

@@ -262,6 +262,12 @@ class JointStateCache:
             )
         return positions
 
+    def measured_at(self, names: Sequence[str]) -> float:
+        """When the values of ``names`` were measured: the oldest of their newest
+        stamps (``-inf`` while one was never seen)."""
+        with self._lock:
+            return float(min(self._stamps[self._index[name]] for name in names))
+
     def vector_at(self, t: float, now: float, timeout_s: float) -> np.ndarray:
         """The state vector at time ``t`` (<= ``now``), from each joint's history.
 

@@ -428,8 +428,10 @@ class StreamingCore:
     def _publish_due(self, session: ServerSession, now: float) -> None:
         """Publish the due publication if it passes the checks, else refuse it and hold."""
         cfg = self._cfg
-        measured = self._inputs.measured(now, cfg.sensor_timeout_s, cfg.commanded_joints)
-        refusal = self._publisher.publish_due(session, now, cfg, measured)
+        joints = cfg.commanded_joints
+        measured = self._inputs.measured(now, cfg.sensor_timeout_s, joints)
+        measured_at = self._inputs.measured_at(joints) if measured is not None else None
+        refusal = self._publisher.publish_due(session, now, cfg, measured, measured_at)
         if refusal is not None:
             self._refuse(refusal.reason, refusal.kind, now)
 
