@@ -14,7 +14,8 @@ that do the node's work: they take frames out of DDS under locks that DDS's rece
 threads hold while they copy a new 900 KiB frame in, and they wait for the GIL that
 any Python thread may hold. A raised thread that waits for a lock held by a
 normally scheduled one waits as long as that one waits for a core (a priority
-inversion), so raising only those two leaves most of the waits (docs/benchmarks.md).
+inversion), so raising only those two leaves most of the waits (docs/benchmarks.md,
+"Pipeline: real-time priority").
 No thread of policy_node spins: they block in a wait set, a socket or an event between
 short pieces of work, so the rest of the machine keeps its CPU.
 

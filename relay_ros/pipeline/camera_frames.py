@@ -21,8 +21,7 @@ camera slower than the request rate is converted once per message. The node may
 also convert a message as it arrives (:meth:`CameraFrames.prepare`) when a request
 is due within a camera period or two: then the request finds its frames ready and
 only the work of the frames that arrived since is on its path to the wire. The
-cameras are converted one after the other on the caller's thread (a thread pool was
-measured not to lower the request's tail, docs/benchmarks.md).
+cameras are converted one after the other on the caller's thread.
 
 This module has no rclpy: a serialized buffer that the CDR reader does not
 understand is handed to the ``deserialize`` callable the node gives (rclpy's
