@@ -19,6 +19,7 @@ except ImportError:  # the ROS-free compat venvs (docs/compat.md): same fields, 
 
 
 from relay_ros.pipeline.state import (
+    MAX_TRANSPORT_S,
     DuplicateJointError,
     JointStateCache,
     JointStateError,
@@ -169,3 +170,17 @@ def test_vector_is_a_copy_and_updates_are_thread_safe():
     for thread in threads:
         thread.join()
     assert cache.vector(6000.0, 10.0).tolist() == [5999.0, 5999.0]
+
+
+def test_measured_at_takes_a_plausible_header_stamp_else_the_reception_time() -> None:
+    cache = JointStateCache(["a", "b"])
+    assert cache.measured_at(["a"]) == -math.inf
+    cache.update(["a", "b"], [0.0, 0.0], 10.0, measured_at=9.93)  # 70 ms in transport
+    assert cache.measured_at(["a", "b"]) == pytest.approx(9.93)
+    cache.update(["a"], [0.1], 11.0, measured_at=0.0)  # a driver that leaves it zero
+    assert cache.measured_at(["a"]) == 11.0
+    cache.update(["a"], [0.2], 12.0, measured_at=12.5)  # another clock, ahead
+    assert cache.measured_at(["a"]) == 12.0
+    cache.update(["a"], [0.3], 13.0, measured_at=13.0 - MAX_TRANSPORT_S - 0.1)  # too old
+    assert cache.measured_at(["a"]) == 13.0
+    assert cache.measured_at(["a", "b"]) == pytest.approx(9.93)  # the oldest of the two

@@ -83,6 +83,11 @@ _MIN_TICK_S = 0.001
 _HANDOFF_S = 0.005
 
 
+def _stamp_s(msg: JointState) -> float:
+    """A message's header stamp in seconds (0.0 when the driver leaves it zero)."""
+    return msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+
+
 class PolicyNode(Node):
     """ROS adapter around :class:`~relay_ros.pipeline.streaming.StreamingCore`."""
 
@@ -299,13 +304,14 @@ class PolicyNode(Node):
         self.core.frame_arrived(entry.key, msg, self._now())
 
     def _on_joint_state(self, msg: JointState) -> None:
-        self.core.joint_state(msg.name, msg.position, self._now())
+        self.core.joint_state(msg.name, msg.position, self._now(), _stamp_s(msg))
 
     def _read_joint_states(self, now: float) -> None:
         """Hand the joint states queued since the last tick to the core, each with
         its reception time."""
         for taken in self._joint_sub.take_all():
-            self.core.joint_state(taken.msg.name, taken.msg.position, now - taken.age_s)
+            msg = taken.msg
+            self.core.joint_state(msg.name, msg.position, now - taken.age_s, _stamp_s(msg))
 
     def _on_reset(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
         response.message = self.core.reset_episode(self._now())

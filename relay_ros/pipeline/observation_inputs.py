@@ -233,11 +233,17 @@ class ObservationInputs:
             self._clock.frames_processed(spent)
 
     # ------------------------------------------------------------------ joint states
-    def joint_state(self, names: Sequence[str], positions: Sequence[float], now: float) -> None:
-        """Positions from one ``JointState`` message received at ``now``; a malformed
-        message is refused like a bad frame."""
+    def joint_state(
+        self,
+        names: Sequence[str],
+        positions: Sequence[float],
+        now: float,
+        measured_at: float | None = None,
+    ) -> None:
+        """Positions from one ``JointState`` message received at ``now`` (its header
+        stamp ``measured_at``, if any); a malformed message is refused like a bad frame."""
         try:
-            self.joints.update(list(names), list(positions), now)
+            self.joints.update(list(names), list(positions), now, measured_at=measured_at)
         except JointStateError as exc:
             self._refused(f"joint states: {exc}", now)
 

@@ -120,6 +120,12 @@ class DuplicateJointError(JointStateError):
         )
 
 
+#: Longest a joint state's own header stamp may lie before its reception for the
+#: stamp to count as when it was measured (a starved driver, DDS transport); an
+#: older, a later or a zero stamp is another clock's, and the reception time counts.
+MAX_TRANSPORT_S = 0.5
+
+
 class JointStateCache:
     """Latest position and stamp per configured joint.
 
@@ -145,6 +151,7 @@ class JointStateCache:
         self._index = {name: i for i, name in enumerate(names)}
         self._positions = np.zeros(len(names), dtype=np.float64)
         self._stamps = np.full(len(names), -math.inf, dtype=np.float64)
+        self._measured = np.full(len(names), -math.inf, dtype=np.float64)
         self._seen = np.zeros(len(names), dtype=bool)
         self._history: list[deque[tuple[float, float]]] = [
             deque(maxlen=HISTORY_LENGTH) for _ in names
@@ -158,7 +165,14 @@ class JointStateCache:
         """The configured joint order."""
         return self._names
 
-    def update(self, names: Sequence[str], positions: Sequence[float], stamp: float) -> int:
+    def update(
+        self,
+        names: Sequence[str],
+        positions: Sequence[float],
+        stamp: float,
+        *,
+        measured_at: float | None = None,
+    ) -> int:
         """Record positions from one ``JointState`` message.
 
         Joints that are not configured are ignored; a message may carry any subset in
@@ -171,6 +185,9 @@ class JointStateCache:
             positions: ``JointState.position`` in radians or metres, same length.
             stamp: Time the positions were valid, in seconds (the header stamp, or
                 the arrival time when the driver leaves it zero).
+            measured_at: The message's own header stamp on the same clock, if it
+                has one: used by :meth:`measured_at` when it is plausible (at most
+                :data:`MAX_TRANSPORT_S` before ``stamp``, not after it), else ``stamp``.
 
         Returns:
             How many configured joints were updated.
@@ -188,6 +205,9 @@ class JointStateCache:
         if len(set(names)) != len(names):
             self._refuse_duplicates(names, positions)
         updated = 0
+        when = float(stamp)
+        if measured_at is not None and stamp - MAX_TRANSPORT_S <= measured_at <= stamp:
+            when = float(measured_at)  # the driver's stamp, on this clock and plausible
         with self._lock:
             for name, position in zip(names, positions):
                 i = self._index.get(name)
@@ -195,6 +215,7 @@ class JointStateCache:
                     continue
                 self._positions[i] = float(position)
                 self._stamps[i] = float(stamp)
+                self._measured[i] = when
                 self._seen[i] = True
                 self._history[i].append((float(stamp), float(position)))
                 self._refused.pop(i, None)
@@ -263,10 +284,11 @@ class JointStateCache:
         return positions
 
     def measured_at(self, names: Sequence[str]) -> float:
-        """When the values of ``names`` were measured: the oldest of their newest
-        stamps (``-inf`` while one was never seen)."""
+        """When the newest values of ``names`` were measured, the oldest of them: each
+        joint's plausible header stamp (see :meth:`update`), else its stamp; ``-inf``
+        while one was never seen."""
         with self._lock:
-            return float(min(self._stamps[self._index[name]] for name in names))
+            return float(min(self._measured[self._index[name]] for name in names))
 
     def vector_at(self, t: float, now: float, timeout_s: float) -> np.ndarray:
         """The state vector at time ``t`` (<= ``now``), from each joint's history.

@@ -288,10 +288,17 @@ class StreamingCore:
         request_at = None if session is None else session.scheduler.next_request_time()
         self._inputs.store_frame(key, msg, now, request_at, self.image_size, read_s=read_s)
 
-    def joint_state(self, names: Sequence[str], positions: Sequence[float], now: float) -> None:
-        """Positions from one ``JointState`` message received at ``now``; a malformed
-        message is refused like a bad frame."""
-        self._inputs.joint_state(names, positions, now)
+    def joint_state(
+        self,
+        names: Sequence[str],
+        positions: Sequence[float],
+        now: float,
+        measured_at: float | None = None,
+    ) -> None:
+        """Positions from one ``JointState`` message received at ``now`` (header stamp
+        ``measured_at``: when plausible, the publication check compares the arm with
+        what was commanded then); a malformed message is refused like a bad frame."""
+        self._inputs.joint_state(names, positions, now, measured_at)
 
     def set_prompt(self, text: str) -> None:
         """Replace the task instruction from the next observation on."""
