@@ -253,8 +253,11 @@ def test_request_lead_changes_how_early_observations_are_taken(live):
     # A double works as well as "0.3".
     before, after, params = _before_and_after(live, _leads, (3, 3), request_lead_s=0.3)
     assert params.set(request_lead_s="auto")[0].successful
-    assert statistics.median(before) == pytest.approx(0.1, abs=0.03)
-    assert statistics.median(after) == pytest.approx(0.3, abs=0.03)
+    # Observations are taken at the switch minus the lead, up to a camera period early
+    # (frame_arrival) and as late as a loaded machine runs the tick: the lead is at
+    # most 0.1 s plus a camera period before, and 0.2 s longer after.
+    assert statistics.median(before) < 0.1 + 0.04
+    assert statistics.median(after) - statistics.median(before) == pytest.approx(0.2, abs=0.05)
 
 
 def _switch_jumps(messages: list) -> list[float]:
