@@ -208,11 +208,25 @@ def smoothing(seeds: Sequence[int], duration: float) -> None:
                     str(int(np.sum(_values(rs, lambda r: r.refusals)))),
                 ]
             )
+        unchecked = _runs(
+            LoopRun(latency_s=latency, link=link, duration_s=duration, unchecked=True), seeds
+        )
+        _row(
+            [label, "none, unchecked", _med(unchecked, jerk, ".0f", True)]
+            + [_med(unchecked, c0_ratio, ".2f", True), _med(unchecked, c1, ".2f")]
+            + [
+                f"{int(np.sum(_values(unchecked, lambda r: r.switches.moving)))} / "
+                f"{int(np.sum(_values(unchecked, lambda r: r.switches.at_rest)))}",
+                _med(unchecked, err_cm, ".2f", True),
+                _med(unchecked, on_pct, ".0f") + "%",
+            ]
+            + [str(int(np.sum(_values(unchecked, lambda r: r.refusals))))]
+        )
         none, prefix, blend, lerobot = (results[k] for k in ("none", "prefix", "blend", "lerobot"))
-        ratio = _values(none, jerk) / _values(prefix, jerk)
+        ratio = _values(unchecked, jerk) / _values(prefix, jerk)
         print(
-            f"\n{label}: jerk none / prefix per seed {np.nanmin(ratio):.0f}..{np.nanmax(ratio):.0f}"
-            f" (median {np.nanmedian(ratio):.0f}); prefix - lerobot jerk "
+            f"\n{label}: jerk none, unchecked / prefix per seed {np.nanmin(ratio):.0f}.."
+            f"{np.nanmax(ratio):.0f} (median {np.nanmedian(ratio):.0f}); prefix - lerobot jerk "
             f"{_paired(prefix, lerobot, jerk, '+.0f')}; blend - prefix: jerk "
             f"{_paired(blend, prefix, jerk, '+.0f')}, error "
             f"{_paired(blend, prefix, err_cm, '+.2f')} cm, on target "

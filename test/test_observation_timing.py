@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 from streaming_rig import CoreRig, ramp_policy
 
+from relay_ros.pipeline.observation_inputs import JUMP_QUARANTINE_S, ObservationInputs
+from relay_ros.pipeline.request_clock import RequestClock
 from relay_ros.pipeline.state import (
     HISTORY_LENGTH,
     JointStateCache,
@@ -166,3 +168,26 @@ def test_an_unknown_timing_is_refused() -> None:
             log=rig.log,
             observation_timing="late",  # type: ignore[arg-type]
         )
+
+
+def test_after_a_clock_jump_joint_states_stamped_before_it_are_dropped() -> None:
+    """A simulator that skipped 100 s ahead moved the arm; joint states it published
+    before the jump can still be queued, and on the new clock their reception times
+    look fresh. For a while after the jump, one stamped nearer the old time than the
+    new one is dropped; stamps on the new clock, and zero stamps, are taken."""
+    refused: list[str] = []
+    inputs = ObservationInputs(
+        [], ["j1"], clock=RequestClock(lambda: 0.0), refused=lambda r, _: refused.append(r)
+    )
+    inputs.joint_state(["j1"], [0.1], 10.0, 10.0)
+    inputs.clear(jump=(10.0, 110.0))
+    inputs.joint_state(["j1"], [0.2], 110.01, 10.005)  # published before the jump
+    assert inputs.measured(110.01, 0.5, ["j1"]) is None
+    inputs.joint_state(["j1"], [0.3], 110.02, 110.015)  # on the new clock
+    assert inputs.measured(110.02, 0.5, ["j1"]).tolist() == [0.3]
+    inputs.joint_state(["j1"], [0.4], 110.03, 0.0)  # no stamp: cannot tell, taken
+    assert inputs.measured(110.03, 0.5, ["j1"]).tolist() == [0.4]
+    later = 110.0 + JUMP_QUARANTINE_S
+    inputs.joint_state(["j1"], [0.5], later, 10.5)  # the quarantine is over
+    assert inputs.measured(later, 0.5, ["j1"]).tolist() == [0.5]
+    assert refused == []

@@ -35,3 +35,14 @@ def test_the_start_needs_one_round_trip_and_no_refusal(
     assert r.startup.first_chunk_s <= r.startup.round_trip_s + 0.011
     assert r.startup.first_point_distance < 0.1  # far below max_joint_step (0.25)
     assert r.switches.moving >= 1
+
+
+def test_unchecked_runs_publish_the_jumps_the_checks_refuse() -> None:
+    """The bench's reference for smoothing: without smoothing the node refuses the
+    switches' jumps (holds); unchecked, the same runs publish them, refusing nothing,
+    and read far more jerk than the prefix."""
+    checked = run_streaming_loop(LoopRun(smoothing="none", duration_s=3.0))
+    unchecked = run_streaming_loop(LoopRun(smoothing="none", duration_s=3.0, unchecked=True))
+    prefix = run_streaming_loop(LoopRun(smoothing="prefix", duration_s=3.0))
+    assert checked.refusals > 0 and unchecked.refusals == 0
+    assert unchecked.jerk_rms > 10 * prefix.jerk_rms

@@ -74,6 +74,10 @@ DEFAULT_OBSERVATION_TIMING: ObservationTiming = "frame_arrival"
 ProblemKind = Literal["missing_input", "stale_input", "joint_states", "frame_conversion"]
 
 
+#: How long after a clock jump joint states stamped before it are dropped, seconds.
+JUMP_QUARANTINE_S = 1.0
+
+
 @dataclass(frozen=True)
 class InputProblem:
     """Why no observation can be taken now.
@@ -145,6 +149,9 @@ class ObservationInputs:
             cameras, encoding=encoding, jpeg_quality=jpeg_quality, deserialize=deserialize
         )
         self.joints = JointStateCache(joints)
+        # After a clock jump: (old time, new time, until when) to tell messages
+        # published before it (see clear()).
+        self._jump: tuple[float, float, float] | None = None
         self._sources = dict(sources) if sources is not None else None
         self._clock = clock
         self._refused = refused
@@ -242,6 +249,13 @@ class ObservationInputs:
     ) -> None:
         """Positions from one ``JointState`` message received at ``now`` (its header
         stamp ``measured_at``, if any); a malformed message is refused like a bad frame."""
+        jump = self._jump
+        if jump is not None and measured_at:
+            old, new, until = jump
+            if now >= until:
+                self._jump = None
+            elif abs(measured_at - old) < abs(measured_at - new):
+                return  # published before the clock jump (see clear())
         try:
             self.joints.update(list(names), list(positions), now, measured_at=measured_at)
         except JointStateError as exc:
@@ -319,8 +333,17 @@ class ObservationInputs:
         """Forget every frame (after a reconnect: the image size may change)."""
         self.frames.clear()
 
-    def clear(self) -> None:
+    def clear(self, jump: tuple[float, float] | None = None) -> None:
         """Forget every frame and joint state (the clock jumped: their times are on the
-        old timeline, and a joint state from before a jump back would stay the newest)."""
+        old timeline, and a joint state from before a jump back would stay the newest).
+
+        ``jump``: ``(old_time, new_time)`` of the jump. Joint states published before it
+        can still be queued or in flight, and their reception times look fresh on the
+        new clock; for :data:`JUMP_QUARANTINE_S` after it a joint state whose header
+        stamp is nearer the old time than the new one is dropped (a simulator that
+        skipped ahead has moved the arm since)."""
         self.frames.clear()
         self.joints.reset()
+        if jump is not None:
+            old, new = jump
+            self._jump = (old, new, new + JUMP_QUARANTINE_S)

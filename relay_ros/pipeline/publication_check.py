@@ -183,7 +183,8 @@ def check_publication(
         limits_mode: ``"refuse"`` or ``"clamp"``.
         max_joint_step: Largest first-point distance from ``measured``.
         motion: What the controllers follow now.
-        measured: The measured positions of ``joints`` (fresh), or None.
+        measured: The measured positions of ``joints`` (fresh), or None: then the
+            publication is refused, since where the arm is is not known.
         measured_at: When they were measured (None: at the stamp). A moving arm's
             measurement is compared with what was commanded at that time, so one
             that lags by a few ms of transport still counts as following.
@@ -197,30 +198,30 @@ def check_publication(
             None,
             Refusal(f"cannot command: no velocity limit known for joints {missing}", "no_limits"),
         )
-    if measured is not None:
-        refusal = check_first_step(measured, publication.positions[0], max_joint_step, joints)
-        if refusal is not None:
-            return PublicationVerdict(None, Refusal(refusal.reason, "first_step"))
+    if measured is None:
+        # Where the arm is must be known now, not only where it was commanded: the
+        # joint states went stale or were dropped (a clock jump forgets them) since
+        # the observation was taken.
+        return PublicationVerdict(
+            None,
+            Refusal(
+                f"no fresh joint state for {list(joints)} to check the trajectory's first "
+                "point against; refusing it",
+                "stale",
+            ),
+        )
+    refusal = check_first_step(measured, publication.positions[0], max_joint_step, joints)
+    if refusal is not None:
+        return PublicationVerdict(None, Refusal(refusal.reason, "first_step"))
     state = motion.state_at(publication.stamp)
     then = motion.state_at(publication.stamp if measured_at is None else measured_at)
-    if measured is not None and (
-        state is None or then is None or np.abs(then[0] - measured).max() > TRACKING_TOLERANCE
-    ):
+    if state is None or then is None or np.abs(then[0] - measured).max() > TRACKING_TOLERANCE:
         # Not where it was commanded (or nothing was): joint_trajectory_controller starts
         # from the measured state (unless open_loop_control), moving as it was commanded.
         start = np.asarray(measured, dtype=np.float64)
         start_velocity = state[1] if state is not None else np.zeros(len(joints))
-    elif state is not None:
-        start, start_velocity = state
     else:
-        return PublicationVerdict(
-            None,
-            Refusal(
-                "no fresh joint state to check the first segment of the trajectory from; "
-                "refusing it",
-                "stale",
-            ),
-        )
+        start, start_velocity = state
     limits = MotionLimits.from_joint_limits(joint_limits, joints)
     result = check_motion(
         start,

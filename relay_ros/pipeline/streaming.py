@@ -377,7 +377,7 @@ class StreamingCore:
         commanded = None
         if self._session is not None:
             commanded = restart_timeline(self._session, self._counts, delta_s, now)
-        self._inputs.clear()
+        self._inputs.clear(jump=(now - delta_s, now))
         self._gate.motion.forget()  # its times are on the old timeline
         self._hold(reason, "clock_jump", now, commanded=commanded)
 

@@ -93,6 +93,10 @@ class LoopRun:
         seed: World, noise and latency seed.
         duration_s: Simulated seconds measured after the first accepted chunk.
         cycle_jitter_s: Each controller cycle is up to this early or late (s).
+        unchecked: Publish what the scheduler makes without the node's motion
+            checks (velocity limits and ``max_joint_step`` out of reach): the
+            reference that shows what smoothing removes, since with the checks a
+            jump is refused and becomes a hold, which has no jerk. Never a node setting.
     """
 
     model: str = "pi05"
@@ -107,6 +111,7 @@ class LoopRun:
     seed: int = 0
     duration_s: float = 12.0
     cycle_jitter_s: float = 0.0015
+    unchecked: bool = False
 
     def __post_init__(self) -> None:
         if self.smoothing not in LOOP_SMOOTHINGS:
@@ -225,6 +230,12 @@ class _Loop:
         execute = r.execute_horizon or base.execute_horizon or horizon // 2
         if r.smoothing == "blend":
             changes["blend_steps"] = max(1, execute // 2)
+        if r.unchecked:
+            changes["max_joint_step"] = 1e3
+            changes["joint_limits"] = {
+                joint: dataclasses.replace(limit, max_velocity=1e3)
+                for joint, limit in base.joint_limits.items()
+            }
         self.config = dataclasses.replace(base, **changes)
         self.dt = 1.0 / float(self.metadata["control_hz"])
         self.action_dim = (
