@@ -11,7 +11,9 @@ import ast
 from pathlib import Path
 
 import pytest
+import yaml
 
+from relay_ros.models import MODEL_IDS
 from relay_ros.node.launch_args import POLICY_LAUNCH_ARGUMENTS, parse_bool, policy_node_parameters
 from relay_ros.node.param_spec import ParameterError
 from relay_ros.paths import config_dir
@@ -156,3 +158,18 @@ def test_the_robots_urdf_is_passed_as_robot_description_file():
     params = policy_node_parameters({"robot_description_file": "sim_arm.urdf"})
     assert params[1]["robot_description_file"] == str(config_dir() / "sim_arm.urdf")
     assert "robot_description_file" not in policy_node_parameters({})[1]
+
+
+def test_the_urdf_arguments_description_says_the_shipped_limits_override_it():
+    """Every shipped config/<model>.yaml gives joint_limits for every commanded joint, so
+    robot_description_file:=<urdf> alone changes no limit: the description must say so."""
+    (argument,) = [a for a in POLICY_LAUNCH_ARGUMENTS if a.name == "robot_description_file"]
+    assert "joint_limits" in argument.description and "override" in argument.description
+    for model in MODEL_IDS:
+        values = yaml.safe_load((config_dir() / f"{model}.yaml").read_text())["/**"][
+            "ros__parameters"
+        ]
+        commanded = {
+            joint for name in values["output_names"] for joint in values[f"outputs.{name}.joints"]
+        }
+        assert commanded <= set(values["joint_limits"]), model

@@ -62,8 +62,10 @@ POLICY_LAUNCH_ARGUMENTS: tuple[LaunchArgument, ...] = (
         "robot_description_file",
         "",
         "The robot's URDF (relative: from the current directory, else the package's "
-        "config/) for its joint limits. Empty: the params file's, else the URDF on the "
-        "robot_description topic (robot_state_publisher's).",
+        "config/) for its joint limits; the params file's joint_limits.<joint>.* still "
+        "override it per joint (the shipped config/<model>.yaml sets every joint's). "
+        "Empty: the params file's, else the URDF on the robot_description topic "
+        "(robot_state_publisher's).",
     ),
 )
 
