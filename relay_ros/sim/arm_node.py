@@ -309,7 +309,7 @@ class SimArmNode(Node):
                 f"{name} ({len(f.joint_names)} joints on {self._topics[name]})"
                 for name, f in self._followers.items()
             )
-            + f"; /joint_states on {config['joint_states_topic']} at "
+            + f"; joint states on {self._joint_states_pub.topic_name} at "
             f"{config['joint_states_rate_hz']:g} Hz"
         )
 
