@@ -548,7 +548,7 @@ def test_the_robot_description_as_text_and_its_errors(tmp_path: Path):
 
 
 def test_a_urdf_from_the_topic_gives_the_limits_continuous_and_mimic_joints_included():
-    from relay_ros.node.limit_params import with_robot_text
+    from relay_ros.node.limit_params import describe_limits, with_robot_text
 
     waiting = config_from_parameters(_ur5e_values(robot_description_file=""))
     text = (URDF / "ur5e.urdf").read_text()
@@ -556,6 +556,9 @@ def test_a_urdf_from_the_topic_gives_the_limits_continuous_and_mimic_joints_incl
     assert config.limits_problem is None and set(config.joint_limits) == {*UR_JOINTS, "finger"}
     assert sentence.startswith("joint limits with the URDF of robot 'ur5e' on topic")
     assert config.joint_limits["finger"].source == "position and velocity from parameters"
+    # Each joint says where its limits came from (the node logs this at start-up too).
+    assert "finger (" in sentence and "; position and velocity from parameters)" in sentence
+    assert describe_limits(config.joint_limits) in sentence
     # A continuous joint has no position limit but needs its velocity limit.
     wrist = (
         '<joint name="wrist_3_joint" type="continuous">',

@@ -236,11 +236,18 @@ def with_robot_text(config: Any, text: str, topic: str) -> tuple[Any, str]:
     changed = with_robot(config, robot)
     if changed.limits_problem is not None:
         return changed, f"cannot command: {changed.limits_problem}"
-    named = ", ".join(
-        f"{joint} ({limit.min_position:g}..{limit.max_position:g}, {limit.max_velocity:g}/s)"
-        for joint, limit in changed.joint_limits.items()
-    )
+    named = describe_limits(changed.joint_limits)
     return changed, f"joint limits with the URDF of robot '{robot.name}' on {source}: {named}"
+
+
+def describe_limits(limits: Mapping[str, Any]) -> str:
+    """``joint (min..max, vmax/s; source)`` for each joint: which limits are in force and
+    where each came from (parameters override the URDF joint by joint)."""
+    return ", ".join(
+        f"{joint} ({limit.min_position:g}..{limit.max_position:g}, {limit.max_velocity:g}/s; "
+        f"{limit.source})"
+        for joint, limit in limits.items()
+    )
 
 
 def _format(value: Any) -> str:

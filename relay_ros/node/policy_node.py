@@ -47,7 +47,7 @@ from std_srvs.srv import SetBool, Trigger
 
 from relay_ros.node.debug_topics import ObservationTopics
 from relay_ros.node.diagnostics_message import diagnostic_array, diagnostic_status
-from relay_ros.node.limit_params import with_robot_text
+from relay_ros.node.limit_params import describe_limits, with_robot_text
 from relay_ros.node.node_config import NodeConfig
 from relay_ros.node.node_main import NodeProgram, run_node
 from relay_ros.node.param_spec import ParameterError
@@ -226,6 +226,8 @@ class PolicyNode(Node):
             f"{[o.name for o in cfg.outputs]}, {'dry run' if cfg.dry_run else 'commanding'}, "
             f"{'enabled' if cfg.autostart else 'disabled until ~/enable'}"
         )
+        if cfg.limits_problem is None and cfg.joint_limits:
+            self.get_logger().info(f"joint limits: {describe_limits(cfg.joint_limits)}")
 
     # ------------------------------------------------------------------ parameters
     def _apply_config(self, config: NodeConfig) -> None:
