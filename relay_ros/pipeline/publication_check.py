@@ -214,7 +214,7 @@ def check_publication(
     if refusal is not None:
         return PublicationVerdict(None, Refusal(refusal.reason, "first_step"))
     state = motion.state_at(publication.stamp)
-    then = motion.state_at(publication.stamp if measured_at is None else measured_at)
+    then = state if measured_at is None else motion.state_at(measured_at)
     if state is None or then is None or np.abs(then[0] - measured).max() > TRACKING_TOLERANCE:
         # Not where it was commanded (or nothing was): joint_trajectory_controller starts
         # from the measured state (unless open_loop_control), moving as it was commanded.
@@ -276,11 +276,11 @@ def _start_later(
         return None
     for slots in range(1, MAX_START_DELAY_SLOTS + 1):
         delay = slots * dt
+        delayed_tfs = tfs + delay
         result = check_motion(
-            start, publication.positions, tfs + delay, limits, start_velocity=start_velocity
+            start, publication.positions, delayed_tfs, limits, start_velocity=start_velocity
         )
         if result.refusal is None:
-            delayed_tfs = tfs + delay
             delayed_tfs.setflags(write=False)
             delayed = dataclasses.replace(
                 publication,
