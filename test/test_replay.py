@@ -340,7 +340,7 @@ def test_output_bag_holds_preview_controllers_and_diagnostics(
             msg = reader.deserialize(message)
             stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9 - START_NS / 1e9
             for status in msg.status:
-                if status.name.startswith(f"replay_{storage}:"):
+                if status.name == f"/replay_{storage}: policy":
                     statuses.append((stamp, {kv.key: kv.value for kv in status.values}))
     assert report.recorded[preview] == 2 * (len(report.chunks) + len(report.holds))
     for hold in report.holds:  # one event holds every commanded joint
@@ -545,7 +545,8 @@ def test_cli_option_errors(
     code, _out, err = _cli(["replay", bag, "--url", "http://x"], capsys)
     assert (code, err) == (
         2,
-        "relay-ros replay: error: server URL 'http://x' must start with ws:// or wss://\n",
+        "relay-ros replay: error: --url: http://x isn't a valid URI: scheme isn't ws or wss; a "
+        "policy server speaks WebSocket: write ws:// instead of http:// (e.g. ws://host/pi05)\n",
     )
 
 
