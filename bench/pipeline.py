@@ -400,7 +400,7 @@ class DiagnosticsListener:
 
     def _on_diagnostics(self, msg: Any) -> None:
         for status in msg.status:
-            if status.name.startswith(f"{NODE_NAME}:"):
+            if status.name == f"/{NODE_NAME}: policy":
                 with self._lock:
                     self._latest = {kv.key: kv.value for kv in status.values}
                     self._latest["message"] = status.message

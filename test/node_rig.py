@@ -121,6 +121,8 @@ class Rig:
         n = next(_COUNTER)
         self.prefix = f"/rig{n}"
         self.node_name = f"policy_node_{n}"
+        # The node's /diagnostics status: named by its fully qualified name.
+        self.status_name = f"/{self.node_name}: policy"
         joints = GROOT_JOINTS if model == "groot" else PI_JOINTS
         self.joints = list(joints)
         self.state = np.array(state if state is not None else [0.1] * len(joints), dtype=float)
@@ -235,7 +237,7 @@ class Rig:
         self.feeder.create_subscription(JointTrajectory, topic, record, 10)
 
     def _on_diagnostics(self, msg: DiagnosticArray) -> None:
-        if any(status.name.startswith(self.node_name) for status in msg.status):
+        if any(status.name == self.status_name for status in msg.status):
             with self._lock:
                 self.received.diagnostics.append(msg)
 
@@ -305,7 +307,7 @@ class Rig:
         out = []
         for msg in arrays:
             for status in msg.status:
-                if status.name.startswith(self.node_name):
+                if status.name == self.status_name:
                     values: dict[str, Any] = {kv.key: kv.value for kv in status.values}
                     values["message"] = status.message
                     values["level"] = int.from_bytes(status.level, "little")

@@ -44,6 +44,7 @@ from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import String
 from std_srvs.srv import SetBool, Trigger
+from websockets.exceptions import InvalidURI
 
 from relay_ros.node.debug_topics import ObservationTopics
 from relay_ros.node.diagnostics_message import diagnostic_array, diagnostic_status
@@ -142,6 +143,9 @@ class PolicyNode(Node):
                 "no server to connect to: set the 'policy_url' parameter or WALLE_URL "
                 "(environment or .env), e.g. ws://127.0.0.1:8000/{model}"
             ) from None
+        except InvalidURI as exc:  # its text shows the URL redacted
+            source = "parameter 'policy_url'" if cfg.policy_url else "WALLE_URL"
+            raise ParameterError(f"{source}: {exc}") from None
         # ~/observation/* show each observation sent, while someone subscribes.
         self._observation_topics = ObservationTopics(
             self, [c.key for c in self._cameras], cfg.state_joints, callback_group=polled
@@ -391,11 +395,15 @@ class PolicyNode(Node):
             connected=self._connection.connected,
             connection_error=self._connection.last_error,
         )
+        # Named by the fully qualified node name, as rqt_robot_monitor and the
+        # diagnostic_aggregator key statuses: two robots' nodes (/robot1/policy_node,
+        # /robot2/policy_node) show apart.
+        name = self.get_fully_qualified_name()
         return diagnostic_status(
             health,
-            name=f"{self.get_name()}: policy",
-            hardware_id=self._config.model,
-            extra={"thread priority": self._priority.status},
+            name=f"{name}: policy",
+            hardware_id=name,
+            extra={"model": self._config.model, "thread priority": self._priority.status},
         )
 
     def _publish_diagnostics(self) -> None:
