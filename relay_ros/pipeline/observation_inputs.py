@@ -10,7 +10,10 @@
   next request is due before that camera's next frame, else when an observation
   needs it;
 - **joint states** (:class:`~relay_ros.pipeline.state.JointStateCache`), in the
-  configured order, refused when a joint is missing, stale or not finite;
+  configured order, refused when a joint is missing, stale or not finite; a sample
+  that would mean moving far faster than the joint's velocity limit is rejected
+  (counted as a refusal, WARN at most every 5 s) and the joint is not trusted for a
+  moment after it (:mod:`~relay_ros.pipeline.state`);
 - :meth:`ObservationInputs.snapshot`: everything one observation takes (the wire
   frames, the state vector, the observation time), or the :class:`InputProblem`
   that stops it (a camera without a frame, a stale input, bad joint states, a frame
@@ -42,6 +45,7 @@ Time is passed in (node clock); the frame work is timed on the :class:`RequestCl
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -155,6 +159,7 @@ class ObservationInputs:
         self._sources = dict(sources) if sources is not None else None
         self._clock = clock
         self._refused = refused
+        self._limits: Mapping[str, Any] | None = None
         self.frames_received = 0
 
     @classmethod
@@ -246,9 +251,18 @@ class ObservationInputs:
         positions: Sequence[float],
         now: float,
         measured_at: float | None = None,
+        *,
+        limits: Mapping[str, Any] | None = None,
     ) -> None:
         """Positions from one ``JointState`` message received at ``now`` (its header
-        stamp ``measured_at``, if any); a malformed message is refused like a bad frame."""
+        stamp ``measured_at``, if any); a malformed message is refused like a bad frame.
+
+        ``limits``: the joint limits in force (joint -> ``JointLimit``): a sample
+        implying far more than a joint's ``max_velocity`` is rejected and refused (a
+        joint without position limits may wrap by a turn)."""
+        if limits is not self._limits:
+            self._limits = limits
+            self.joints.set_velocity_limits(*_velocity_limits(limits or {}))
         jump = self._jump
         if jump is not None and measured_at:
             old, new, until = jump
@@ -256,10 +270,13 @@ class ObservationInputs:
                 self._jump = None
             elif abs(measured_at - old) < abs(measured_at - new):
                 return  # published before the clock jump (see clear())
+        rejected = self.joints.rejected_samples
         try:
             self.joints.update(list(names), list(positions), now, measured_at=measured_at)
         except JointStateError as exc:
             self._refused(f"joint states: {exc}", now)
+        if self.joints.rejected_samples != rejected:
+            self._refused(f"joint states: {self.joints.last_rejection}", now)
 
     def measured(self, now: float, timeout_s: float, names: Sequence[str]) -> np.ndarray | None:
         """The measured positions of ``names`` at ``now``, or None when any is missing,
@@ -347,3 +364,18 @@ class ObservationInputs:
         if jump is not None:
             old, new = jump
             self._jump = (old, new, new + JUMP_QUARANTINE_S)
+
+
+def _velocity_limits(limits: Mapping[str, Any]) -> tuple[dict[str, float], list[str]]:
+    """(joint -> max_velocity, the joints without position limits) of ``JointLimit``s
+    (entries of another kind, ``(lower, upper)`` pairs, carry no velocity limit)."""
+    velocities: dict[str, float] = {}
+    continuous: list[str] = []
+    for joint, limit in limits.items():
+        vmax = getattr(limit, "max_velocity", None)
+        if vmax is None:
+            continue
+        velocities[joint] = float(vmax)
+        if math.isinf(limit.min_position) and math.isinf(limit.max_position):
+            continuous.append(joint)
+    return velocities, continuous

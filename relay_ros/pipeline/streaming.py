@@ -192,6 +192,7 @@ class StreamingCore:
         scheduler = None if self._session is None else self._session.scheduler
         counts = self._counts.as_dict()
         counts["frames_received"] = self._inputs.frames_received
+        counts["joint_samples_rejected"] = self._inputs.joints.rejected_samples
         counts["chunks_clamped"] = self._gate.clamped
         counts["clock_jumps"] = self._jumps.count
         counts["chunks_dropped_late"] = self._counts.dropped_late(scheduler)
@@ -297,8 +298,10 @@ class StreamingCore:
     ) -> None:
         """Positions from one ``JointState`` message received at ``now`` (header stamp
         ``measured_at``: when plausible, the publication check compares the arm with
-        what was commanded then); a malformed message is refused like a bad frame."""
-        self._inputs.joint_state(names, positions, now, measured_at)
+        what was commanded then); a malformed message is refused like a bad frame, a
+        sample implying far more than a joint's velocity limit is rejected
+        (:mod:`~relay_ros.pipeline.state`)."""
+        self._inputs.joint_state(names, positions, now, measured_at, limits=self._cfg.joint_limits)
 
     def set_prompt(self, text: str) -> None:
         """Replace the task instruction from the next observation on."""
