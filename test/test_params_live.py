@@ -206,18 +206,28 @@ def test_prompt_and_seed_reach_the_server_from_the_next_observation(recording, l
 # ---------------------------------------------------------------- the timeline
 
 
-def _switch_spacing(messages: list) -> float:
-    stamps = [stamp_of(m) for m in messages]
-    return statistics.median(np.diff(stamps))
-
-
 TIMELINE = {"execute_horizon": 25, "request_lead_s": "0.1"}
 
 
+def _gaps(chunks: list) -> list[float]:
+    """For each two chunks in a row: from the first one's switch (its stamp) to the
+    observation of the second. The node plans the next request ``execute_horizon``
+    actions after the switch, ``request_lead_s`` early, so a gap is ``horizon * dt -
+    lead``, whenever the reply comes: a late reply (a loaded machine) moves the next
+    switch, not this gap. (A camera period early at most: frame_arrival timing.)"""
+    return [t_obs_of(b) - stamp_of(a) for a, b in zip(chunks, chunks[1:])]
+
+
 def _before_and_after(
-    live, measure, counts: tuple[int, int], rig_options: dict | None = None, **change: Any
+    live,
+    measure,
+    counts: tuple[int, int],
+    rig_options: dict | None = None,
+    topic: str = "arm",
+    **change: Any,
 ) -> tuple:
-    """``measure(chunks)`` over the arm's chunks before and after a live change.
+    """``measure(chunks)`` over the chunks (holds skipped) on ``topic`` (a field of
+    ``Received``) before and after a live change.
 
     Before: from the second chunk (the first switch comes at start-up, on its own
     timing) once ``counts[0]`` have come; after: from 0.6 s after the set returned
@@ -226,38 +236,42 @@ def _before_and_after(
     overrides). Returns (before, after, params).
     """
     rig, params = live(**(rig_options or {"overrides": TIMELINE}))
-    wait_until(lambda: len(rig.snapshot().arm) >= counts[0], timeout=15)
-    before = measure(rig.snapshot().arm[1:])
+
+    def chunks_after(t: float) -> list:
+        # (In a dry run ~/preview carries one message per controller: the arm's.)
+        messages = [m for m in getattr(rig.snapshot(), topic) if m.joint_names[0] == "joint1"]
+        return _chunks_after(messages, t)
+
+    wait_until(lambda: len(chunks_after(0.0)) >= counts[0] + 1, timeout=15)
+    before = measure(chunks_after(0.0)[1:])
     result, returned = params.set(**change)
     assert result.successful, result.reason
-
-    def later() -> list:
-        return _chunks_after(rig.snapshot().arm, returned + 0.6)
-
-    wait_until(lambda: len(later()) >= counts[1], timeout=15)
-    return before, measure(later()), params
+    wait_until(lambda: len(chunks_after(returned + 0.6)) >= counts[1], timeout=20)
+    return before, measure(chunks_after(returned + 0.6)), params
 
 
 def test_execute_horizon_changes_the_switch_spacing(live):
-    before, after, _ = _before_and_after(live, _switch_spacing, (4, 5), execute_horizon=10)
+    # The spacing the node plans, horizon * dt = gap + lead (see _gaps), median of 5.
+    before, after, _ = _before_and_after(
+        live, lambda chunks: statistics.median(_gaps(chunks)) + 0.1, (6, 6), execute_horizon=10
+    )
     assert before == pytest.approx(25 * DT, abs=0.05)
     assert after == pytest.approx(10 * DT, abs=0.05)
 
 
-def _leads(messages: list) -> list[float]:
-    """How long before its publication each chunk's observation was taken."""
-    return [stamp_of(m) - t_obs_of(m) for m in messages]
-
-
 def test_request_lead_changes_how_early_observations_are_taken(live):
+    # The lead the node plans, horizon * dt - gap (see _gaps), median of 5 each.
     # A double works as well as "0.3".
-    before, after, params = _before_and_after(live, _leads, (3, 3), request_lead_s=0.3)
+    def leads(chunks: list) -> float:
+        return 25 * DT - statistics.median(_gaps(chunks))
+
+    before, after, params = _before_and_after(live, leads, (6, 6), request_lead_s=0.3)
     assert params.set(request_lead_s="auto")[0].successful
     # Observations are taken at the switch minus the lead, up to a camera period early
-    # (frame_arrival) and as late as a loaded machine runs the tick: the lead is at
-    # most 0.1 s plus a camera period before, and 0.2 s longer after.
-    assert statistics.median(before) < 0.1 + 0.04
-    assert statistics.median(after) - statistics.median(before) == pytest.approx(0.2, abs=0.05)
+    # (frame_arrival), later when a loaded machine runs the tick late: the median lead
+    # is 0.1 s (plus at most a camera period), and 0.2 s longer after the change.
+    assert before < 0.1 + 0.04
+    assert after - before == pytest.approx(0.2, abs=0.05)
 
 
 def _switch_jumps(messages: list) -> list[float]:
@@ -273,13 +287,14 @@ def _switch_jumps(messages: list) -> list[float]:
 
 def test_blend_steps_smooth_the_switch(live):
     # A still arm (follow=False) makes each chunk start 0.05 rad behind the last: a
-    # 2.5 rad/s step the shipped limits refuse; raised so the jumps can be measured.
+    # 2.5 rad/s step the robot's limits refuse; raised so the jumps can be measured,
+    # on ~/preview (dry run), as nothing the robot cannot do may reach a controller.
     rig_options = {
-        "overrides": {**TIMELINE, **velocity_overrides(PI_JOINTS, 10.0)},
+        "overrides": {**TIMELINE, **velocity_overrides(PI_JOINTS, 10.0), "dry_run": True},
         "follow": False,
     }
     before, after, _ = _before_and_after(
-        live, _switch_jumps, (4, 3), rig_options=rig_options, blend_steps=10
+        live, _switch_jumps, (4, 3), rig_options=rig_options, topic="preview", blend_steps=10
     )
     # Each chunk starts again from the state: 25 actions * 0.002 rad behind the old one.
     assert min(before) > 0.03
@@ -310,13 +325,14 @@ def test_limits_mode_clamp_lets_a_refused_policy_through(recording, live):
 def test_max_joint_step_decides_which_first_step_is_refused(recording, live):
     policy, _ = recording
     policy.mode = "far"  # every chunk starts 0.6 rad from the measured state
-    # 0.6 rad within a period is far over the shipped velocity limits: raised here, so
-    # that max_joint_step alone decides.
-    rig, params = live(overrides=velocity_overrides(PI_JOINTS, 100.0))
+    # 0.6 rad within a period is far over the robot's velocity limits: raised here, so
+    # that max_joint_step alone decides, and measured on ~/preview (dry run): no
+    # controller is ever sent what the robot cannot do.
+    rig, params = live(overrides={**velocity_overrides(PI_JOINTS, 100.0), "dry_run": True})
     wait_until(lambda: (s := rig.last_status()) and s["last_refusal"], timeout=15)
-    assert rig.snapshot().arm == []
+    assert _chunks_after(rig.snapshot().preview, 0.0) == []
     assert params.set(max_joint_step=1.0)[0].successful
-    wait_until(lambda: rig.snapshot().arm, timeout=10)
+    wait_until(lambda: _chunks_after(rig.snapshot().preview, 0.0), timeout=10)
     refused = rig.node.counts["refusals"]
     result, returned = params.set(max_joint_step=0.25)
     assert result.successful
@@ -326,7 +342,8 @@ def test_max_joint_step_decides_which_first_step_is_refused(recording, live):
     published = rig.node.counts["chunks_published"]
     wait_until(lambda: rig.node.counts["refusals"] >= refused + 4, timeout=15)
     assert rig.node.counts["chunks_published"] == published
-    assert _chunks_after(rig.snapshot().arm, returned + 0.2) == []
+    assert _chunks_after(rig.snapshot().preview, returned + 0.2) == []
+    assert rig.snapshot().arm == rig.snapshot().gripper == []
 
 
 def test_sensor_timeout_decides_what_is_stale(live):
