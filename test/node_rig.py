@@ -208,7 +208,8 @@ class Rig:
         frame = np.zeros((height, width, 3), np.uint8)
         frame[:, : width // 2] = (200, 30, 30)
         self._frame = frame
-        self._jpeg = cv2.imencode(".jpg", frame[:, :, ::-1])[1].tobytes()
+        # The compressed camera's payload (a test may replace it: a decompression bomb).
+        self.jpeg = cv2.imencode(".jpg", frame[:, :, ::-1])[1].tobytes()
         self.feeder.create_timer(1.0 / camera_hz, self._publish_cameras)
         self.feeder.create_timer(0.01, self._publish_joints)
         self._subscribe(self.arm_topic, self.received.arm, checked=True)
@@ -254,7 +255,7 @@ class Rig:
         image = Image(height=h, width=w, encoding="rgb8", step=w * 3, data=self._frame.tobytes())
         image.header.stamp = stamp
         self._image_pub.publish(image)
-        jpeg = CompressedImage(format="jpeg", data=self._jpeg)
+        jpeg = CompressedImage(format="jpeg", data=self.jpeg)
         jpeg.header.stamp = stamp
         self._jpeg_pub.publish(jpeg)
 

@@ -12,6 +12,12 @@ Three steps, each cheap because a 3-camera, 30 Hz pipeline has a few millisecond
   paths give identical pixels.
 - :func:`compressed_to_rgb` decodes a ``sensor_msgs/CompressedImage`` (JPEG/PNG,
   as ``compressed_image_transport`` publishes) with ``cv2.imdecode``.
+
+Every frame's size is bounded before any pixel is touched: a 631-byte JPEG can declare
+16000 x 16000 pixels (768 MB and seconds to decode), so the size is read from the
+JPEG frame header (SOF) or the PNG ``IHDR`` chunk (:func:`compressed_size`), or from
+a raw image's ``height`` and ``width``, and a frame over ``max_pixels`` (at most
+:data:`MAX_FRAME_PIXELS`) is refused with :class:`FrameTooLargeError`, undecoded.
 - :func:`resize_with_pad` fits a frame into the server's ``image_size`` keeping the
   aspect ratio and padding with zeros, with the geometry of openpi's
   ``openpi_client.image_tools.resize_with_pad`` (a 480x640 frame becomes 168x224
@@ -36,10 +42,15 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 __all__ = [
+    "MAX_FRAME_PIXELS",
     "SUPPORTED_ENCODINGS",
+    "FrameTooLargeError",
     "ImageConversionError",
+    "check_pixels",
+    "compressed_size",
     "compressed_to_rgb",
     "jpeg_size",
+    "png_size",
     "cv_bridge_available",
     "image_to_rgb",
     "parse_image_size",
@@ -54,8 +65,40 @@ SUPPORTED_ENCODINGS: dict[str, int] = {"rgb8": 3, "bgr8": 3, "rgba8": 4, "bgra8"
 _SWAP_CODES: dict[str, int] = {"bgr8": cv2.COLOR_BGR2RGB, "bgra8": cv2.COLOR_BGRA2RGB}
 
 
+#: Largest frame converted, in pixels (16.8 MP; a 4K camera frame is 8.3 MP): the hard
+#: cap of every bound, for the node's cameras and the reference server's JPEG frames.
+MAX_FRAME_PIXELS = 4096 * 4096
+
+
 class ImageConversionError(ValueError):
     """A frame cannot be converted: unsupported encoding, bad size or undecodable data."""
+
+
+class FrameTooLargeError(ImageConversionError):
+    """A frame declares more pixels than allowed; it was not decoded.
+
+    Attributes:
+        height, width: The declared size.
+        max_pixels: The bound it exceeds.
+    """
+
+    def __init__(
+        self, height: int, width: int, max_pixels: int, what: str, why: str = ""
+    ) -> None:
+        self.height = int(height)
+        self.width = int(width)
+        self.max_pixels = int(max_pixels)
+        super().__init__(
+            f"{what} declares {width}x{height} pixels ({height * width}); at most "
+            f"{max_pixels} are decoded{why}"
+        )
+
+
+def check_pixels(height: int, width: int, max_pixels: int, what: str, why: str = "") -> None:
+    """Raise :class:`FrameTooLargeError` when ``height * width`` exceeds ``max_pixels``
+    (``what`` names the frame in the message, ``why`` follows the bound)."""
+    if int(height) * int(width) > max_pixels:
+        raise FrameTooLargeError(height, width, max_pixels, what, why)
 
 
 class ImageLike(Protocol):
@@ -121,12 +164,15 @@ def _message_bytes(msg: Any) -> np.ndarray:
     return np.frombuffer(data, dtype=np.uint8)
 
 
-def _check_geometry(msg: Any, channels: int, size: int) -> tuple[int, int, int]:
+def _check_geometry(
+    msg: Any, channels: int, size: int, max_pixels: int = MAX_FRAME_PIXELS
+) -> tuple[int, int, int]:
     height, width, step = int(msg.height), int(msg.width), int(msg.step)
     if height <= 0 or width <= 0:
         raise ImageConversionError(
             f"image has size {width}x{height}; expected a positive width and height"
         )
+    check_pixels(height, width, max_pixels, f"{msg.encoding!r} image")
     if step < width * channels:
         raise ImageConversionError(
             f"image step {step} is smaller than width * channels = {width} * {channels} "
@@ -142,9 +188,10 @@ def _check_geometry(msg: Any, channels: int, size: int) -> tuple[int, int, int]:
 
 
 def _own_to_rgb(msg: Any, channels: int) -> np.ndarray:
-    """relay_ros's conversion: strided views of the buffer, a copy only to swap channels."""
+    """relay_ros's conversion: strided views of the buffer, a copy only to swap channels
+    (the geometry is checked already)."""
     flat = _message_bytes(msg)
-    height, width, step = _check_geometry(msg, channels, flat.size)
+    height, width, step = int(msg.height), int(msg.width), int(msg.step)
     encoding = msg.encoding
     if encoding == "mono8":
         # Stride 0 on the channel axis repeats each grey byte three times: no copy.
@@ -162,7 +209,11 @@ def _bridge_to_rgb(msg: Any) -> np.ndarray:
 
 
 def image_to_rgb(
-    msg: ImageLike, *, source: str | None = None, use_cv_bridge: bool | None = None
+    msg: ImageLike,
+    *,
+    source: str | None = None,
+    use_cv_bridge: bool | None = None,
+    max_pixels: int = MAX_FRAME_PIXELS,
 ) -> np.ndarray:
     """Convert a ``sensor_msgs/Image`` to an (H, W, 3) uint8 RGB array.
 
@@ -174,12 +225,14 @@ def image_to_rgb(
             topic; defaults to the message's ``header.frame_id``.
         use_cv_bridge: Force (True) or avoid (False) cv_bridge; None uses it when
             it is importable.
+        max_pixels: Largest ``height * width`` converted.
 
     Returns:
         The RGB frame; for ``rgb8``, ``rgba8`` and ``mono8`` a read-only view of
         ``msg.data``.
 
     Raises:
+        FrameTooLargeError: More than ``max_pixels`` pixels (checked first).
         ImageConversionError: Unsupported encoding (the message lists the supported
             ones), or a size/step that does not fit the data.
     """
@@ -190,6 +243,7 @@ def image_to_rgb(
             f"image encoding {encoding!r} is not supported; "
             f"supported encodings: {list(SUPPORTED_ENCODINGS)}"
         )
+    _check_geometry(msg, channels, _message_bytes(msg).size, max_pixels)
     if encoding == "mono8":
         _warn_mono_once(_source_of(msg, source), "mono8")
     bridge = _BRIDGE is not None if use_cv_bridge is None else use_cv_bridge
@@ -200,34 +254,69 @@ def image_to_rgb(
     return _own_to_rgb(msg, channels)
 
 
-def jpeg_size(data: np.ndarray) -> tuple[int, int] | None:
-    """(height, width) from a JPEG's start-of-frame marker, or None if not found.
+# Markers that start a JPEG frame header: SOF0..SOF15 except DHT, JPG and DAC.
+_SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
-    Reads only the marker headers (a few dozen bytes in a normal file), so the
-    decoder can be told to decode at a reduced scale before it starts.
+
+def _as_bytes(data: Any) -> bytes | memoryview:
+    if isinstance(data, np.ndarray):
+        return memoryview(np.ascontiguousarray(data).reshape(-1).view(np.uint8))
+    return memoryview(data).cast("B")
+
+
+def jpeg_size(data: Any) -> tuple[int, int] | None:
+    """``(height, width)`` declared by a JPEG's first frame header (SOF), read without
+    decoding (the marker headers only, a few dozen bytes in a normal file); None when
+    it is not a JPEG, the markers before the SOF are malformed, or there is none.
+
+    ``data``: bytes, a memoryview or a uint8 array.
     """
-    n = int(data.size)
-    if n < 4 or data[0] != 0xFF or data[1] != 0xD8:
+    view = _as_bytes(data)
+    size = len(view)
+    if size < 4 or view[0] != 0xFF or view[1] != 0xD8:
         return None
-    i = 2
-    while i + 9 < n:
-        if data[i] != 0xFF:
+    pos = 2  # after SOI (FF D8)
+    while pos + 4 <= size:
+        if view[pos] != 0xFF:
             return None
-        marker = int(data[i + 1])
+        marker = view[pos + 1]
         if marker == 0xFF:  # fill byte
-            i += 1
+            pos += 1
             continue
-        if marker in (0x01, 0xD0, 0xD1, 0xD2, 0xD3, 0xD4, 0xD5, 0xD6, 0xD7):
-            i += 2  # markers without a length
+        if marker == 0x01 or 0xD0 <= marker <= 0xD7:  # TEM, RSTn: no length
+            pos += 2
             continue
-        length = (int(data[i + 2]) << 8) | int(data[i + 3])
-        # SOF0..SOF15 carry the size; C4 (DHT), C8 (JPG) and CC (DAC) do not.
-        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
-            height = (int(data[i + 5]) << 8) | int(data[i + 6])
-            width = (int(data[i + 7]) << 8) | int(data[i + 8])
-            return (height, width) if height and width else None
-        i += 2 + length
+        if marker in (0xD9, 0xDA):  # EOI or start of scan before any frame header
+            return None
+        if marker in _SOF_MARKERS:
+            if pos + 9 > size:
+                return None
+            height = (view[pos + 5] << 8) | view[pos + 6]
+            width = (view[pos + 7] << 8) | view[pos + 8]
+            return height, width
+        length = (view[pos + 2] << 8) | view[pos + 3]
+        if length < 2:
+            return None
+        pos += 2 + length
     return None
+
+
+def png_size(data: Any) -> tuple[int, int] | None:
+    """``(height, width)`` from a PNG's ``IHDR`` chunk (bytes 16-24), or None when it is
+    not a PNG whose first chunk is ``IHDR``."""
+    view = _as_bytes(data)
+    if len(view) < 24 or bytes(view[:8]) != _PNG_SIGNATURE or bytes(view[12:16]) != b"IHDR":
+        return None
+    width = int.from_bytes(view[16:20], "big")
+    height = int.from_bytes(view[20:24], "big")
+    return height, width
+
+
+def compressed_size(data: Any) -> tuple[int, int] | None:
+    """``(height, width)`` a JPEG or PNG declares in its header, or None when the data
+    is neither (or its header is unreadable)."""
+    return jpeg_size(data) or png_size(data)
 
 
 def _fit_ratio(height: int, width: int, target: tuple[int, int]) -> float:
@@ -236,7 +325,11 @@ def _fit_ratio(height: int, width: int, target: tuple[int, int]) -> float:
 
 
 def compressed_to_rgb(
-    msg: Any, *, source: str | None = None, target_size: tuple[int, int] | None = None
+    msg: Any,
+    *,
+    source: str | None = None,
+    target_size: tuple[int, int] | None = None,
+    max_pixels: int = MAX_FRAME_PIXELS,
 ) -> np.ndarray:
     """Decode a ``sensor_msgs/CompressedImage`` to an (H, W, 3) uint8 RGB array.
 
@@ -248,14 +341,17 @@ def compressed_to_rgb(
             :func:`resize_with_pad`. A JPEG at least twice that size is decoded at
             half scale (libjpeg skips half of the inverse DCT work): the result is
             what ``resize_with_pad`` needs, at about half the decode time.
+        max_pixels: Largest ``height * width`` decoded, as the header declares it.
 
     Returns:
         A new RGB array (OpenCV decodes to BGR; the channels are swapped). With
         ``target_size`` it may be half the encoded size.
 
     Raises:
+        FrameTooLargeError: The header declares more than ``max_pixels`` pixels (the
+            data is not decoded).
         ImageConversionError: A format that is not JPEG/PNG (e.g. ``compressedDepth``),
-            or data that does not decode.
+            data without a readable JPEG or PNG header, or data that does not decode.
     """
     fmt = str(msg.format)
     lowered = fmt.lower()
@@ -269,11 +365,20 @@ def compressed_to_rgb(
     buffer = _message_bytes(msg)
     if buffer.size == 0:
         raise ImageConversionError(f"compressed image ({fmt!r}) has no data")
+    declared = compressed_size(buffer)
+    if declared is None or 0 in declared:
+        raise ImageConversionError(
+            f"compressed image ({fmt!r}, {buffer.size} bytes) has no readable JPEG frame "
+            "header or PNG IHDR: its size is unknown, so it is not decoded"
+        )
+    check_pixels(declared[0], declared[1], max_pixels, f"compressed image ({fmt!r})")
     flags = cv2.IMREAD_COLOR
-    if target_size is not None:
-        size = jpeg_size(buffer)
-        if size is not None and _fit_ratio(size[0], size[1], target_size) >= 2.0:
-            flags = cv2.IMREAD_REDUCED_COLOR_2
+    if (
+        target_size is not None
+        and jpeg_size(buffer) is not None
+        and _fit_ratio(declared[0], declared[1], target_size) >= 2.0
+    ):
+        flags = cv2.IMREAD_REDUCED_COLOR_2
     bgr = cv2.imdecode(buffer, flags)
     if bgr is None:
         raise ImageConversionError(

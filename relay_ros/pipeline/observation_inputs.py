@@ -75,7 +75,9 @@ ObservationTiming = Literal["frame", "frame_arrival", "request"]
 OBSERVATION_TIMINGS: tuple[str, ...] = ("frame", "frame_arrival", "request")
 DEFAULT_OBSERVATION_TIMING: ObservationTiming = "frame_arrival"
 
-ProblemKind = Literal["missing_input", "stale_input", "joint_states", "frame_conversion"]
+ProblemKind = Literal[
+    "missing_input", "stale_input", "joint_states", "frame_conversion", "frame_refused"
+]
 
 
 #: How long after a clock jump joint states stamped before it are dropped, seconds.
@@ -89,9 +91,11 @@ class InputProblem:
     Attributes:
         kind: ``"missing_input"`` (a camera without a frame yet), ``"stale_input"``
             (a frame older than ``sensor_timeout_s``), ``"joint_states"`` (a joint
-            missing, stale or not finite) or ``"frame_conversion"`` (the newest frame
+            missing, stale or not finite), ``"frame_conversion"`` (the newest frame
             of a camera does not convert: that camera falls back to its previous
-            frame, the next tick tries again).
+            frame, the next tick tries again) or ``"frame_refused"`` (a camera has no
+            usable frame, missing or stale, because its newer ones were refused: the
+            reason is the refusal, naming the camera, its topic and why).
         reason: The sentence for the log and ``/diagnostics``.
     """
 
@@ -311,10 +315,23 @@ class ObservationInputs:
         """
         missing = self.frames.missing()
         if missing:
+            refused = self._refusal(missing)
+            if refused is not None:
+                return InputProblem(
+                    "frame_refused", f"no usable frame from camera(s) {missing}: {refused}"
+                )
             return InputProblem("missing_input", f"no frame yet from camera(s) {missing}")
-        stamps = {f"camera '{key}'": t for key, t in self.frames.stamps().items()}
+        arrived = self.frames.stamps()
+        stamps = {f"camera '{key}'": t for key, t in arrived.items()}
         stale = check_fresh(stamps, now, timeout_s)
         if stale is not None:
+            refused = self._refusal([k for k, t in arrived.items() if now - t > timeout_s])
+            if refused is not None:
+                return InputProblem(
+                    "frame_refused",
+                    f"stale observation: {stale.reason}; its newer frames were refused: "
+                    f"{refused}",
+                )
             return InputProblem("stale_input", f"stale observation: {stale.reason}")
         t_obs = min(now, max(self.frames.stamps().values())) if at_frames else now
         try:
@@ -331,6 +348,10 @@ class ObservationInputs:
         if wire.converted:
             self._clock.frames_processed(wire.conversion_s + wire.read_s, wire.converted)
         return Snapshot(wire, state, t_obs)
+
+    def _refusal(self, keys: Sequence[str]) -> str | None:
+        """The refusal of the first of ``keys`` whose newest frame was refused, if any."""
+        return next((r for key in keys if (r := self.frames.refusal(key)) is not None), None)
 
     def refreshed_since(self, since: float) -> bool:
         """Whether every camera has a frame that arrived at or after ``since``."""
