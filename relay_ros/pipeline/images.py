@@ -82,9 +82,7 @@ class FrameTooLargeError(ImageConversionError):
         max_pixels: The bound it exceeds.
     """
 
-    def __init__(
-        self, height: int, width: int, max_pixels: int, what: str, why: str = ""
-    ) -> None:
+    def __init__(self, height: int, width: int, max_pixels: int, what: str, why: str = "") -> None:
         self.height = int(height)
         self.width = int(width)
         self.max_pixels = int(max_pixels)

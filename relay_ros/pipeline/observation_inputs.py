@@ -329,8 +329,7 @@ class ObservationInputs:
             if refused is not None:
                 return InputProblem(
                     "frame_refused",
-                    f"stale observation: {stale.reason}; its newer frames were refused: "
-                    f"{refused}",
+                    f"stale observation: {stale.reason}; its newer frames were refused: {refused}",
                 )
             return InputProblem("stale_input", f"stale observation: {stale.reason}")
         t_obs = min(now, max(self.frames.stamps().values())) if at_frames else now
