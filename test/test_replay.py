@@ -50,6 +50,7 @@ from relay_ros.bag import BagReader, BagWriter
 from relay_ros.bag.replay import Chunk, ReplayError, ReplayReport, read_params_file, replay
 from relay_ros.cli import main
 from relay_ros.paths import config_dir
+from relay_ros.pipeline.publication_check import MAX_START_DELAY_SLOTS
 from relay_ros.server import ServerOptions, run_server_in_thread
 from relay_ros.server.metadata import build_metadata
 from relay_ros.server.synthetic import SyntheticPolicy
@@ -387,19 +388,26 @@ class ReferencePolicy:
             self._cache[index] = flat[:, : self.states.shape[1]].astype(np.float64)
         return self._cache[index]
 
-    def source(self, chunk: Chunk) -> int | None:
-        """The joint state (index) whose policy output is exactly this chunk, if any.
+    def source(self, chunk: Chunk) -> tuple[int, np.ndarray] | None:
+        """The joint state (index) whose policy output is exactly this chunk, and the
+        chunk's action indices, if any.
 
         Candidates are the joint states up to sensor_timeout_s before and 20 ms after
         t_obs: on a loaded machine the executor may deliver joint states late, and the
-        node takes none older than that.
+        node takes none older than that. A chunk the node started a few slots later (a
+        still arm that needs them to reach its first point within the limits,
+        MAX_START_DELAY_SLOTS) has its points that many slots later than their actions.
         """
-        indices = chunk.action_indices(self.dt)
+        timed = chunk.action_indices(self.dt)
         lo = np.searchsorted(self.stamps, chunk.t_obs - SENSOR_TIMEOUT_S)
         hi = np.searchsorted(self.stamps, chunk.t_obs + 0.02)
-        for index in range(int(hi) - 1, int(lo) - 1, -1):
-            if np.array_equal(self.actions(index)[indices], chunk.positions):
-                return index
+        for delay in range(MAX_START_DELAY_SLOTS + 1):
+            indices = timed - delay
+            if indices.min() < 0:
+                break
+            for index in range(int(hi) - 1, int(lo) - 1, -1):
+                if np.array_equal(self.actions(index)[indices], chunk.positions):
+                    return index, indices
         return None
 
 
@@ -410,22 +418,22 @@ def test_same_seed_gives_identical_trajectories(
     policy = ReferencePolicy(bags["mcap"])
     runs = [*synthetic, rerun]
     t0 = START_NS / 1e9
-    sources: list[dict[int, Chunk]] = []
+    sources: list[dict[int, tuple[Chunk, np.ndarray]]] = []
     for run in runs:
         by_state: dict[int, Chunk] = {}
         for chunk in run.chunks:
-            index = policy.source(chunk)
+            found = policy.source(chunk)
             # Every chunk is the seeded policy's answer to a recorded joint state
             # taken (almost always just before) t_obs.
-            assert index is not None, (round(chunk.t_obs - t0, 4), chunk.positions[:2])
-            by_state[index] = chunk
+            assert found is not None, (round(chunk.t_obs - t0, 4), chunk.positions[:2])
+            index, indices = found
+            by_state[index] = (chunk, indices)
         sources.append(by_state)
     pairs = 0
     for i in range(len(runs)):
         for j in range(i + 1, len(runs)):
             for index in sources[i].keys() & sources[j].keys():
-                a, b = sources[i][index], sources[j][index]
-                ia, ib = a.action_indices(policy.dt), b.action_indices(policy.dt)
+                (a, ia), (b, ib) = sources[i][index], sources[j][index]
                 common = np.intersect1d(ia, ib)
                 assert len(common) >= 10
                 np.testing.assert_array_equal(

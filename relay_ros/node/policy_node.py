@@ -54,7 +54,12 @@ from relay_ros.node.node_main import NodeProgram, run_node
 from relay_ros.node.param_spec import ParameterError
 from relay_ros.node.params import expected_value
 from relay_ros.node.policy_usage import usage
-from relay_ros.node.polled import PolledCallbackGroup, PolledSubscription, camera_subscription
+from relay_ros.node.polled import (
+    ClockRate,
+    PolledCallbackGroup,
+    PolledSubscription,
+    camera_subscription,
+)
 from relay_ros.node.qos import JOINT_STATES, LATCHED, RELIABLE
 from relay_ros.node.ros_logging import node_logger, route_library_logs
 from relay_ros.node.ros_params import LiveParameters, declare_parameters
@@ -151,7 +156,9 @@ class PolicyNode(Node):
             self, [c.key for c in self._cameras], cfg.state_joints, callback_group=polled
         )
         # Cameras and joint states are read on the tick, not pushed per message
-        # (node.polled): the node uses only the newest frames, at request time.
+        # (node.polled): the node uses only the newest frames, at request time. Their
+        # ages (system clock) go on the node clock at its rate (sim time: not 1).
+        self._clock_rate = ClockRate()
         self._camera_subs = [
             (
                 entry,
@@ -160,6 +167,7 @@ class PolicyNode(Node):
                     entry,
                     group=polled,
                     callback=lambda msg, entry=entry: self._on_image(entry, msg),
+                    clock_rate=self._clock_rate,
                 ),
             )
             for entry in self._cameras
@@ -317,7 +325,8 @@ class PolicyNode(Node):
         its reception time."""
         for taken in self._joint_sub.take_all():
             msg = taken.msg
-            self.core.joint_state(msg.name, msg.position, now - taken.age_s, _stamp_s(msg))
+            received = self._clock_rate.received(now, taken.age_s)
+            self.core.joint_state(msg.name, msg.position, received, _stamp_s(msg))
 
     def _on_reset(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
         response.message = self.core.reset_episode(self._now())
@@ -359,6 +368,7 @@ class PolicyNode(Node):
         self._priority.apply()  # the first tick only
         self._ticks += 1
         now = self._now()
+        self._clock_rate.observe(now)
         while True:
             try:
                 kind, payload = self._events.get_nowait()
@@ -369,6 +379,7 @@ class PolicyNode(Node):
             elif kind == "disconnect":
                 self.core.disconnected(payload, now)
             elif kind == "clock_jump":
+                self._clock_rate.reset()
                 self.core.clock_jumped(payload, now)
             else:
                 self.core.result(payload, now)
