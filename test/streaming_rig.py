@@ -27,6 +27,7 @@ from relay_ros.pipeline.controller_messages import TrajectoryMessage
 from relay_ros.pipeline.frame_source import ArrivedFrame, LatestFrame
 from relay_ros.pipeline.health import assess
 from relay_ros.pipeline.observation_request import RequestTag
+from relay_ros.pipeline.state import TRUST_AFTER_SAMPLES
 from relay_ros.pipeline.streaming import StreamingCore
 from relay_ros.server.embodiment import load_embodiment
 from relay_ros.server.metadata import build_metadata
@@ -200,6 +201,7 @@ class CoreRig:
             ),
         )
         self._next_frame = 0.0
+        self._warmed_up = False
 
     def _published(self, msg: TrajectoryMessage) -> None:
         self.published.append((self.now, msg))
@@ -274,6 +276,14 @@ class CoreRig:
             self.core.joint_state(self.joints, [float(v) for v in self.state], self.now)
 
     def step(self) -> None:
+        if not self._warmed_up and self.joint_states_on:
+            # The robot's joint states flowed before the first step, as they do before a
+            # node gets its first chunk: a joint is trusted after TRUST_AFTER_SAMPLES in a
+            # row (pipeline/state.py).
+            self._warmed_up = True
+            for k in range(TRUST_AFTER_SAMPLES - 1, 0, -1):
+                t = self.now - k * self.tick_s
+                self.core.joint_state(self.joints, [float(v) for v in self.state], t)
         self.now = round(self.now + self.tick_s, 9)
         if self.follow:
             self._follow()

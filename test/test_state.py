@@ -276,7 +276,7 @@ def test_header_stamps_time_the_check_when_both_samples_have_one():
     assert cache.rejected_samples == 1
 
 
-def test_the_first_sample_and_one_after_a_gap_or_reset_are_taken():
+def test_the_first_sample_and_one_after_a_gap_or_reset_are_taken_but_not_trusted_alone():
     cache = _judged()
     cache.update(["j1", "j2"], [3.0, -3.0], 1.0)  # first: nothing to compare with
     cache.update(["j1"], [1.0], 2.0)  # 2 rad in 1 s: within 3 x 2.5 rad/s
@@ -284,7 +284,16 @@ def test_the_first_sample_and_one_after_a_gap_or_reset_are_taken():
     cache.reset()  # e.g. a clock jump: the next sample starts afresh
     cache.update(["j1", "j2"], [-3.0, 3.0], 2.001)
     assert cache.rejected_samples == 0
-    np.testing.assert_array_equal(cache.vector(now=2.001, timeout_s=0.5), [-3.0, 3.0])
+    # A lone sample could be a glitch: trusted after TRUST_AFTER_SAMPLES in a row.
+    with pytest.raises(ImplausibleJointError) as info:
+        cache.vector(now=2.001, timeout_s=0.5)
+    assert str(info.value) == (
+        f"joint 'j1' is not trusted yet: 1 of {TRUST_AFTER_SAMPLES} samples in a row so far "
+        "(a lone sample cannot be told from a glitch)"
+    )
+    for k in range(1, TRUST_AFTER_SAMPLES):
+        cache.update(["j1", "j2"], [-3.0, 3.0], 2.001 + 0.01 * k)
+    np.testing.assert_array_equal(cache.vector(now=2.1, timeout_s=0.5), [-3.0, 3.0])
 
 
 def test_a_continuous_joint_may_wrap_a_full_turn():

@@ -24,12 +24,14 @@ jump), and a non-finite value (refused later by :meth:`vector`) are not judged; 
 allowance grows with the time since the last accepted sample, so after a gap the arm
 may have moved that much. A joint without position limits (continuous) may also
 wrap by a full turn. Which of two inconsistent samples is wrong cannot be told (a
-glitch alternating around the true value leaves every sample wrong), so after a
-rejection a joint is not trusted until :data:`TRUST_AFTER_SAMPLES` samples in a row
-were accepted and :data:`UNTRUSTED_FOR_S` seconds have passed: meanwhile
-:meth:`vector` raises :class:`ImplausibleJointError`, the node takes no observation
-from it and holds. (Counting samples, not only time, keeps a glitch that goes on
-untrusted when samples come late and far apart on a loaded machine.)
+glitch alternating around the true value leaves every sample wrong), and a first
+sample cannot be judged at all, so a judged joint is trusted only once
+:data:`TRUST_AFTER_SAMPLES` of its samples in a row were accepted (from its first, a
+reset or a rejection) and :data:`UNTRUSTED_FOR_S` seconds passed since its last
+rejection: meanwhile :meth:`vector` raises :class:`ImplausibleJointError`, the node
+takes no observation from it and holds. (Counting samples, not only time, keeps a
+glitch that goes on untrusted when samples come late and far apart on a loaded
+machine; 10 samples are 0.1 s at 100 Hz.)
 
 All times are float seconds on one clock (the node's ROS clock, so sim time works).
 Thread-safe: ``update`` runs in a subscription callback, ``vector`` in the timer.
@@ -155,23 +157,31 @@ class DuplicateJointError(JointStateError):
 
 
 class ImplausibleJointError(JointStateError):
-    """A joint's samples jump faster than it can move: one was rejected, and not yet
-    :data:`TRUST_AFTER_SAMPLES` in a row nor :data:`UNTRUSTED_FOR_S` seconds were
-    accepted since, so its latest value is not trusted either.
+    """A judged joint's value is not trusted yet: fewer than :data:`TRUST_AFTER_SAMPLES`
+    of its samples came in a row (since the first, a reset or a rejection), or one was
+    rejected less than :data:`UNTRUSTED_FOR_S` seconds ago.
 
     Attributes:
         joint: The joint name.
-        rejection: The sentence of its last rejected sample.
+        rejection: The sentence of its last rejected sample (None: none was; the joint
+            has too few samples yet).
     """
 
-    def __init__(self, joint: str, rejection: str, age_s: float) -> None:
+    def __init__(self, joint: str, rejection: str | None, age_s: float, in_a_row: int) -> None:
         self.joint = joint
         self.rejection = rejection
-        super().__init__(
-            f"joint {joint!r} is not trusted until {TRUST_AFTER_SAMPLES} samples in a row "
-            f"and {UNTRUSTED_FOR_S:g} s pass without a rejected one (the last {age_s:.3f} s "
-            f"ago: {rejection})"
-        )
+        if rejection is None:
+            text = (
+                f"joint {joint!r} is not trusted yet: {in_a_row} of {TRUST_AFTER_SAMPLES} "
+                "samples in a row so far (a lone sample cannot be told from a glitch)"
+            )
+        else:
+            text = (
+                f"joint {joint!r} is not trusted until {TRUST_AFTER_SAMPLES} samples in a row "
+                f"and {UNTRUSTED_FOR_S:g} s pass without a rejected one (the last "
+                f"{age_s:.3f} s ago: {rejection})"
+            )
+        super().__init__(text)
 
 
 #: Longest a joint state's own header stamp may lie before its reception for the
@@ -392,27 +402,33 @@ class JointStateCache:
             rejected_at = self._rejected_at.copy()
             accepted_since = self._accepted_since.copy()
             rejections = dict(self._rejections)
+            judged = np.isfinite(self._max_velocity)
         if refused is not None:
             raise refused
         if not seen.all():
             raise MissingJointsError([n for n, ok in zip(self._names, seen) if not ok])
-        rejected = np.isfinite(rejected_at)
-        untrusted = rejected & (
-            (now - rejected_at < UNTRUSTED_FOR_S) | (accepted_since < TRUST_AFTER_SAMPLES)
-        )
-        if untrusted.any():
-            i = int(np.argmax(np.where(untrusted, rejected_at, -np.inf)))  # the latest
-            raise ImplausibleJointError(self._names[i], rejections[i], float(now - rejected_at[i]))
-        ages = now - stamps
-        oldest = int(np.argmax(ages))
-        if ages[oldest] > timeout_s:
-            raise StaleInputError("joint", self._names[oldest], float(ages[oldest]), timeout_s)
         finite = np.isfinite(positions)
         if not finite.all():
             bad = [i for i in range(len(self._names)) if not finite[i]]
             raise NonFiniteStateError(
                 [self._names[i] for i in bad], [float(positions[i]) for i in bad]
             )
+        untrusted = judged & (
+            (now - rejected_at < UNTRUSTED_FOR_S) | (accepted_since < TRUST_AFTER_SAMPLES)
+        )
+        if untrusted.any():
+            # The latest rejection, else the joint with the fewest samples.
+            if np.isfinite(rejected_at[untrusted]).any():
+                i = int(np.argmax(np.where(untrusted, rejected_at, -np.inf)))
+            else:
+                i = int(np.argmin(np.where(untrusted, accepted_since, np.iinfo(np.int64).max)))
+            raise ImplausibleJointError(
+                self._names[i], rejections.get(i), float(now - rejected_at[i]), accepted_since[i]
+            )
+        ages = now - stamps
+        oldest = int(np.argmax(ages))
+        if ages[oldest] > timeout_s:
+            raise StaleInputError("joint", self._names[oldest], float(ages[oldest]), timeout_s)
         return positions
 
     def measured_at(self, names: Sequence[str]) -> float:
