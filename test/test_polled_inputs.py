@@ -141,6 +141,12 @@ def test_the_clock_rate_puts_a_system_age_on_the_node_clock() -> None:
     rate.reset()
     rate.observe(5.0, system_now=1010.0)
     assert rate.rate() == 1.0
+    # A jump the node is not told about (the first /clock: from 0 to the bag's time):
+    # measured afresh, not as a rate of 1e9.
+    rate.observe(1.7e9, system_now=1010.01)
+    rate.observe(1.7e9 + 0.2, system_now=1010.11)
+    rate.observe(1.7e9 + 0.4, system_now=1010.21)
+    assert rate.rate() == pytest.approx(2.0)
 
 
 def test_depth_one_keeps_only_the_newest_message(ros_context) -> None:

@@ -75,11 +75,15 @@ class ClockRate:
     A frame that waited 0.25 s (system) in its queue at rate 2 is 0.5 s old on the
     node clock: taken as 0.25 s old it would look fresh past ``sensor_timeout_s``.
     The rate is measured over the last :data:`WINDOW_S` of ticks (:meth:`observe`),
-    1 until 0.1 s of them are known and after :meth:`reset` (a clock jump).
+    1 until 0.1 s of them are known and after :meth:`reset` or a jump of the node clock
+    (back, or forward faster than :data:`MAX_RATE`: the first ``/clock`` message, from
+    0 to the bag's time, is not announced as a jump).
     """
 
     #: Seconds (system clock) of ticks the rate is measured over.
     WINDOW_S = 1.0
+    #: Faster than this many node seconds per system second is a jump, not a rate.
+    MAX_RATE = 100.0
 
     def __init__(self) -> None:
         self._samples: deque[tuple[float, float]] = deque()  # (system s, node s)
@@ -87,6 +91,12 @@ class ClockRate:
     def observe(self, node_now: float, system_now: float | None = None) -> None:
         """The node clock reads ``node_now`` at ``system_now`` (default: now)."""
         system = time.time() if system_now is None else system_now
+        if self._samples:
+            last_system, last_node = self._samples[-1]
+            if node_now < last_node or node_now - last_node > self.MAX_RATE * max(
+                system - last_system, 0.01
+            ):
+                self._samples.clear()  # the node clock jumped: measure afresh
         self._samples.append((system, node_now))
         while len(self._samples) > 2 and system - self._samples[1][0] >= self.WINDOW_S:
             self._samples.popleft()
