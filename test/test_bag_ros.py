@@ -108,7 +108,9 @@ def test_player_publishes_every_message_in_order_with_clock(
         expected = {t: [m.data for m in reader.messages([t])] for t in TOPIC_TYPES}
         start_ns, end_ns = reader.start_ns, reader.end_ns
     with spinning(ros_context, listener.node, sim):
-        with BagPlayer(ros_context, bags[storage], rate=4.0, remap=remap) as player:
+        # At the bag's own rate: the 1 s camera dropout is 1 s of /clock ticks (at 4x,
+        # 0.25 s, which a loaded machine's player thread can sleep through).
+        with BagPlayer(ros_context, bags[storage], rate=1.0, remap=remap) as player:
             assert player.output_topics == remap
             assert player.progress.started is False
             assert player.wait_for_subscribers(10.0, [*TOPIC_TYPES, CLOCK_TOPIC])
@@ -339,15 +341,21 @@ def test_recorder_on_sim_time_stamps_messages_with_bag_time(
                 topics=[JOINT_TOPIC],
                 remap={JOINT_TOPIC: prefix + JOINT_TOPIC},
             ) as player,
+            # KEEP_ALL: at 8x, 800 messages a second would overflow the default depth
+            # (100) whenever a loaded machine holds the recorder's executor for 125 ms.
             BagRecorder(
-                rec_node, path, {prefix + JOINT_TOPIC: TOPIC_TYPES[JOINT_TOPIC]}, storage="mcap"
+                rec_node,
+                path,
+                {prefix + JOINT_TOPIC: TOPIC_TYPES[JOINT_TOPIC]},
+                storage="mcap",
+                qos=KEEP_ALL,
             ) as recorder,
         ):
             assert player.wait_for_subscribers(10.0, [JOINT_TOPIC])
             assert wait_until(lambda: rec_node.count_publishers(CLOCK_TOPIC) > 0, 10.0)
             player.start()
             assert player.wait(timeout=60.0)
-            assert recorder.wait_for({prefix + JOINT_TOPIC: 600}, timeout=10.0)
+            assert recorder.wait_for({prefix + JOINT_TOPIC: 600}, timeout=60.0)
             # Playing a subset still runs bag time to the end of the whole bag.
             assert player.progress.bag_time_ns == player.end_ns
             assert wait_until(lambda: rec_node.get_clock().now().nanoseconds == player.end_ns, 5.0)

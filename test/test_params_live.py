@@ -9,7 +9,6 @@ Read-only parameters and bad values must be refused with a reason.
 from __future__ import annotations
 
 import contextlib
-import statistics
 import threading
 import time
 from typing import Any
@@ -140,7 +139,11 @@ def test_dry_run_true_stops_commanding_before_the_set_returns(live):
     # The node keeps streaming, to ~/preview only.
     wait_until(lambda: len(_chunks_after(rig.snapshot().preview, returned)) >= 4, timeout=10)
     assert params.get("dry_run") is True
-    status = wait_until(lambda: (s := rig.last_status()) and s["dry_run"] == "True" and s)
+    # Streaming on ~/preview: OK (a loaded machine may hold or stall it for a moment).
+    status = wait_until(
+        lambda: (s := rig.last_status()) and s["dry_run"] == "True" and s["level"] == 0 and s,
+        timeout=15,
+    )
     leaving = time.time()
     result, enabled_at = params.set(dry_run=False)
     assert result.successful, result.reason
@@ -209,13 +212,17 @@ def test_prompt_and_seed_reach_the_server_from_the_next_observation(recording, l
 TIMELINE = {"execute_horizon": 25, "request_lead_s": "0.1"}
 
 
-def _gaps(chunks: list) -> list[float]:
-    """For each two chunks in a row: from the first one's switch (its stamp) to the
-    observation of the second. The node plans the next request ``execute_horizon``
-    actions after the switch, ``request_lead_s`` early, so a gap is ``horizon * dt -
-    lead``, whenever the reply comes: a late reply (a loaded machine) moves the next
-    switch, not this gap. (A camera period early at most: frame_arrival timing.)"""
-    return [t_obs_of(b) - stamp_of(a) for a, b in zip(chunks, chunks[1:])]
+def _planned_gap(chunks: list) -> float:
+    """From a chunk's switch (its stamp) to the observation of the next chunk, as the
+    node plans it: ``execute_horizon * dt - request_lead_s``.
+
+    The node requests ``request_lead_s`` before the next switch, which it plans
+    ``execute_horizon`` actions after this one, whenever the reply comes: a late reply
+    moves the next switch, not this gap. A request goes at most a camera period early
+    (frame_arrival timing: when new frames came), and as late as a loaded machine runs
+    the tick: the smallest gap of several is the planned one, within a camera period.
+    """
+    return min(t_obs_of(b) - stamp_of(a) for a, b in zip(chunks, chunks[1:]))
 
 
 def _before_and_after(
@@ -251,27 +258,25 @@ def _before_and_after(
 
 
 def test_execute_horizon_changes_the_switch_spacing(live):
-    # The spacing the node plans, horizon * dt = gap + lead (see _gaps), median of 5.
+    # The spacing the node plans, horizon * dt = gap + lead (see _planned_gap).
     before, after, _ = _before_and_after(
-        live, lambda chunks: statistics.median(_gaps(chunks)) + 0.1, (6, 6), execute_horizon=10
+        live, lambda chunks: _planned_gap(chunks) + 0.1, (6, 6), execute_horizon=10
     )
     assert before == pytest.approx(25 * DT, abs=0.05)
     assert after == pytest.approx(10 * DT, abs=0.05)
 
 
 def test_request_lead_changes_how_early_observations_are_taken(live):
-    # The lead the node plans, horizon * dt - gap (see _gaps), median of 5 each.
-    # A double works as well as "0.3".
-    def leads(chunks: list) -> float:
-        return 25 * DT - statistics.median(_gaps(chunks))
-
-    before, after, params = _before_and_after(live, leads, (6, 6), request_lead_s=0.3)
+    # The lead the node plans, horizon * dt - gap (see _planned_gap). A double works as
+    # well as "0.3".
+    before, after, params = _before_and_after(
+        live, lambda chunks: 25 * DT - _planned_gap(chunks), (6, 6), request_lead_s=0.3
+    )
     assert params.set(request_lead_s="auto")[0].successful
-    # Observations are taken at the switch minus the lead, up to a camera period early
-    # (frame_arrival), later when a loaded machine runs the tick late: the median lead
-    # is 0.1 s (plus at most a camera period), and 0.2 s longer after the change.
-    assert before < 0.1 + 0.04
-    assert after - before == pytest.approx(0.2, abs=0.05)
+    # Observations are taken at the switch minus the lead, up to a camera period early:
+    # 0.1 s (plus at most a camera period), and 0.2 s longer after the change.
+    assert 0.1 - 0.01 <= before < 0.1 + 0.04
+    assert after - before == pytest.approx(0.2, abs=0.04)
 
 
 def _switch_jumps(messages: list) -> list[float]:
