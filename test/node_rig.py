@@ -76,6 +76,54 @@ def spinning(*executors: Executor) -> Iterator[list[threading.Thread]]:
             executor.shutdown(timeout_sec=scaled(5.0))
 
 
+@contextlib.contextmanager
+def watched_controllers(
+    context: Any, model: str, topics: list[str], joint_states_topic: str = "/joint_states"
+) -> Iterator[VelocityChecker]:
+    """A velocity checker fed by a node of its own (spun on a thread while the block
+    runs) with every trajectory on ``topics``, the arm measured from
+    ``joint_states_topic`` at each message's header stamp: for a loop whose nodes a
+    test does not build (the demo, a replay)."""
+    node = Node(f"controller_watch_{next(_COUNTER)}", context=context)
+    latest: dict[str, float] = {}
+    measured_at = [-math.inf]
+    lock = threading.Lock()
+
+    def on_joints(msg: JointState) -> None:
+        with lock:
+            latest.update(zip(msg.name, msg.position))
+            measured_at[0] = stamp_of(msg)
+
+    def measured() -> tuple[dict[str, float], float]:
+        with lock:
+            return dict(latest), measured_at[0]
+
+    checker = VelocityChecker(robot_velocity_limits(model), measured, name=f"watch {topics}")
+
+    def on_trajectory(topic: str, msg: JointTrajectory) -> None:
+        if not msg.points or not set(msg.joint_names) <= set(measured()[0]):
+            return  # (before the first joint state: nothing to start from)
+        positions = np.array([p.positions for p in msg.points], dtype=float)
+        velocities = np.array(
+            [p.velocities if len(p.velocities) else [0.0] * positions.shape[1] for p in msg.points],
+            dtype=float,
+        )
+        checker.add(topic, list(msg.joint_names), stamp_of(msg), tfs_of(msg), positions, velocities)
+
+    node.create_subscription(JointState, joint_states_topic, on_joints, 100)
+    for topic in topics:
+        node.create_subscription(
+            JointTrajectory, topic, lambda msg, topic=topic: on_trajectory(topic, msg), 100
+        )
+    executor = SingleThreadedExecutor(context=context)
+    executor.add_node(node)
+    try:
+        with spinning(executor):
+            yield checker
+    finally:
+        node.destroy_node()
+
+
 def t_obs_of(msg: JointTrajectory) -> float:
     """The observation time the node writes into header.frame_id."""
     assert msg.header.frame_id.startswith("t_obs="), msg.header.frame_id

@@ -46,6 +46,7 @@ from make_fixture_bags import (
     make_bags,
     read_joint_states,
 )
+from node_rig import watched_controllers
 
 from relay_ros.bag import BagReader, BagWriter
 from relay_ros.bag.replay import Chunk, ReplayError, ReplayReport, read_params_file, replay
@@ -115,18 +116,23 @@ def _replay(
 @pytest.fixture(scope="module")
 def reports(ros_context: Any, bags: dict[str, Path], out_dir: Path) -> dict[str, ReplayReport]:
     progress: list[Any] = []
-    out = {
-        storage: _replay(
-            ros_context,
-            bags[storage],
-            out_dir / f"out_{storage}",
-            f"replay_{storage}",
-            storage=storage,
-            progress=progress.append,
-        )
-        for storage in STORAGES
-    }
+    # What the node would have commanded (~/preview, a dry run) is checked against the
+    # robot's velocity limits as a controller would run it, from the recorded arm.
+    previews = [f"/replay_{storage}/preview" for storage in STORAGES]
+    with watched_controllers(ros_context, "pi05", previews, JOINT_TOPIC) as checker:
+        out = {
+            storage: _replay(
+                ros_context,
+                bags[storage],
+                out_dir / f"out_{storage}",
+                f"replay_{storage}",
+                storage=storage,
+                progress=progress.append,
+            )
+            for storage in STORAGES
+        }
     assert progress and progress[-1].fraction == 1.0
+    assert checker.trajectories >= sum(2 * len(report.chunks) for report in out.values())
     return out
 
 
@@ -311,8 +317,10 @@ def test_nothing_is_commanded_during_the_camera_dropout(
     period = stale[0]
     assert "camera 'base_0_rgb'" in period.reason and "sensor_timeout_s" in period.reason
     # The node stamps a frame with its clock on arrival, which /clock keeps at or
-    # behind the bag time of the message: up to one /clock step earlier.
-    assert stale_from - t0 - 2.0 / CLOCK_HZ <= period.start <= DROPOUT[1]
+    # behind the bag time of the message: up to one /clock step earlier. It notices
+    # when it next wants a request: at most an execute horizon (0.5 s) after the
+    # cameras went stale, later by as much as a reply was late (a loaded machine).
+    assert stale_from - t0 - 2.0 / CLOCK_HZ <= period.start <= DROPOUT[1] + 1.0
     assert period.end is not None and DROPOUT[1] <= period.end <= DROPOUT[1] + 0.2
     # Hold commands (one point per controller; sent only if a chunk was streaming)
     # in the dropout belong to the stale hold (noticed up to a sample period later).

@@ -88,6 +88,9 @@ class VelocityChecker:
         name: Which rig, for the report.
         judged: Whether conftest.py fails the test when this checker saw a trajectory
             over a limit (False: a test of the instrument, which asserts itself).
+
+    Trajectories are told apart by topic and joint names (a dry run's ``~/preview``
+    carries one message per controller).
     """
 
     def __init__(
@@ -100,7 +103,7 @@ class VelocityChecker:
     ) -> None:
         self._vmax = dict(max_velocity)
         self._measured = measured
-        self._last: dict[str, _Last] = {}
+        self._last: dict[tuple[str, tuple[str, ...]], _Last] = {}
         self._lock = threading.Lock()
         self.name = name
         self.judged = judged
@@ -122,8 +125,9 @@ class VelocityChecker:
         tfs = np.asarray(time_from_start, dtype=np.float64)
         pos = np.asarray(positions, dtype=np.float64)
         vel = np.asarray(velocities, dtype=np.float64)
+        key = (topic, tuple(joint_names))
         with self._lock:
-            last = self._last.get(topic)
+            last = self._last.get(key)
             state, measured_at = self._measured()
             start = np.array([state[j] for j in joint_names], dtype=np.float64)
             start_velocity = np.zeros(len(joint_names))
@@ -146,7 +150,7 @@ class VelocityChecker:
                     f"{topic}: joint {joint_names[j]!r} at {ext.speed[s, j]:.3f}/s on segment "
                     f"{s} of the trajectory stamped {stamp:.3f} (limit {vmax[j]:.3f}/s)"
                 )
-            self._last[topic] = _Last(times, points, speeds)
+            self._last[key] = _Last(times, points, speeds)
 
     @property
     def over(self) -> bool:
