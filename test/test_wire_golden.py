@@ -13,9 +13,9 @@ import hashlib
 import numpy as np
 import pytest
 
+from relay_ros.formats.embodiment import load_embodiment
 from relay_ros.pipeline.observation import ObservationBuilder, reply_to_chunk
 from relay_ros.pipeline.server_spec import ServerSpec
-from relay_ros.server.embodiment import load_embodiment
 from relay_ros.server.metadata import build_metadata
 from relay_ros.wire.codec import packb
 

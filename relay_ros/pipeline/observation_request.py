@@ -36,7 +36,13 @@ from relay_ros.pipeline.settings import StreamingSettings
 from relay_ros.pipeline.streaming_counts import StreamingCounts
 from relay_ros.pipeline.tick_plan import frames_just_came, frames_wanted
 
-__all__ = ["INPUT_WARNING_PERIOD_S", "RequestTag", "Requester", "build_observation"]
+__all__ = [
+    "INPUT_WARNING_PERIOD_S",
+    "RequestTag",
+    "Requester",
+    "build_observation",
+    "sampling_params",
+]
 
 #: A refused camera frame or joint state message is logged at most this often (each
 #: refusal is counted).
@@ -62,6 +68,15 @@ class RequestTag:
     start: RequestStart
 
 
+def sampling_params(lora: str, scale: float) -> dict[str, Any] | None:
+    """The ``sampling_params`` that select LoRA adapter ``lora`` at ``scale`` (the seed's
+    forms: the name alone at scale 1, else ``{"name", "scale"}``); None for the base
+    model (no key at all, which every server takes)."""
+    if not lora:
+        return None
+    return {"lora": lora if scale == 1.0 else {"name": lora, "scale": float(scale)}}
+
+
 def build_observation(
     session: ServerSession,
     snapshot: Snapshot,
@@ -85,6 +100,7 @@ def build_observation(
         prompt,
         session_id=session_id,
         seed=settings.seed,
+        sampling_params=sampling_params(settings.lora, settings.lora_scale),
         observation_time=snapshot.t_obs,
     )
     if not session.spec.action_prefix:
