@@ -13,7 +13,8 @@ observation of its environment: DROID's ``observation/exterior_image_1_left``, A
   the node's ``state_joints`` it takes, in order; optionally their names in
   ``joints``), a ``dtype`` and a ``space`` (``joint_position`` unless said);
 - ``actions``: ``horizon``, ``control_hz`` and the parts of the reply's columns,
-  each with its action space (:mod:`relay_ros.formats.action_space`).
+  each with its action space and, for joint velocities, ``step_scale`` and ``clip``
+  (:mod:`relay_ros.formats.action_space`).
 
 An observation key is a string (one key, which may contain ``/`` as openpi's
 ``observation/joint_position`` does) or a list of strings (a path through nested
@@ -267,14 +268,24 @@ def parse_layout(data: Any, *, source: str, default_name: str) -> Layout:
     parts, start = [], 0
     for i, entry in enumerate(parts_data):
         part = _Fields(entry, f"{source}: actions.parts[{i}]")
-        part.unknown(("name", "width", "space"))
+        part.unknown(("name", "width", "space", "step_scale", "clip"))
         width = part.positive_int("width")
+        numbers: dict[str, float | None] = {}
+        for field in ("step_scale", "clip"):
+            value = part.get(field)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0
+            ):
+                raise part.error(field, f"is {value!r}; expected a number > 0")
+            numbers[field] = None if value is None else float(value)
         parts.append(
             ActionPart(
                 str(part.get("name", f"part{i}")),
                 start,
                 width,
                 str(part.get("space", "joint_position")),
+                step_scale=numbers["step_scale"],
+                clip=numbers["clip"],
             )
         )
         start += width

@@ -24,11 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from relay_ros.formats.action_space import (
-    ActionPart,
-    check_action_space,
-    velocity_columns,
-)
+from relay_ros.formats.action_space import ActionPart, check_action_space, differentiate_positions
 from relay_ros.formats.base import FormatError, SpecView, Validator, int_list
 from relay_ros.formats.embodiment import Embodiment
 from relay_ros.formats.layout import KeyPath, Layout
@@ -276,12 +272,7 @@ class LayoutFormat:
     def reply_actions(self, flat: np.ndarray, embodiment: Embodiment | None) -> Any:
         """The reference policy plans positions; velocity parts get their rates, so the
         node's integration from the same start gives the plan back."""
-        out = np.array(flat, dtype=np.float32)
-        dt = 1.0 / self.layout.control_hz
-        for column in velocity_columns(self.layout.actions):
-            rates = np.diff(out[:, column]) / dt
-            out[:, column] = np.append(rates, rates[-1] if rates.size else 0.0)
-        return out
+        return differentiate_positions(flat, self.layout.actions, 1.0 / self.layout.control_hz)
 
 
 def _check_image(name: str, image: Any, layout: Layout) -> None:

@@ -113,7 +113,7 @@ class ServerSession:
             scheduler=ChunkScheduler(sched_config, latencies),
             builder=builder,
             outputs=outputs,
-            reader=ReplyReader(spec, used_dims, dim_joints),
+            reader=ReplyReader(spec, used_dims, dim_joints, dt=sched_config.dt),
             generation=generation,
         )
 
