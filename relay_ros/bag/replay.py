@@ -205,8 +205,12 @@ def _policy_server(
     def factory() -> Any:  # the server builds its policy from a zero-argument factory
         return recorded
 
+    config = plan.config
     options = ServerOptions(
         models=(plan.model,),
+        # The node's adapter and layout, so that the replay runs what the robot would.
+        lora_adapters=(config.lora,) if config.lora else (),
+        layout=config.layout or None,
         policy=None if recorded is None else factory,
         observation_hook=observation_hook,
     )

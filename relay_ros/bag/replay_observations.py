@@ -133,6 +133,8 @@ class ObservationSaver:
             "state_joints": dict(zip(self._joints, flat)),
             "state": sent,
         }
+        if observation.get("sampling_params") is not None:  # the LoRA adapter
+            record["sampling_params"] = observation["sampling_params"]
         t = observation.get(OBSERVATION_TIME_KEY)
         if t is not None:
             record["observation_time_s"] = round(float(t) - self._start, 6)
