@@ -233,6 +233,8 @@ def parse_layout(data: Any, *, source: str, default_name: str) -> Layout:
     jpeg = image.get("jpeg", False)
     if not isinstance(jpeg, bool):
         raise image.error("jpeg", f"is {jpeg!r}; expected true or false")
+    image_layout = image.choice("layout", IMAGE_LAYOUTS, "HWC")
+    image_dtype = image.choice("dtype", IMAGE_DTYPES, "uint8")
     state_data = top.get("state", required=True)
     if not isinstance(state_data, list) or not state_data:
         raise top.error("state", "must be a non-empty list of {key, width}")
@@ -292,9 +294,9 @@ def parse_layout(data: Any, *, source: str, default_name: str) -> Layout:
     return Layout(
         name=name,
         cameras=tuple(cameras),
-        image_layout=image.choice("layout", IMAGE_LAYOUTS, "HWC"),
+        image_layout=image_layout,
         image_size=(size[0], size[1]),
-        image_dtype=image.choice("dtype", IMAGE_DTYPES, "uint8"),
+        image_dtype=image_dtype,
         jpeg=jpeg,
         state=tuple(state),
         action_horizon=actions.positive_int("horizon"),
