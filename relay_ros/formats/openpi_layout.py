@@ -308,7 +308,8 @@ def validate_layout(
     prefix_horizon: int | None = None,
 ) -> Request:
     """Check an observation in ``layout``: every camera key path (required ones
-    present), every state part's shape and dtype, the common keys.
+    present), every state part's shape and dtype, the common keys. The request's
+    images are keyed by the layout's camera names, channel-last.
 
     Raises:
         ObservationError: the model cannot run on it (detail for the log).
@@ -326,7 +327,9 @@ def validate_layout(
                 )
             continue
         _check_image(camera.name, image, layout)
-        images[camera.name] = image
+        # The policy sees every layout's frames as (H, W, 3).
+        chw = layout.image_layout == "CHW" and isinstance(image, np.ndarray)
+        images[camera.name] = image.transpose(1, 2, 0) if chw else image
     parts = []
     for part in layout.state:
         value = _find(obs, part.key)

@@ -167,7 +167,8 @@ class PolicyServer:
                 direct_url=opts.direct_url,
                 embodiment=self._embodiment,
                 overrides=overrides,
-                action_prefix=opts.action_prefix and self._factory is None,
+                # The seeds' extension: an openpi layout's server (like openpi's) has none.
+                action_prefix=opts.action_prefix and self._factory is None and not opts.layout,
                 layout=opts.layout,
             )
             self._metadata[model] = meta
