@@ -24,7 +24,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "relay_ros"
 
 LAYERS = ("base", "wire", "pipeline", "server", "node", "sim", "bag", "demo", "top")
 #: The top-level modules of the bottom layer: facts every layer may read.
-BASE_MODULES = {"models", "paths", "yaml_files", "stop_signals", "_version", "world"}
+BASE_MODULES = {"models", "paths", "yaml_files", "stop_signals", "_version", "world", "logsafe"}
 #: The top-level modules of the top layer: programs that wire the layers together.
 TOP_MODULES = {"cli", "entry_points", "__main__"}
 #: Packages that belong to another package's layer.

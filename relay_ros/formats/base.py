@@ -186,7 +186,9 @@ class WireFormat(Protocol):
         ``metadata``."""
         ...
 
-    def reply_actions(self, flat: np.ndarray, embodiment: Embodiment | None) -> Any:
+    def reply_actions(
+        self, flat: np.ndarray, embodiment: Embodiment | None
+    ) -> np.ndarray | dict[str, np.ndarray]:
         """The reply's ``actions`` for the reference server's flat ``(H, D)`` chunk."""
         ...
 

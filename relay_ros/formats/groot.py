@@ -32,8 +32,8 @@ from relay_ros.formats.requests import (
     finite_array,
     prefix_fields,
 )
+from relay_ros.logsafe import shorten
 from relay_ros.models import ModelSpec
-from relay_ros.wire.logsafe import shorten
 
 __all__ = ["GROOT", "GrootFormat", "validate_groot"]
 
@@ -278,7 +278,9 @@ class GrootFormat:
             prefix_horizon=prefix_horizon,
         )
 
-    def reply_actions(self, flat: np.ndarray, embodiment: Embodiment | None) -> Any:
+    def reply_actions(
+        self, flat: np.ndarray, embodiment: Embodiment | None
+    ) -> np.ndarray | dict[str, np.ndarray]:
         return split_action_groups(flat, _need(embodiment).action_groups)
 
 

@@ -269,7 +269,9 @@ class LayoutFormat:
             prefix_horizon=prefix_horizon,
         )
 
-    def reply_actions(self, flat: np.ndarray, embodiment: Embodiment | None) -> Any:
+    def reply_actions(
+        self, flat: np.ndarray, embodiment: Embodiment | None
+    ) -> np.ndarray | dict[str, np.ndarray]:
         """The reference policy plans positions; velocity parts get their rates, so the
         node's integration from the same start gives the plan back."""
         return differentiate_positions(flat, self.layout.actions, 1.0 / self.layout.control_hz)

@@ -31,8 +31,8 @@ from relay_ros.formats.requests import (
     finite_array,
     prefix_fields,
 )
+from relay_ros.logsafe import shorten
 from relay_ros.models import ModelSpec
-from relay_ros.wire.logsafe import shorten
 
 __all__ = ["DEFAULT_STATE_WIDTH", "PI", "PI_CAMERA_KEYS", "PiFormat", "validate_pi"]
 
@@ -203,7 +203,9 @@ class PiFormat:
             prefix_horizon=prefix_horizon,
         )
 
-    def reply_actions(self, flat: np.ndarray, embodiment: Embodiment | None) -> Any:
+    def reply_actions(
+        self, flat: np.ndarray, embodiment: Embodiment | None
+    ) -> np.ndarray | dict[str, np.ndarray]:
         return flat
 
 

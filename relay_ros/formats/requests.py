@@ -15,7 +15,7 @@ of failure:
 A frame that is not a msgpack map is not handled here: the app answers
 ``Invalid request payload`` before calling these checks.
 
-Messages quote client values through :func:`relay_ros.wire.logsafe.shorten`, so a
+Messages quote client values through :func:`relay_ros.logsafe.shorten`, so a
 huge value never makes a huge log line. JPEG frames are measured from their header
 (:func:`jpeg_size`) before they are decoded: a few hundred bytes can declare a
 16000 x 16000 image, and frames over :data:`MAX_JPEG_PIXELS` are refused undecoded.
@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from relay_ros.wire.logsafe import shorten
+from relay_ros.logsafe import shorten
 
 __all__ = [
     "INTERNAL_ERROR",

@@ -129,7 +129,7 @@ class ObservationBuilder:
         *,
         session_id: str | None,
         seed: int | None,
-        sampling_params: dict | None = None,
+        sampling_params: Mapping[str, Any] | None = None,
         observation_time: float | None = None,
     ) -> dict[str, Any]:
         """Assemble one observation.

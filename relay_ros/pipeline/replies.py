@@ -26,10 +26,10 @@ from typing import Any, Literal, cast
 import numpy as np
 
 from relay_ros.formats.action_space import ActionPart, integrate_velocities
+from relay_ros.logsafe import shorten
 from relay_ros.pipeline.observation import reply_to_chunk
 from relay_ros.pipeline.safety import JointLimits, LimitsMode, check_chunk
 from relay_ros.pipeline.server_spec import ServerSpec
-from relay_ros.wire.logsafe import shorten
 
 __all__ = ["ReplyKind", "ReplyReader", "ReplyVerdict", "judge_reply"]
 

@@ -13,7 +13,7 @@ Decoding is bounded (:data:`relay_ros.wire.codec.OBSERVATION_LIMITS`: objects,
 nesting, string, map and array lengths, checked before anything is built) and runs,
 with validation, on the server's decode threads (started with the server, at most
 ``DECODE_THREADS``), so a client sending a costly frame delays only its own reply.
-Log lines quote client values through :func:`relay_ros.wire.logsafe.shorten`.
+Log lines quote client values through :func:`relay_ros.logsafe.shorten`.
 
 Its options are :mod:`relay_ros.server.options`; :mod:`relay_ros.server.in_thread`
 runs it in a background thread.
@@ -49,6 +49,7 @@ from relay_ros.formats.requests import (
     PublicRequestError,
     Request,
 )
+from relay_ros.logsafe import shorten
 from relay_ros.server.chunk_noise import ChunkNoise
 from relay_ros.server.idle_watchdog import IdleWatchdog
 from relay_ros.server.metadata import build_metadata
@@ -62,7 +63,6 @@ from relay_ros.server.sessions import Session, SessionTable
 from relay_ros.server.stats import ServerStats
 from relay_ros.server.synthetic import ReferencePolicy
 from relay_ros.wire.codec import OBSERVATION_LIMITS, CodecError, packb, unpackb
-from relay_ros.wire.logsafe import shorten
 
 __all__ = ["DECODE_THREADS", "PolicyServer"]
 

@@ -15,10 +15,10 @@ import dataclasses
 import threading
 from typing import TYPE_CHECKING, Any
 
+from relay_ros.logsafe import shorten
 from relay_ros.models import UnknownModelError, get_model
 from relay_ros.wire.codec import REPLY_LIMITS, CodecError, unpackb
 from relay_ros.wire.errors import PolicyServerError
-from relay_ros.wire.logsafe import shorten
 
 if TYPE_CHECKING:
     from relay_ros.wire.deadline import Deadline

@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 
 from relay_ros.formats import format_for
+from relay_ros.logsafe import shorten
 from relay_ros.wire.codec import REPLY_LIMITS, CodecError, DecodeLimits, unpackb
 from relay_ros.wire.errors import PolicyServerError
-from relay_ros.wire.logsafe import shorten
 from relay_ros.wire.request_timing import RequestTiming
 
 __all__ = ["Reply", "decode_reply"]
