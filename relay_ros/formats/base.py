@@ -156,6 +156,12 @@ class WireFormat(Protocol):
         """A successful reply's actions as one new float32 ``(H, D)`` chunk."""
         ...
 
+    def observed(self, observation: Mapping[str, Any]) -> tuple[dict[str, Any], list[float]]:
+        """What one of its observations shows the model: camera key -> frame ((H, W, 3)
+        array or JPEG bytes) and the state values, flat, in order (for the debug topics
+        and ``--save-observations``)."""
+        ...
+
     def action_parts(self, spec: SpecView) -> tuple[ActionPart, ...]:
         """The chunk's columns in runs of one action space each."""
         ...

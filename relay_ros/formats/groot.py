@@ -218,6 +218,13 @@ class GrootFormat:
             parts.append(part)
         return np.concatenate(parts, axis=1).astype(np.float32)
 
+    def observed(self, observation: Mapping[str, Any]) -> tuple[dict[str, Any], list[float]]:
+        video = observation.get("video") or {}
+        frames = {key: np.asarray(frame)[0] for key, frame in video.items()}
+        groups = observation.get("state") or {}
+        state = [float(v) for group in groups.values() for v in np.asarray(group).reshape(-1)]
+        return frames, state
+
     def action_parts(self, spec: SpecView) -> tuple[ActionPart, ...]:
         parts, start = [], 0
         for key, width in spec.action_groups.items():

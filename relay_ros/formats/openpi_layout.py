@@ -224,6 +224,21 @@ class LayoutFormat:
     def action_parts(self, spec: SpecView) -> tuple[ActionPart, ...]:
         return self.layout.actions
 
+    def observed(self, observation: Mapping[str, Any]) -> tuple[dict[str, Any], list[float]]:
+        frames: dict[str, Any] = {}
+        for camera in self.layout.cameras:
+            image = _find(observation, camera.key)
+            if image is None:
+                continue
+            chw = self.layout.image_layout == "CHW" and isinstance(image, np.ndarray)
+            frames[camera.name] = image.transpose(1, 2, 0) if chw else image
+        state: list[float] = []
+        for part in self.layout.state:
+            value = _find(observation, part.key)
+            if value is not None:
+                state += np.asarray(value, dtype=np.float64).reshape(-1).tolist()
+        return frames, state
+
     def output_dims(self, name: str, entry: Mapping[str, Any], spec: SpecView) -> list[int]:
         width = self.layout.action_width
         if "dims" not in entry:

@@ -155,6 +155,10 @@ class PiFormat:
     def action_parts(self, spec: SpecView) -> tuple[ActionPart, ...]:
         return (ActionPart("actions", 0, self.chunk_width(spec), "joint_position"),)
 
+    def observed(self, observation: Mapping[str, Any]) -> tuple[dict[str, Any], list[float]]:
+        state = np.asarray(observation.get("state", ()), dtype=np.float64).reshape(-1)
+        return dict(observation.get("images") or {}), state.tolist()
+
     def output_dims(self, name: str, entry: Mapping[str, Any], spec: SpecView) -> list[int]:
         width = self.chunk_width(spec)
         if "dims" not in entry:

@@ -45,6 +45,7 @@ from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import String
 from std_srvs.srv import SetBool, Trigger
 
+from relay_ros.formats import format_for
 from relay_ros.node.debug_topics import ObservationTopics
 from relay_ros.node.diagnostics_message import diagnostic_array, diagnostic_status
 from relay_ros.node.limit_params import describe_limits, with_robot_text
@@ -147,7 +148,11 @@ class PolicyNode(Node):
             ) from None
         # ~/observation/* show each observation sent, while someone subscribes.
         self._observation_topics = ObservationTopics(
-            self, [c.key for c in self._cameras], cfg.state_joints, callback_group=polled
+            self,
+            [c.key for c in self._cameras],
+            cfg.state_joints,
+            wire_format=format_for(cfg.model, cfg.layout),
+            callback_group=polled,
         )
         # Cameras and joint states are read on the tick, not pushed per message
         # (node.polled): the node uses only the newest frames, at request time.
