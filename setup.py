@@ -18,6 +18,7 @@ setup(
             "share/" + package_name + "/config",
             glob("config/*.yaml") + glob("config/*.xml") + glob("config/*.urdf"),
         ),
+        ("share/" + package_name + "/config/layouts", glob("config/layouts/*.yaml")),
     ],
     python_requires=">=3.10",
     install_requires=[

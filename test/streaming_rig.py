@@ -19,7 +19,8 @@ import numpy as np
 from trajectory_checker import VelocityChecker
 
 from relay_ros.demo.models import load_model_config
-from relay_ros.models import family_of
+from relay_ros.formats import format_for
+from relay_ros.formats.embodiment import load_embodiment
 from relay_ros.node.node_config import NodeConfig
 from relay_ros.paths import config_dir
 from relay_ros.pipeline.camera_map import load_model_camera_map
@@ -28,7 +29,6 @@ from relay_ros.pipeline.frame_source import ArrivedFrame, LatestFrame
 from relay_ros.pipeline.health import assess
 from relay_ros.pipeline.observation_request import RequestTag
 from relay_ros.pipeline.streaming import StreamingCore
-from relay_ros.server.embodiment import load_embodiment
 from relay_ros.server.metadata import build_metadata
 from relay_ros.wire.connection import InferOutcome
 
@@ -148,7 +148,7 @@ class CoreRig:
         self.config: NodeConfig = dataclasses.replace(base, **self.overrides)
         cameras = load_model_camera_map(config_dir() / f"{self.model}_cameras.yaml", self.model)
         self.camera_keys = [c.key for c in cameras]
-        groot = family_of(self.model) == "groot"
+        groot = format_for(self.model).needs_embodiment  # GR00T: the so100 joints
         self.joints = list(GROOT_JOINTS if groot else PI_JOINTS)
         self.state = np.full(len(self.joints), 0.1)
         if self.metadata is None:

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 from streaming_rig import CoreRig, velocity_limits  # test/ helper
 
+from relay_ros.formats.embodiment import load_embodiment
 from relay_ros.server.action_prefix import apply_prefix
-from relay_ros.server.embodiment import load_embodiment
 from relay_ros.server.metadata import build_metadata
 
 H = 50

@@ -7,7 +7,9 @@ function, becomes an edge of the graph. Each module belongs to a layer:
     base < wire < pipeline < server < node < sim < bag < demo < top
 
 ``base`` is the plain top-level modules (models, paths, ...), ``top`` the programs
-(the package root, ``cli``, ``entry_points`` and every ``__main__``). A module may
+(the package root, ``cli``, ``entry_points`` and every ``__main__``). ``formats``
+(one module per wire format) belongs to ``wire``: the client checks a reply's type
+with its model's format, and the pipeline and the server build on the formats. A module may
 import its own layer and the layers below it; an import of a higher layer, or a
 cycle of imports (through any layers), fails with the modules and lines involved.
 """
@@ -22,9 +24,11 @@ PACKAGE = Path(__file__).resolve().parents[1] / "relay_ros"
 
 LAYERS = ("base", "wire", "pipeline", "server", "node", "sim", "bag", "demo", "top")
 #: The top-level modules of the bottom layer: facts every layer may read.
-BASE_MODULES = {"models", "paths", "yaml_files", "stop_signals", "_version", "world"}
+BASE_MODULES = {"models", "paths", "yaml_files", "stop_signals", "_version", "world", "logsafe"}
 #: The top-level modules of the top layer: programs that wire the layers together.
 TOP_MODULES = {"cli", "entry_points", "__main__"}
+#: Packages that belong to another package's layer.
+PACKAGE_LAYERS = {"formats": "wire"}
 
 
 def _module_name(path: Path) -> str:
@@ -46,6 +50,8 @@ def layer_of(module: str) -> str:
         return "base"
     if parts[1] in LAYERS:
         return parts[1]
+    if parts[1] in PACKAGE_LAYERS:
+        return PACKAGE_LAYERS[parts[1]]
     raise AssertionError(
         f"module {module} has no layer: add {parts[1]!r} to BASE_MODULES or TOP_MODULES "
         f"in {Path(__file__).name}, or put it in one of the packages {LAYERS[1:-1]}"

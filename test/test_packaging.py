@@ -174,7 +174,10 @@ def test_every_import_is_declared(manifest):
 @pytest.mark.ros
 def test_every_test_import_is_declared(manifest):
     local = {path.stem for path in _test_files()}
-    imports = _third_party_imports(_test_files(), local=local)
+    # openpi's packages run only in .venv-openpi (they pin numpy<2): the stub policy is
+    # a program of that venv (requirements/openpi.txt), not of the package's tests.
+    files = [path for path in _test_files() if path.name != "openpi_stub_policy.py"]
+    imports = _third_party_imports(files, local=local)
     unknown = {
         name: files
         for name, files in imports.items()
@@ -186,6 +189,11 @@ def test_every_test_import_is_declared(manifest):
     assert declared == needed
     # rosbags-image has no rosdep key: it reaches the tests through the "test" extra.
     assert "rosbags" in imports and "rosbags.image" in _imported_modules(_test_files())
+    openpi = (ROOT / "requirements" / "openpi.txt").read_text(encoding="utf-8").splitlines()
+    assert [line for line in openpi if line.startswith("openpi-")] == [
+        "openpi-server==0.1.0",
+        "openpi-client==0.1.2",
+    ]
 
 
 def _imported_modules(paths: list[Path]) -> set[str]:
@@ -393,7 +401,9 @@ def test_colcon_build_and_test(tmp_path):
     configs = sorted(
         p.name for p in (ROOT / "config").iterdir() if p.suffix in (".yaml", ".xml", ".urdf")
     )
-    assert sorted(p.name for p in (share / "config").iterdir()) == configs
+    assert sorted(p.name for p in (share / "config").iterdir()) == sorted([*configs, "layouts"])
+    layouts = sorted(p.name for p in (ROOT / "config" / "layouts").glob("*.yaml"))
+    assert sorted(p.name for p in (share / "config" / "layouts").iterdir()) == layouts
     marker = install / "share" / "ament_index" / "resource_index" / "packages" / PACKAGE
     assert marker.is_file()
     scripts = _console_scripts()

@@ -13,6 +13,7 @@ import pytest
 from streaming_rig import CoreRig
 from test_reference_policy import _ask, frames
 
+from relay_ros.formats.requests import ObservationError, Request, check_action_prefix
 from relay_ros.pipeline.request_clock import RequestClock, WarmupExcluded
 from relay_ros.pipeline.stats import StatsError
 from relay_ros.server import ServerOptions, run_server_in_thread
@@ -20,7 +21,6 @@ from relay_ros.server.action_prefix import soft_steps
 from relay_ros.server.chunk_noise import ChunkNoise
 from relay_ros.server.metadata import build_metadata
 from relay_ros.server.synthetic import ReferencePolicy
-from relay_ros.server.validation import ObservationError, Request, check_action_prefix
 from relay_ros.server.visual_policy import VisualPolicy, approach_side
 from relay_ros.world import World
 

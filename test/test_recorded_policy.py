@@ -35,6 +35,8 @@ from relay_ros.bag.replay_inputs import (
 )
 from relay_ros.bag.replay_observations import ObservationSaver
 from relay_ros.bag.replay_report import HoldPeriod, JointGap, ReplayReport, overall_gap
+from relay_ros.formats.embodiment import Embodiment
+from relay_ros.formats.groot import GROOT
 from relay_ros.node.debug_topics import frame_to_rgb
 from relay_ros.paths import config_dir
 from relay_ros.pipeline.observation import ObservationBuilder
@@ -86,7 +88,13 @@ def test_groot_reply_is_split_into_the_action_groups() -> None:
         action_horizon=3,
         control_hz=10.0,
         width=3,
-        action_groups=[("action.arm", 2), ("action.gripper", 1)],
+        wire_format=GROOT,
+        embodiment=Embodiment(
+            "test",
+            ("video.front",),
+            (("state.arm", 2), ("state.gripper", 1)),
+            (("action.arm", 2), ("action.gripper", 1)),
+        ),
     )
     reply = policy.infer({"observation_time": 0.5})
     groups = reply["actions"]
@@ -210,7 +218,8 @@ def test_server_cli_serves_the_recorded_policy(bags: dict[str, Path], tmp_path: 
     with pytest.raises(RecordedPolicyError, match=r"has no topic \['/arm/joint_states'\]"):
         load_recorded_policy(bag, other)
     gr00t = load_recorded_policy(bag, config_dir() / "groot.yaml")
-    assert gr00t.action_groups == (("action.single_arm", 5), ("action.gripper", 1))
+    assert gr00t.embodiment is not None
+    assert gr00t.embodiment.action_groups == (("action.single_arm", 5), ("action.gripper", 1))
 
 
 # ---------------------------------------------------------------- replay inputs

@@ -172,6 +172,27 @@ def _joint_stamps(bag: Path) -> np.ndarray:
         return np.array([m.timestamp_ns / 1e9 for m in reader.messages([JOINT_TOPIC])])
 
 
+def test_lora_parameter_reaches_the_replay_server(
+    ros_context: Any, bags: dict[str, Path], out_dir: Path
+) -> None:
+    # relay-ros replay ... -p lora:=so100_towels: the replay's reference server serves
+    # that adapter, and every observation names it.
+    saved = out_dir / "lora_observations"
+    report = _replay(
+        ros_context,
+        bags["mcap"],
+        out_dir / "out_lora",
+        "replay_lora",
+        overrides={"lora": "so100_towels", "lora_scale": 0.5},
+        save_observations=saved,
+    )
+    assert report.counts["chunks_published"] >= 3 and not report.counts["error_replies"]
+    records = [json.loads(p.read_text()) for p in sorted(saved.glob("*_state.json"))]
+    assert records and all(
+        r["sampling_params"] == {"lora": {"name": "so100_towels", "scale": 0.5}} for r in records
+    )
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("storage", STORAGES)
 def test_replay_plays_every_message_and_commands_the_configured_joints(

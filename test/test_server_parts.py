@@ -7,17 +7,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from relay_ros.paths import ConfigNotFoundError, config_dir, config_file
-from relay_ros.server import ServerOptions, hard_size_limit
-from relay_ros.server.embodiment import EmbodimentError, load_embodiment, load_embodiments
-from relay_ros.server.metadata import build_metadata
-from relay_ros.server.synthetic import SyntheticPolicy
-from relay_ros.server.validation import (
+from relay_ros.formats.embodiment import EmbodimentError, load_embodiment, load_embodiments
+from relay_ros.formats.pi import validate_pi
+from relay_ros.formats.requests import (
     ObservationError,
     PublicRequestError,
     check_sampling_params,
-    validate_pi,
 )
+from relay_ros.paths import ConfigNotFoundError, config_dir, config_file
+from relay_ros.server import ServerOptions, hard_size_limit
+from relay_ros.server.metadata import build_metadata
+from relay_ros.server.synthetic import SyntheticPolicy
 
 REPO_CONFIG = Path(__file__).resolve().parents[1] / "config"
 

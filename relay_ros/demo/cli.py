@@ -152,6 +152,17 @@ def build_parser() -> argparse.ArgumentParser:
         "rviz) on ROS_DOMAIN_ID; by default the demo's ROS graph stays inside this process, "
         "so it can never reach a real robot's controllers",
     )
+    p.add_argument(
+        "--layout",
+        choices=("droid", "aloha"),
+        help="an openpi observation layout: the reference server serves it and the node "
+        "runs config/LAYOUT.yaml (docs/demo.md); default: the model's own format",
+    )
+    p.add_argument(
+        "--lora",
+        metavar="NAME",
+        help="a LoRA adapter: the reference server serves it, the node selects it (lora)",
+    )
     p.add_argument("--verbose", action="store_true", help="show the nodes' INFO logs")
     return p
 
@@ -193,7 +204,12 @@ def _main(argv: Sequence[str] | None) -> int:
         shown[0] = len(line)
 
     policy = DemoPolicy(
-        kind=args.policy, chunk_noise=args.chunk_noise, smoothing=args.smoothing, seed=args.seed
+        kind=args.policy,
+        chunk_noise=args.chunk_noise,
+        smoothing=args.smoothing,
+        seed=args.seed,
+        layout=args.layout,
+        lora=args.lora,
     )
     plan = [("early", args.duration)]
     if not args.no_sync:
@@ -228,7 +244,8 @@ def _main(argv: Sequence[str] | None) -> int:
         status = 1
     if results:
         sys.stdout.write(format_summary(results) + "\n")
-        png = plot_demo(results, args.output_dir / f"demo_{args.model}.png")
+        name = args.layout or args.model
+        png = plot_demo(results, args.output_dir / f"demo_{name}.png")
         sys.stdout.write(f"\nplot: {png}\n")
     sys.stdout.flush()
     return status

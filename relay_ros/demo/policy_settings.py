@@ -37,6 +37,11 @@ class DemoPolicy:
             sampled VLA's).
         smoothing: one of `SMOOTHINGS`.
         seed: seeds the server's noise and the world's target schedule.
+        layout: an openpi layout (``droid``, ``aloha``) served by the reference server
+            and spoken by the node, with ``config/<layout>.yaml`` and its camera map;
+            None: the model's own format and ``config/<model>.yaml``.
+        lora: a LoRA adapter the server serves and the node selects; None: the base
+            model.
 
     Raises:
         DemoArgumentError: a value out of range (names it).
@@ -46,6 +51,8 @@ class DemoPolicy:
     chunk_noise: float = 1.0
     smoothing: str = "prefix"
     seed: int = 0
+    layout: str | None = None
+    lora: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in POLICY_KINDS:
@@ -63,6 +70,13 @@ class DemoPolicy:
             raise DemoArgumentError(f"chunk_noise {noise!r} is not a finite number >= 0")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise DemoArgumentError(f"seed {self.seed!r} is not an integer >= 0")
+        if self.lora is not None and (not self.lora or self.lora != self.lora.strip()):
+            raise DemoArgumentError(f"lora {self.lora!r} is not an adapter name")
+
+    @property
+    def config_name(self) -> str | None:
+        """The ``config/<name>.yaml`` pair the run uses instead of the model's, if any."""
+        return self.layout
 
     def blend_steps(self, model: str, execute_horizon: int | None) -> int:
         """policy_node's ``blend_steps``: the server's soft window with ``blend``, else 0.

@@ -90,7 +90,7 @@ def run_demo(
         raise DemoArgumentError(f"duration_s {duration_s!r} is not a positive number of seconds")
     policy = policy or DemoPolicy()
     server_command(model, latency_ms=latency_ms, jitter_ms=jitter_ms)  # validates both
-    config = load_model_config(model)
+    config = load_model_config(model, policy.layout)
     profile = get_profile(link) if isinstance(link, str) else link
 
     rig = DemoRig(

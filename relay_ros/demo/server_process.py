@@ -96,6 +96,10 @@ def server_command(
     ]
     if policy.smoothing == "prefix":
         command.append("--action-prefix")
+    if policy.layout:
+        command += ["--layout", policy.layout]
+    if policy.lora:
+        command += ["--lora", policy.lora]
     if port_file is not None:
         command += ["--port-file", str(port_file)]
     return command

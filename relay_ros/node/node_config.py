@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from relay_ros.models import family_of
+from relay_ros.formats import FormatError, format_for
 from relay_ros.node.limit_params import (
     LIMITS_PREFIX,
     check_given_names,
@@ -98,10 +98,13 @@ class NodeConfig:
     """
 
     model: str
+    layout: str
     policy_url: str | None
     camera_map: Path
     prompt: str
     seed: int | None
+    lora: str
+    lora_scale: float
     joint_states_topic: str
     state_joints: tuple[str, ...]
     outputs: tuple[OutputSpec, ...]
@@ -187,7 +190,7 @@ def _check(values: Mapping[str, Any], spec: ParamSpec) -> Any:
     return spec.check(value)
 
 
-def _output(values: Mapping[str, Any], name: str, model: str) -> OutputSpec:
+def _output(values: Mapping[str, Any], name: str, model: str, layout: str) -> OutputSpec:
     prefix = f"outputs.{name}."
     topic_spec, joints_spec, dims_spec, key_spec = output_parameter_specs(name)
     topic = topic_spec.check(values.get(topic_spec.name) or "")
@@ -198,18 +201,37 @@ def _output(values: Mapping[str, Any], name: str, model: str) -> OutputSpec:
     raw_dims = values.get(dims_spec.name)
     dims = tuple(dims_spec.check(raw_dims)) if raw_dims else None
     action_key = key_spec.check(values.get(key_spec.name) or "") or None
-    groot = family_of(model) == "groot"
-    if groot and action_key is None:
-        raise ParameterError(
-            f"output '{name}' needs parameter '{prefix}action_key' for model {model} "
-            "(the action group, e.g. 'action.single_arm')"
-        )
-    if not groot and dims is None:
-        raise ParameterError(
-            f"output '{name}' needs parameter '{prefix}dims' for model {model} "
-            "(indices into the action vector, one per joint)"
-        )
+    try:
+        where = f"model {model}" + (f" with layout {layout!r}" if layout else "")
+        format_for(model, layout).check_output_params(name, dims, action_key, where)
+    except FormatError as exc:
+        raise ParameterError(str(exc)) from None
     return OutputSpec(name, topic, joints, dims, action_key)
+
+
+def _check_format(model: str, layout: str) -> None:
+    """Refuse a layout that cannot be read, or whose actions (or state) the node
+    cannot execute on joint trajectory controllers (LIBERO's end-effector deltas)."""
+    try:
+        fmt = format_for(model, layout)
+    except FormatError as exc:
+        raise ParameterError(f"parameter 'layout': {exc}") from None
+    problem = fmt.unsupported_action_space()
+    if problem is not None:
+        raise ParameterError(f"parameter 'layout' is {layout!r}: {problem}")
+
+
+def _camera_map(given: str, model: str, layout: str, default_dir: Callable[[], Path]) -> Path:
+    """The camera map file: given, else the package's ``<layout>_cameras.yaml`` for a
+    shipped layout or ``<model>_cameras.yaml``."""
+    if given:
+        return Path(given).expanduser()
+    if layout and ("/" in layout or layout.endswith((".yaml", ".yml"))):
+        raise ParameterError(
+            f"parameter 'camera_map' is empty; a layout file ({layout!r}) needs a camera map "
+            "naming its cameras"
+        )
+    return default_dir() / f"{layout or model}_cameras.yaml"
 
 
 def _resolve(
@@ -236,20 +258,16 @@ def build_config(
     from the URDF or the parameters (:mod:`relay_ros.pipeline.joint_limits`).
     """
     fields = {spec.name: _check(values, spec) for spec in PARAMETERS}
-    model = fields["model"]
-    outputs = tuple(_output(values, name, model) for name in fields.pop("output_names"))
+    model, layout = fields["model"], fields["layout"]
+    _check_format(model, layout)
+    outputs = tuple(_output(values, name, model, layout) for name in fields.pop("output_names"))
     commanded = [joint for output in outputs for joint in output.joints]
     unique_names("outputs.*.joints", commanded)
     robot = robot_description_from(fields["robot_description"], fields["robot_description_file"])
     limit_params = limit_params_from_values(values, commanded)
-    camera_map = fields["camera_map"]
-    fields["camera_map"] = (
-        Path(camera_map).expanduser()
-        if camera_map
-        else default_config_dir() / f"{model}_cameras.yaml"
-    )
+    fields["camera_map"] = _camera_map(fields["camera_map"], model, layout, default_config_dir)
     try:
-        check_image_encoding(model, fields["image_encoding"], fields["jpeg_quality"])
+        check_image_encoding(model, fields["image_encoding"], fields["jpeg_quality"], layout)
     except ImageEncodingError as exc:
         raise ParameterError(f"parameter {exc}") from None
     fields["outputs"] = outputs

@@ -71,6 +71,24 @@ def _url(spec: ParamSpec, value: str) -> str | None:
     return value or None
 
 
+def _layout(spec: ParamSpec, value: str) -> str:
+    if value != value.strip():
+        raise ParameterError(
+            f"parameter '{spec.name}' is {value!r}; expected a layout name or file without spaces "
+            "around it"
+        )
+    return value
+
+
+def _lora(spec: ParamSpec, value: str) -> str:
+    if value != value.strip() or any(ch in value for ch in "\r\n\t"):
+        raise ParameterError(
+            f"parameter '{spec.name}' is {value!r}; expected an adapter name as the server "
+            "lists it in lora_adapters (no surrounding spaces), or '' for the base model"
+        )
+    return value
+
+
 def check_topic(spec: ParamSpec, value: str) -> str:
     """``value`` if it is a topic name without spaces."""
     if not value or any(ch.isspace() for ch in value):
@@ -131,6 +149,15 @@ _ROWS: tuple[ParamSpec, ...] = (
         choices=MODEL_IDS,
     ),
     ParamSpec(
+        "layout",
+        "string",
+        "",
+        "Observation layout of a stock openpi server: a shipped name (droid, aloha, "
+        "libero) or a layout YAML file (docs/camera_map.md). Empty: the model's own "
+        "format (the seeds' pi0/pi05 or GR00T observation).",
+        convert=_layout,
+    ),
+    ParamSpec(
         "policy_url",
         "string",
         "",
@@ -160,6 +187,24 @@ _ROWS: tuple[ParamSpec, ...] = (
         minimum=-1,
         maximum=_MAX_SEED,
         convert=_negative_is_none,
+    ),
+    ParamSpec(
+        "lora",
+        "string",
+        "",
+        "LoRA adapter the server runs for this node's observations (sent as "
+        "sampling_params.lora); it must be one of the server's lora_adapters, else the "
+        "node holds. Empty: the base model. A change is a new episode.",
+        convert=_lora,
+    ),
+    ParamSpec(
+        "lora_scale",
+        "double",
+        1.0,
+        "Strength of the LoRA adapter (sent as {name, scale} when not 1.0). A change is "
+        "a new episode.",
+        minimum=0.0,
+        maximum=10.0,
     ),
     ParamSpec(
         "joint_states_topic",

@@ -45,6 +45,7 @@ from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import String
 from std_srvs.srv import SetBool, Trigger
 
+from relay_ros.formats import format_for
 from relay_ros.node.debug_topics import ObservationTopics
 from relay_ros.node.diagnostics_message import diagnostic_array, diagnostic_status
 from relay_ros.node.limit_params import describe_limits, with_robot_text
@@ -61,6 +62,7 @@ from relay_ros.node.thread_priority import ProcessPriority
 from relay_ros.node.trajectory_publishers import TrajectoryPublishers
 from relay_ros.pipeline.camera_map import CameraEntry, CameraMapError, load_model_camera_map
 from relay_ros.pipeline.health import assess
+from relay_ros.pipeline.server_session import lora_text
 from relay_ros.pipeline.stats import LatencyStats
 from relay_ros.pipeline.streaming import StreamingCore
 from relay_ros.stop_signals import take_stop_signals
@@ -102,7 +104,9 @@ class PolicyNode(Node):
 
     def _setup(self) -> None:
         self._config = cfg = declare_parameters(self)
-        self._cameras: list[CameraEntry] = load_model_camera_map(cfg.camera_map, cfg.model)
+        self._cameras: list[CameraEntry] = load_model_camera_map(
+            cfg.camera_map, cfg.model, cfg.layout
+        )
         # thread_priority > 0: the first tick puts the process under SCHED_FIFO.
         self._priority = ProcessPriority(cfg.thread_priority, self.get_logger())
         self._events: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
@@ -144,7 +148,11 @@ class PolicyNode(Node):
             ) from None
         # ~/observation/* show each observation sent, while someone subscribes.
         self._observation_topics = ObservationTopics(
-            self, [c.key for c in self._cameras], cfg.state_joints, callback_group=polled
+            self,
+            [c.key for c in self._cameras],
+            cfg.state_joints,
+            wire_format=format_for(cfg.model, cfg.layout),
+            callback_group=polled,
         )
         # Cameras and joint states are read on the tick, not pushed per message
         # (node.polled): the node uses only the newest frames, at request time.
@@ -222,7 +230,9 @@ class PolicyNode(Node):
         # The core's own records (e.g. "camera ... sends mono8 frames") in this node's log.
         self._unroute_logs = route_library_logs(self.get_logger())
         self.get_logger().info(
-            f"policy_node for {cfg.model}: {len(self._cameras)} camera(s), outputs "
+            f"policy_node for {cfg.model}"
+            f"{f' in layout {cfg.layout!r}' if cfg.layout else ''} "
+            f"({lora_text(cfg.lora, cfg.lora_scale)}): {len(self._cameras)} camera(s), outputs "
             f"{[o.name for o in cfg.outputs]}, {'dry run' if cfg.dry_run else 'commanding'}, "
             f"{'enabled' if cfg.autostart else 'disabled until ~/enable'}"
         )

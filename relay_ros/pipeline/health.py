@@ -21,6 +21,8 @@ import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from relay_ros.pipeline.server_session import lora_text
+
 if TYPE_CHECKING:
     from relay_ros.pipeline.streaming import StreamingCore
 
@@ -53,7 +55,7 @@ def assess(
 ) -> Health:
     """The health of ``core`` at ``now`` (node clock) with the connection's state."""
     hold = core.hold_reason
-    limits_problem = getattr(core.config, "limits_problem", None)
+    limits_problem = core.config.limits_problem
     if core.config_error is not None:
         level, message = Level.ERROR, core.config_error
     elif limits_problem is not None:
@@ -77,6 +79,7 @@ def assess(
         "enabled": str(core.enabled),
         "dry_run": str(core.config.dry_run),
         "session_id": core.session_id,
+        "lora": lora_text(core.config.lora, core.config.lora_scale),
         "latency_p50_ms": _ms(core.latency.percentile(50), 1),
         "latency_p99_ms": _ms(core.latency.percentile(99), 1),
         "stall_time_s": f"{core.stall_time(now):.3f}",

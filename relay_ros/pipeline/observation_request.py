@@ -36,7 +36,13 @@ from relay_ros.pipeline.settings import StreamingSettings
 from relay_ros.pipeline.streaming_counts import StreamingCounts
 from relay_ros.pipeline.tick_plan import frames_just_came, frames_wanted
 
-__all__ = ["INPUT_WARNING_PERIOD_S", "RequestTag", "Requester", "build_observation"]
+__all__ = [
+    "INPUT_WARNING_PERIOD_S",
+    "RequestTag",
+    "Requester",
+    "build_observation",
+    "sampling_params",
+]
 
 #: A refused camera frame or joint state message is logged at most this often (each
 #: refusal is counted).
@@ -54,12 +60,26 @@ class RequestTag:
         t_obs: Observation time on the node clock (s).
         start: The request's start on the core's
             :class:`~relay_ros.pipeline.request_clock.RequestClock`.
+        origin: Where the commanded joints are commanded to be at ``t_obs`` (output
+            order; the measured state before anything was commanded): joint
+            velocity actions are integrated from it. None when the server's actions
+            are all positions.
     """
 
     generation: int
     session_id: str
     t_obs: float
     start: RequestStart
+    origin: tuple[float, ...] | None = None
+
+
+def sampling_params(lora: str, scale: float) -> dict[str, Any] | None:
+    """The ``sampling_params`` that select LoRA adapter ``lora`` at ``scale`` (the seed's
+    forms: the name alone at scale 1, else ``{"name", "scale"}``); None for the base
+    model (no key at all, which every server takes)."""
+    if not lora:
+        return None
+    return {"lora": lora if scale == 1.0 else {"name": lora, "scale": float(scale)}}
 
 
 def build_observation(
@@ -85,6 +105,7 @@ def build_observation(
         prompt,
         session_id=session_id,
         seed=settings.seed,
+        sampling_params=sampling_params(settings.lora, settings.lora_scale),
         observation_time=snapshot.t_obs,
     )
     if not session.spec.action_prefix:
@@ -101,6 +122,21 @@ def build_observation(
         chunk_width=session.spec.chunk_width,
     )
     return observation, committed
+
+
+def commanded_origin(
+    session: ServerSession,
+    snapshot: Snapshot,
+    settings: StreamingSettings,
+    joint_names: Sequence[str],
+) -> tuple[float, ...]:
+    """Where the commanded joints are commanded to be at the observation's time (the
+    current publication's command, else the measured state), in output order."""
+    commanded = session.scheduler.last_commanded(snapshot.t_obs)
+    if commanded is None:
+        order = {name: i for i, name in enumerate(joint_names)}
+        commanded = np.array([snapshot.state[order[j]] for j in settings.commanded_joints])
+    return tuple(float(q) for q in commanded)
 
 
 class Requester:
@@ -227,7 +263,12 @@ class Requester:
             requested_at=now,
         )
         start = self._clock.start(started, snapshot.frames.newest_prepared_s, now)
-        tag = RequestTag(session.generation, session_id, snapshot.t_obs, start)
+        origin = (
+            commanded_origin(session, snapshot, settings, inputs.joints.joint_names)
+            if session.reader.integrates
+            else None
+        )
+        tag = RequestTag(session.generation, session_id, snapshot.t_obs, start, origin)
         if self._submit(observation, tag):
             scheduler.request_sent(snapshot.t_obs, committed_steps=committed)
             self._clock.sent(start, now)

@@ -30,11 +30,31 @@ from relay_ros.pipeline.settings import StreamingConfigError, StreamingSettings,
 from relay_ros.pipeline.stats import LatencyStats
 from relay_ros.pipeline.streaming_counts import StreamingCounts
 
-__all__ = ["ServerSession", "SessionError", "SessionSlot"]
+__all__ = ["ServerSession", "SessionError", "SessionSlot", "check_lora", "lora_text"]
 
 
 class SessionError(ValueError):
     """The node's configuration does not fit the connected server (the message says how)."""
+
+
+def check_lora(lora: str, spec: ServerSpec) -> None:
+    """Refuse a LoRA adapter the server does not serve, in the seed server's words.
+
+    Raises:
+        StreamingConfigError: ``lora`` is set and not in the server's ``lora_adapters``
+            (or the server announces none: an openpi server takes no adapter).
+    """
+    if not lora:
+        return
+    if spec.lora_adapters is None:
+        raise StreamingConfigError(
+            f"LoRA adapter {lora!r} is set, but the server announces no lora_adapters "
+            "(an openpi server runs its checkpoint only); set lora to '' for the base model"
+        )
+    if lora not in spec.lora_adapters:
+        raise StreamingConfigError(
+            f"Unknown LoRA adapter {lora!r}; this server serves {list(spec.lora_adapters)!r}"
+        )
 
 
 @dataclass
@@ -77,7 +97,8 @@ class ServerSession:
                 the camera keys).
         """
         try:
-            spec = ServerSpec.from_metadata(metadata, model=config.model)
+            spec = ServerSpec.from_metadata(metadata, model=config.model, layout=config.layout)
+            check_lora(config.lora, spec)
             sched_config = scheduler_config(config, spec)
             outputs = load_outputs({o.name: o.as_mapping() for o in config.outputs}, spec)
             builder = ObservationBuilder(
@@ -92,18 +113,26 @@ class ServerSession:
             scheduler=ChunkScheduler(sched_config, latencies),
             builder=builder,
             outputs=outputs,
-            reader=ReplyReader(spec, used_dims, dim_joints),
+            reader=ReplyReader(spec, used_dims, dim_joints, dt=sched_config.dt),
             generation=generation,
         )
 
     def describe(self, config: StreamingSettings) -> str:
         """The log line for the connection."""
         sched = self.scheduler.config
+        layout = f" ({self.spec.format.name})" if config.layout else ""
         return (
-            f"connected: {config.model}, horizon {self.spec.action_horizon}, dt "
-            f"{1000.0 * sched.dt:.1f} ms, execute {sched.execute_horizon}, "
-            f"{config.request_mode} requests"
+            f"connected: {config.model}{layout}, {lora_text(config.lora, config.lora_scale)}, "
+            f"horizon {self.spec.action_horizon}, dt {1000.0 * sched.dt:.1f} ms, execute "
+            f"{sched.execute_horizon}, {config.request_mode} requests"
         )
+
+
+def lora_text(lora: str, scale: float) -> str:
+    """``"LoRA 'towels' x0.5"`` or ``"base model"``, for the log and /diagnostics."""
+    if not lora:
+        return "base model"
+    return f"LoRA {lora!r}" + ("" if scale == 1.0 else f" x{scale:g}")
 
 
 class SessionSlot:

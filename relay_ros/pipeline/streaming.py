@@ -43,7 +43,13 @@ from relay_ros.pipeline.observation_request import Requester, RequestTag
 from relay_ros.pipeline.publication_check import PublicationGate
 from relay_ros.pipeline.reply_handling import ReplyHandler
 from relay_ros.pipeline.request_clock import RequestClock
-from relay_ros.pipeline.server_session import ServerSession, SessionError, SessionSlot
+from relay_ros.pipeline.server_session import (
+    ServerSession,
+    SessionError,
+    SessionSlot,
+    check_lora,
+    lora_text,
+)
 from relay_ros.pipeline.server_spec import ServerSpec
 from relay_ros.pipeline.settings import (
     StreamingSettings,
@@ -341,16 +347,22 @@ class StreamingCore:
         Switching ``dry_run`` on sends the controllers a hold at the commanded
         position first, so nothing keeps moving the robot; switching it off
         starts commanding from the next chunk (first-step check included).
+        A new ``lora`` or ``lora_scale`` is a new episode (:meth:`reset_episode`):
+        the chunks queued and in flight came from the other adapter, and the
+        server's session (its random stream, its committed actions) belongs to it;
+        the robot holds until the new adapter's first chunk.
 
         Raises:
             StreamingConfigError: a setting that only a restart changes
                 (:data:`~relay_ros.pipeline.settings.FIXED_SETTINGS`: model, joints,
                 outputs, rates, encoding), or values the connected server cannot
-                run with; nothing is changed then.
+                run with (an adapter it does not serve); nothing is changed then.
         """
         check_change(self._cfg, config)
         session = self._session
         sched_config = None if session is None else scheduler_config(config, session.spec)
+        if session is not None:
+            check_lora(config.lora, session.spec)
         old = self._cfg
         if config.dry_run and not old.dry_run:
             # Still routed to the controllers: stop them where they are.
@@ -368,6 +380,9 @@ class StreamingCore:
             # What was published went to ~/preview: a hold must not move the robot there.
             self._holding.forget_motion()
         self._log.info("configuration changed")
+        if (config.lora, config.lora_scale) != (old.lora, old.lora_scale):
+            self._log.info(f"policy adapter: {lora_text(config.lora, config.lora_scale)}")
+            self.reset_episode(now)
 
     def clock_jumped(self, delta_s: float, now: float) -> None:
         """The node clock jumped by ``delta_s`` seconds (``use_sim_time``; ``now`` is the
@@ -421,7 +436,7 @@ class StreamingCore:
         session = self._session
         if session is None or not self._enabled:
             return
-        if (problem := getattr(self._cfg, "limits_problem", None)) is not None:  # no limits
+        if (problem := self._cfg.limits_problem) is not None:  # no limits
             self._hold(f"cannot command: {problem}", "no_limits", now)
             return
         self._publish_due(session, now)

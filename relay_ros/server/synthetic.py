@@ -44,10 +44,10 @@ from typing import Any
 
 import numpy as np
 
+from relay_ros.formats.requests import Request
 from relay_ros.server.action_prefix import apply_prefix
 from relay_ros.server.action_prefix import soft_steps as soft_window
 from relay_ros.server.chunk_noise import ChunkNoise
-from relay_ros.server.validation import Request
 
 __all__ = ["POLICY_KINDS", "FlowParams", "ReferencePolicy", "SyntheticPolicy"]
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import cv2
 import numpy as np
 
+from relay_ros.formats.requests import Request
 from relay_ros.pipeline.action_prefix import committed_prefix
 from relay_ros.pipeline.images import resize_with_pad
 from relay_ros.pipeline.scheduler import ChunkScheduler
@@ -30,7 +31,6 @@ from relay_ros.pipeline.trajectory import finite_difference_velocities
 from relay_ros.server.action_prefix import default_soft_steps
 from relay_ros.server.chunk_noise import ChunkNoise
 from relay_ros.server.synthetic import ReferencePolicy
-from relay_ros.server.validation import Request
 from relay_ros.sim.motion_measures import jerk_rms
 from relay_ros.sim.task import TaskMeasures, task_measures
 from relay_ros.sim.trajectory_command import TrajectoryCommand

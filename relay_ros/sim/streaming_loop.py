@@ -35,7 +35,8 @@ from typing import Any
 import numpy as np
 import yaml
 
-from relay_ros.models import family_of
+from relay_ros.formats import format_for
+from relay_ros.formats.embodiment import load_embodiment
 from relay_ros.node.node_config import NodeConfig, config_from_parameters
 from relay_ros.node.param_spec import flatten_parameters
 from relay_ros.paths import config_dir, config_file
@@ -46,10 +47,8 @@ from relay_ros.pipeline.observation_inputs import DEFAULT_OBSERVATION_TIMING
 from relay_ros.pipeline.observation_request import RequestTag
 from relay_ros.pipeline.streaming import StreamingCore
 from relay_ros.server.chunk_noise import ChunkNoise
-from relay_ros.server.embodiment import load_embodiment
-from relay_ros.server.metadata import PI_CAMERA_KEYS, build_metadata
+from relay_ros.server.metadata import build_metadata
 from relay_ros.server.synthetic import ReferencePolicy
-from relay_ros.server.validation import validate_groot, validate_pi
 from relay_ros.sim.controller_measures import BoundaryStep
 from relay_ros.sim.link_profiles import LinkProfile, get_profile
 from relay_ros.sim.motion_measures import SwitchSummary, jerk_rms, switch_summary
@@ -116,7 +115,7 @@ class LoopRun:
     def __post_init__(self) -> None:
         if self.smoothing not in LOOP_SMOOTHINGS:
             raise ValueError(f"smoothing {self.smoothing!r} is not one of {list(LOOP_SMOOTHINGS)}")
-        if family_of(self.model) == "groot" and self.smoothing == "lerobot":
+        if not format_for(self.model).single_array_reply and self.smoothing == "lerobot":
             raise ValueError("the LeRobot emulation runs π0-family models only")
 
 
@@ -222,7 +221,8 @@ class _Loop:
         changes: dict[str, Any] = {"request_mode": r.request_mode, "blend_steps": 0}
         if r.execute_horizon is not None:
             changes["execute_horizon"] = r.execute_horizon
-        self.embodiment = load_embodiment("so100") if family_of(r.model) == "groot" else None
+        self.format = format_for(r.model)
+        self.embodiment = load_embodiment("so100") if self.format.needs_embodiment else None
         self.metadata = build_metadata(
             r.model, embodiment=self.embodiment, action_prefix=r.smoothing == "prefix"
         )
@@ -238,10 +238,13 @@ class _Loop:
             }
         self.config = dataclasses.replace(base, **changes)
         self.dt = 1.0 / float(self.metadata["control_hz"])
-        self.action_dim = (
-            self.embodiment.action_dim
-            if self.embodiment is not None
-            else int(self.metadata["action_dim"])
+        self.action_dim = self.format.action_width(self.metadata, self.embodiment)
+        self.validate = self.format.validator(
+            self.metadata,
+            embodiment=self.embodiment,
+            needs_session_id=False,
+            adapters=(),
+            prefix_horizon=horizon if self.metadata.get("action_prefix") else None,
         )
         cameras = load_model_camera_map(config_dir() / f"{r.model}_cameras.yaml", r.model)
         self.keys = [c.key for c in cameras]
@@ -305,26 +308,7 @@ class _Loop:
             return False
         if self.first_request is None:
             self.first_request = self.now
-        horizon = int(self.metadata["action_horizon"])
-        prefix_horizon = horizon if self.metadata.get("action_prefix") else None
-        if self.embodiment is not None:
-            request = validate_groot(
-                obs,
-                embodiment=self.embodiment,
-                needs_session_id=False,
-                adapters=(),
-                prefix_horizon=prefix_horizon,
-            )
-        else:
-            request = validate_pi(
-                obs,
-                action_dim=self.action_dim,
-                camera_keys=PI_CAMERA_KEYS,
-                max_cameras=int(self.metadata["max_cameras"]),
-                needs_session_id=False,
-                adapters=(),
-                prefix_horizon=prefix_horizon,
-            )
+        request = self.validate(obs)
         reply = self.policy.chunk(request, self.rng, action_dim=self.action_dim)
         r = self.run
         latency = max(0.0, r.latency_s + self.rng.uniform(-r.jitter_s, r.jitter_s))
@@ -356,12 +340,7 @@ class _Loop:
         reply: Any = flight.reply
         if self.run.smoothing == "lerobot":
             reply = self.aggregate(reply, flight.tag.t_obs)
-        if self.embodiment is not None:  # GR00T: one (1, H, k) array per action group
-            groups, start = {}, 0
-            for key, width in self.embodiment.action_groups:
-                groups[key] = np.ascontiguousarray(reply[None, :, start : start + width])
-                start += width
-            reply = groups
+        reply = self.format.reply_actions(reply, self.embodiment)
         roundtrip = self.now - flight.tag.t_obs
         self.last_roundtrip = roundtrip
         self.core.result(InferOutcome(flight.tag, reply, roundtrip, None, None, self.now), self.now)
