@@ -134,3 +134,25 @@ def test_a_depth_camera_keeps_its_real_cause_on_diagnostics(ros_context, server,
     )
     assert all(reason.startswith(expected) for reason in reasons), reasons
     assert rig.snapshot().arm == []
+
+
+@pytest.mark.parametrize("plan", ["flow", "visual"])
+def test_a_dry_run_against_the_reference_server_streams_at_an_ordinary_pose(
+    ros_context, tmp_path, plan
+):
+    """The reference policies start from the observed state: a dry-run arm that stands at
+    1.1 rad (outside the flow plan's +/-0.8 rad) gets chunks, not first-step refusals."""
+    pose = [0.0, 0.5, -0.5, 0.3, 1.1, 0.2, 0.0]
+    with (
+        run_server_in_thread(ServerOptions(models=("pi05",), synthetic=plan)) as server,
+        Rig(
+            ros_context,
+            server.url_template,
+            tmp_path=tmp_path,
+            overrides={"dry_run": True},
+            state=pose,
+            follow=False,
+        ) as rig,
+    ):
+        wait_until(lambda: rig.node.counts["chunks_published"] >= 5, timeout=20)
+        assert rig.node.counts["refusals"] == 0, rig.node.last_refusal
