@@ -47,6 +47,7 @@ RUNTIME_KEYS = {
     "sensor_msgs": "sensor_msgs",
     "trajectory_msgs": "trajectory_msgs",
     "diagnostic_msgs": "diagnostic_msgs",
+    "lifecycle_msgs": "lifecycle_msgs",
     "rosgraph_msgs": "rosgraph_msgs",
     "ament_index_python": "ament_index_python",
     "launch": "launch",

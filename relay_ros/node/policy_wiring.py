@@ -166,6 +166,8 @@ class PolicyWiring:
         self._listening_since = time.monotonic()
         self._next_listener_check = self._listening_since + LISTENER_GRACE_S
         self._unheard: list[tuple[str, str]] = []
+        # When the last observation sent was taken (node clock), for /diagnostics.
+        self._last_t_obs: float | None = None
         # The connection worker triggers this after each event (it may do so while
         # the wiring is still being built: the tick runs once the executor spins).
         self._ticks = 0
@@ -432,6 +434,7 @@ class PolicyWiring:
     def _submit(self, observation: dict[str, Any], tag: Any) -> bool:
         if not self._connection.submit(observation, tag, handoff_s=_HANDOFF_S):
             return False
+        self._last_t_obs = tag.t_obs
         self._observation_topics.publish(observation, tag.t_obs)
         return True
 
@@ -526,9 +529,10 @@ class PolicyWiring:
     def diagnostics_status(self, name: str, extra: dict[str, str]) -> DiagnosticStatus:
         """The configured node's health as one DiagnosticStatus named ``name``, with
         the node's ``extra`` values."""
+        now = self._now()
         health = assess(
             self.core,
-            self._now(),
+            now,
             connected=self._connection.connected,
             connection_error=self._connection.last_error,
         )
@@ -539,7 +543,10 @@ class PolicyWiring:
             health = dataclasses.replace(
                 health, level=max(health.level, Level.WARN), message=message
             )
+        age = "" if self._last_t_obs is None else f"{now - self._last_t_obs:.3f}"
         values = {
+            "server": self._connection.display_url,
+            "observation_age_s": age,
             "thread priority": self._priority.status,
             "controllers_unheard": ", ".join(topic for _, topic in self._unheard),
             "deadman": "" if self._deadman is None else self._deadman.topic,
