@@ -395,6 +395,8 @@ def test_colcon_build_and_test(tmp_path):
         p.name for p in (ROOT / "config").iterdir() if p.suffix in (".yaml", ".xml", ".urdf")
     )
     assert sorted(p.name for p in (share / "config").iterdir()) == configs
+    # The seeds' examples/demo.py, for a robot with only the colcon install.
+    assert (share / "examples" / "demo.py").read_bytes() == (ROOT / "examples/demo.py").read_bytes()
     marker = install / "share" / "ament_index" / "resource_index" / "packages" / PACKAGE
     assert marker.is_file()
     scripts = _console_scripts()
