@@ -80,9 +80,11 @@ def test_every_transition_through_the_real_services(ros_context, server, tmp_pat
         assert rig.node.counts["requests"] == requests
         assert rig.last_status()["hold_reason"].startswith("inactive (lifecycle)")
 
-        # cleanup: the subscriptions and publishers of the configuration are gone.
+        # cleanup: the connection, subscriptions and publishers of the configuration are gone.
+        assert server.stats.open_connections == 1
         assert rig.change_state("cleanup")
         assert rig.get_state() == "unconfigured"
+        wait_until(lambda: server.stats.open_connections == 0, timeout=10)
         wait_until(lambda: rig.feeder.count_subscribers(rig.raw_topic) == 0, timeout=10)
         wait_until(lambda: rig.feeder.count_publishers(rig.arm_topic) == 0, timeout=10)
         status = wait_until(
@@ -184,3 +186,21 @@ def test_enable_and_reset_in_every_state(ros_context, server, tmp_path):
         assert reset.success and rig.node.session_id in reset.message
         assert rig.change_state("activate")
         wait_until(lambda: rig.snapshot().arm, timeout=15)
+
+
+@pytest.mark.parametrize("reached", [[], ["configure"]], ids=["unconfigured", "inactive"])
+def test_shutdown_from_every_state_closes_everything(ros_context, server, tmp_path, reached):
+    with _managed(ros_context, server.url_template, tmp_path) as rig:
+        for transition in reached:
+            assert rig.change_state(transition)
+        if reached:
+            wait_until(lambda: server.stats.open_connections == 1, timeout=10)
+        assert rig.change_state("shutdown")
+        assert rig.get_state() == "finalized"
+        wait_until(lambda: server.stats.open_connections == 0, timeout=10)
+        assert rig.snapshot().arm == []  # nothing was ever commanded, no hold either
+        status = wait_until(
+            lambda: (s := rig.last_status()) and s["lifecycle_state"] == "finalized" and s
+        )
+        assert status["transition_error"] == ""
+        assert status["message"] == "finalized (shut down): restart the node to use it"

@@ -717,6 +717,8 @@ def test_cli_misnamed_joint_is_one_line_naming_the_bag_joints(
             "--params-file",
             str(params),
             "-p",
+            "state_joints:=[joint1, joint2, joint3, joint4, joint5, joint6, gripper]",
+            "-p",
             "outputs.gripper.joints:=[gripper]",
             "-p",
             "joint_limits.gripper.has_position_limits:=true",
@@ -734,7 +736,8 @@ def test_cli_misnamed_joint_is_one_line_naming_the_bag_joints(
     assert (code, out) == (2, "")
     assert err == (
         f"relay-ros replay: error: bag '{bag}' records no joint 'gripper' "
-        "(outputs.gripper.joints, joint_limits.gripper.*) on /joint_states; its joints are "
+        "(state_joints, outputs.gripper.joints, joint_limits.gripper.*) on /joint_states; its "
+        "joints are "
         f"{list(JOINT_NAMES)}\n"
     )
     # The [lower, upper] form of earlier releases: what to write instead.

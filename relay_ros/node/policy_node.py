@@ -335,6 +335,8 @@ class PolicyNode(LifecycleNode):
         fqn = self.get_fully_qualified_name()
         if self._failure_text:
             health = Health(Level.ERROR, self._failure_text, {})
+        elif state == "finalized":
+            health = Health(Level.WARN, "finalized (shut down): restart the node to use it", {})
         else:
             health = Health(
                 Level.WARN, f"{state}: 'ros2 lifecycle set {fqn} configure', then 'activate'", {}

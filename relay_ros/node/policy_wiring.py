@@ -502,7 +502,13 @@ class PolicyWiring:
         if moment < self._next_listener_check:
             return
         self._next_listener_check = moment + _LISTENER_CHECK_S
-        unheard = [] if self._config.dry_run else self._trajectories.unheard()
+        if self._config.dry_run:
+            # Nothing goes to the controllers: whether they listen is no problem now.
+            if self._unheard:
+                self._unheard = []
+                self._on_health_change()
+            return
+        unheard = self._trajectories.unheard()
         if unheard == self._unheard:
             return
         log = self._node.get_logger()
