@@ -70,6 +70,7 @@ from relay_ros.pipeline.camera_map import CameraMapError
 from relay_ros.pipeline.health import Health, Level
 from relay_ros.pipeline.stats import LatencyStats
 from relay_ros.stop_signals import take_stop_signals
+from relay_ros.wire.connection import PolicyConnection
 
 __all__ = ["CONFIG_ERRORS", "PolicyNode", "freeze_startup_heap", "main"]
 
@@ -277,6 +278,12 @@ class PolicyNode(LifecycleNode):
         """The :class:`~relay_ros.pipeline.streaming.StreamingCore` (after a cleanup:
         the last configuration's, whose counts stay readable)."""
         return self._latest().core
+
+    @property
+    def connection(self) -> PolicyConnection:
+        """The connection to the policy server (after a cleanup: the last one's,
+        closed), for its counters (``connect_attempts``, ``probes``)."""
+        return self._latest().connection
 
     @property
     def session_id(self) -> str:

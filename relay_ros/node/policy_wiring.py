@@ -357,6 +357,11 @@ class PolicyWiring:
         """The validated parameters this configuration runs with."""
         return self._config
 
+    @property
+    def connection(self) -> PolicyConnection:
+        """The connection to the policy server (its counters, for benchmarks)."""
+        return self._connection
+
     def _apply_config(self, config: NodeConfig) -> None:
         """A live parameter change (validated by LiveParameters), in force when this returns."""
         self.core.apply_config(config, self._now())
