@@ -14,6 +14,8 @@ setup(
         ("share/ament_index/resource_index/packages", ["resource/" + package_name]),
         ("share/" + package_name, ["package.xml"]),
         ("share/" + package_name + "/launch", glob("launch/*.launch.py")),
+        # python3 $(ros2 pkg prefix relay_ros)/share/relay_ros/examples/demo.py pi05
+        ("share/" + package_name + "/examples", glob("examples/*.py")),
         (
             "share/" + package_name + "/config",
             glob("config/*.yaml") + glob("config/*.xml") + glob("config/*.urdf"),

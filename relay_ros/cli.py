@@ -6,7 +6,8 @@ work and prints its result; new subcommands add a ``_add_<name>`` parser and a
 
 Exit codes: 0 success; 1 the command ran but its result fails the check
 (``replay``: nothing was commanded, or a chunk was refused without
-``--allow-refusals``); 2 usage or input error (one line on stderr, no
+``--allow-refusals``; ``status --once``: no policy_node answered, or one is at ERROR
+or STALE); 2 usage or input error (one line on stderr, no
 traceback); 130 interrupted.
 """
 
@@ -160,13 +161,58 @@ def _run_replay(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
+def _add_status(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = sub.add_parser(
+        "status",
+        help="every policy_node on the ROS domain: lifecycle state, server, chunks, latency",
+        description=(
+            "Show every policy_node on this ROS domain (ROS_DOMAIN_ID) from /diagnostics: "
+            "lifecycle state, level, policy server, chunks, latency p50, age of the last "
+            "observation and why it holds. Live (redrawn every second, Ctrl-C to quit) or "
+            "--once. Needs no ros2 command line. See docs/node.md."
+        ),
+    )
+    parser.add_argument(
+        "--once",
+        action="store_true",
+        help=(
+            "listen --wait seconds, print once and exit: 0 when policy_nodes answered and "
+            "none is at ERROR or STALE, else 1"
+        ),
+    )
+    parser.add_argument("--json", action="store_true", help="with --once: JSON instead of a table")
+    parser.add_argument(
+        "--wait",
+        type=float,
+        default=2.5,
+        help="with --once: seconds to listen (default 2.5: every node publishes at 1 Hz)",
+    )
+    return parser
+
+
+def _run_status(args: argparse.Namespace) -> int:
+    if not (args.wait > 0 and args.wait < 3600):
+        raise _Failure(f"--wait {args.wait} must be seconds > 0 (and under an hour)")
+    if args.json and not args.once:
+        raise _Failure("--json prints once: add --once")
+    # Imported here: rclpy only for this command.
+    from relay_ros.node.status import run_status
+
+    try:
+        return run_status(once=args.once, json_output=args.json, wait_s=args.wait, out=sys.stdout)
+    except KeyboardInterrupt:
+        if args.once:
+            raise
+        return 0  # the way to quit the live view
+
+
 _COMMANDS: dict[
     str,
     tuple[
         Callable[[argparse._SubParsersAction], argparse.ArgumentParser],
         Callable[[argparse.Namespace], int],
     ],
-] = {"replay": (_add_replay, _run_replay)}
+] = {"replay": (_add_replay, _run_replay), "status": (_add_status, _run_status)}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -22,7 +22,8 @@ import cv2
 import numpy as np
 import yaml
 from diagnostic_msgs.msg import DiagnosticArray
-from helpers import scaled
+from helpers import scaled, wait_until
+from lifecycle_msgs.srv import ChangeState, GetState
 from rclpy.executors import Executor, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -125,6 +126,8 @@ class Rig:
         self.joints = list(joints)
         self.state = np.array(state if state is not None else [0.1] * len(joints), dtype=float)
         self.cameras_on = True
+        # True: the raw camera sends 16UC1 depth frames (an encoding the node refuses).
+        self.depth_camera = False
         self.joint_states_on = True
         # The joint states follow what the controllers are sent (a perfect controller,
         # linear between points); False: the arm stands still at ``state``.
@@ -173,13 +176,17 @@ class Rig:
             parameter_overrides=[Parameter(k, value=v) for k, v in params.items()],
         )
         # Every trajectory a controller receives is checked against the configured
-        # velocity limits as the controller would run it; close() asserts it.
+        # velocity limits as the controller would run it; close() asserts it. (An
+        # unconfigured node, autostart false: the shipped limits.)
         shipped = yaml.safe_load((config_dir() / f"{model}.yaml").read_text())
         limits = shipped["/**"]["ros__parameters"]["joint_limits"]
+        configured = (
+            {} if self.node.lifecycle_state == "unconfigured" else self.node.config.joint_limits
+        )
         self.checker = VelocityChecker(
             {
-                joint: self.node.config.joint_limits[joint].max_velocity
-                if joint in self.node.config.joint_limits
+                joint: configured[joint].max_velocity
+                if joint in configured
                 else limits[joint]["max_velocity"]  # the sim URDF's (test_sim_urdf.py)
                 for joint in limits
             },
@@ -244,7 +251,13 @@ class Rig:
             return
         stamp = self.feeder.get_clock().now().to_msg()
         h, w, _ = self._frame.shape
-        image = Image(height=h, width=w, encoding="rgb8", step=w * 3, data=self._frame.tobytes())
+        if self.depth_camera:
+            depth = np.full((h, w), 1000, dtype=np.uint16).tobytes()
+            image = Image(height=h, width=w, encoding="16UC1", step=w * 2, data=depth)
+        else:
+            image = Image(
+                height=h, width=w, encoding="rgb8", step=w * 3, data=self._frame.tobytes()
+            )
         image.header.stamp = stamp
         self._image_pub.publish(image)
         jpeg = CompressedImage(format="jpeg", data=self._jpeg)
@@ -278,13 +291,36 @@ class Rig:
                     self.state[joint] = np.interp(now, times, points[:, column])
 
     def _publish_joints(self) -> None:
-        if not self.joint_states_on:
-            return
+        # The arm follows its trajectories whether or not its joint states are sent.
         if self.follow:
             self._follow_now()
+        if not self.joint_states_on:
+            return
         msg = JointState(name=self.joints, position=[float(v) for v in self.state])
         msg.header.stamp = self.feeder.get_clock().now().to_msg()
         self._joint_pub.publish(msg)
+
+    def _call(self, service_type: Any, name: str, request: Any) -> Any:
+        """Call the node's service ``~/name`` from the feeder; its response."""
+        client = self.feeder.create_client(service_type, f"/{self.node_name}/{name}")
+        try:
+            assert client.wait_for_service(timeout_sec=scaled(10.0)), name
+            future = client.call_async(request)
+            return wait_until(lambda: future.done() and future.result(), timeout=15)
+        finally:
+            self.feeder.destroy_client(client)
+
+    def change_state(self, transition: str) -> bool:
+        """Ask the node's real ``~/change_state`` service (lifecycle_msgs/srv/ChangeState)
+        for ``transition`` by label (``configure``, ``activate``, ...); whether it
+        succeeded."""
+        request = ChangeState.Request()
+        request.transition.label = transition
+        return bool(self._call(ChangeState, "change_state", request).success)
+
+    def get_state(self) -> str:
+        """The node's lifecycle state through its real ``~/get_state`` service."""
+        return str(self._call(GetState, "get_state", GetState.Request()).current_state.label)
 
     def publish_prompt(self, text: str) -> None:
         self._prompt_pub.publish(String(data=text))

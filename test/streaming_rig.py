@@ -142,6 +142,8 @@ class CoreRig:
     # keeps the request times independent of the ticking; test_observation_timing.py
     # tests the others.
     observation_timing: str = "request"
+    # Switches that stop the core from the start (StreamingCore's ``stopped``).
+    stopped: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         base = load_model_config(self.model)
@@ -190,6 +192,7 @@ class CoreRig:
             log=self.log,
             perf_clock=lambda: self.now + self.perf_extra,
             frame_sources=self.sources if self.on_demand else None,
+            stopped=self.stopped,
             **(
                 {}
                 if self.observation_timing is None

@@ -47,6 +47,7 @@ RUNTIME_KEYS = {
     "sensor_msgs": "sensor_msgs",
     "trajectory_msgs": "trajectory_msgs",
     "diagnostic_msgs": "diagnostic_msgs",
+    "lifecycle_msgs": "lifecycle_msgs",
     "rosgraph_msgs": "rosgraph_msgs",
     "ament_index_python": "ament_index_python",
     "launch": "launch",
@@ -404,6 +405,8 @@ def test_colcon_build_and_test(tmp_path):
     assert sorted(p.name for p in (share / "config").iterdir()) == sorted([*configs, "layouts"])
     layouts = sorted(p.name for p in (ROOT / "config" / "layouts").glob("*.yaml"))
     assert sorted(p.name for p in (share / "config" / "layouts").iterdir()) == layouts
+    # The seeds' examples/demo.py, for a robot with only the colcon install.
+    assert (share / "examples" / "demo.py").read_bytes() == (ROOT / "examples/demo.py").read_bytes()
     marker = install / "share" / "ament_index" / "resource_index" / "packages" / PACKAGE
     assert marker.is_file()
     scripts = _console_scripts()

@@ -20,7 +20,6 @@ from helpers import scaled, wait_until
 from node_rig import PI_JOINTS, Rig, stamp_of, t_obs_of, tfs_of, velocity_overrides
 from rclpy.parameter import Parameter
 from rclpy.parameter_client import AsyncParameterClient
-from std_srvs.srv import SetBool
 
 from relay_ros.server import ServerOptions, run_server_in_thread
 
@@ -161,16 +160,15 @@ def test_dry_run_true_stops_commanding_before_the_set_returns(live):
 
 
 def test_dry_run_set_before_any_chunk_sends_no_hold(live):
+    # A managed node, configured (connected) but not active: nothing commanded yet.
     rig, params = live(overrides={"autostart": False})
+    assert rig.change_state("configure")
     result, _ = params.set(dry_run=True)
     assert result.successful, result.reason
     assert params.set(dry_run=False)[0].successful
     # Start commanding: the arm topic delivers in order, so a hold sent for dry_run
     # would come before the first chunk.
-    enable = rig.feeder.create_client(SetBool, f"/{rig.node_name}/enable")
-    assert enable.wait_for_service(timeout_sec=scaled(10))
-    future = enable.call_async(SetBool.Request(data=True))
-    assert wait_until(lambda: future.done() and future.result()).success
+    assert rig.change_state("activate")
     first = wait_until(lambda: rig.snapshot().arm, timeout=15)[0]
     assert len(first.points) > 1, "a hold reached the arm before the first chunk"
 
@@ -404,7 +402,7 @@ def test_refused_with_a_reason_and_nothing_changes(live):
 
 
 def test_descriptors_carry_ranges_and_the_read_only_flag(live):
-    _, params = live(overrides={"autostart": False})
+    _, params = live()
     execute = params.describe("execute_horizon")
     step = params.describe("max_joint_step")
     model = params.describe("model")
@@ -428,7 +426,7 @@ def _start(context, **overrides: Any) -> Any:
     from relay_ros.node.policy_node import PolicyNode
     from relay_ros.paths import config_dir
 
-    values = {"policy_url": "ws://127.0.0.1:9/{model}", "autostart": False, **overrides}
+    values = {"policy_url": "ws://127.0.0.1:9/{model}", **overrides}
     return PolicyNode(
         "policy_node_start",
         context=context,

@@ -34,6 +34,7 @@ from typing import Any
 import cv2
 import numpy as np
 import pytest
+import yaml
 from make_fixture_bags import (
     BASE_TOPIC,
     DROPOUT,
@@ -586,6 +587,67 @@ def test_cli_url_without_value_needs_walle_url(
     )
 
 
+def _urdf_only_params(tmp_path: Path) -> Path:
+    """config/pi05.yaml without its joint_limits: the robot's URDF gives them."""
+    data = yaml.safe_load((config_dir() / "pi05.yaml").read_text())
+    data["/**"]["ros__parameters"].pop("joint_limits")
+    path = tmp_path / "urdf_only.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_a_urdf_only_config_without_the_urdf_in_the_bag_fails_up_front(
+    bags: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    params = _urdf_only_params(tmp_path)
+    code, out, err = _cli(["replay", str(bags["mcap"]), "--params-file", str(params)], capsys)
+    assert code == 2 and out == ""
+    assert err.startswith("relay-ros replay: error: joints ['joint1', "), err
+    assert "have no velocity limit" in err
+    assert (
+        f"the configuration takes them from the URDF on /robot_description, and bag "
+        f"'{bags['mcap']}' does not record it: pass the robot's URDF with "
+        "-p robot_description_file:=/path/to/robot.urdf"
+    ) in err
+    assert err.count("\n") == 1
+
+
+def test_an_output_joint_not_in_state_joints_is_named(
+    bags: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = _cli(
+        ["replay", str(bags["mcap"]), "-p", "outputs.gripper.joints:=[gripperr]"], capsys
+    )
+    assert code == 2 and out == ""
+    assert err == (
+        "relay-ros replay: error: parameter 'outputs.gripper.joints' lists joint 'gripperr', "
+        "which is not in state_joints ['joint1', 'joint2', 'joint3', 'joint4', 'joint5', "
+        "'joint6', 'gripper_joint']: every commanded joint must be one of state_joints, named "
+        "as in the joint states (a typo?)\n"
+    )
+
+
+@pytest.mark.slow
+def test_a_urdf_only_config_plays_the_bags_robot_description(
+    ros_context: Any, tmp_path: Path
+) -> None:
+    urdf = (config_dir() / "sim_arm.urdf").read_text()
+    bag = make_bags(tmp_path / "with_urdf", storages=("mcap",), urdf=urdf)["mcap"]
+    report = _replay(
+        ros_context,
+        bag,
+        tmp_path / "out",
+        "replay_urdf",
+        params_file=_urdf_only_params(tmp_path),
+    )
+    assert report.counts["chunks_published"] > 0
+    # Limits from the played URDF (published first, at the bag's start): no hold for
+    # want of them once the first camera frames are there.
+    late = [p for p in report.hold_periods if "no velocity limit" in p.reason and p.start > 0.1]
+    assert late == [], late
+    assert report.failures(allow_refusals=True) == []
+
+
 def test_replay_errors_name_the_problem(bags: dict[str, Path], tmp_path: Path) -> None:
     with pytest.raises(ReplayError, match=r"storage 'bag' is not one of \['mcap', 'sqlite3'\]"):
         replay(bags["mcap"], storage="bag", output=tmp_path / "o")
@@ -676,6 +738,8 @@ def test_cli_misnamed_joint_is_one_line_naming_the_bag_joints(
             "--params-file",
             str(params),
             "-p",
+            "state_joints:=[joint1, joint2, joint3, joint4, joint5, joint6, gripper]",
+            "-p",
             "outputs.gripper.joints:=[gripper]",
             "-p",
             "joint_limits.gripper.has_position_limits:=true",
@@ -693,7 +757,8 @@ def test_cli_misnamed_joint_is_one_line_naming_the_bag_joints(
     assert (code, out) == (2, "")
     assert err == (
         f"relay-ros replay: error: bag '{bag}' records no joint 'gripper' "
-        "(outputs.gripper.joints, joint_limits.gripper.*) on /joint_states; its joints are "
+        "(state_joints, outputs.gripper.joints, joint_limits.gripper.*) on /joint_states; its "
+        "joints are "
         f"{list(JOINT_NAMES)}\n"
     )
     # The [lower, upper] form of earlier releases: what to write instead.

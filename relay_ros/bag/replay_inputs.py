@@ -54,13 +54,16 @@ __all__ = [
     "replay_parameters",
     "required_topics",
     "resolve_server_url",
+    "robot_description_topic",
 ]
 
 _CAMERA_TYPES = {"raw": "sensor_msgs/msg/Image", "compressed": "sensor_msgs/msg/CompressedImage"}
 _JOINT_STATE_TYPE = "sensor_msgs/msg/JointState"
+_URDF_TYPE = "std_msgs/msg/String"
 
 
-#: Node parameters a replay always sets: bag time, no controller topics, no ~/enable.
+#: Node parameters a replay always sets: bag time, no controller topics, configured and
+#: active at start.
 FORCED_PARAMETERS: dict[str, Any] = {"use_sim_time": True, "dry_run": True, "autostart": True}
 
 
@@ -296,6 +299,35 @@ def required_topics(config: Any) -> dict[str, str]:
     required = {expand_topic_name(e.topic): _CAMERA_TYPES[e.transport] for e in cameras}
     required[expand_topic_name(config.joint_states_topic)] = _JOINT_STATE_TYPE
     return required
+
+
+def robot_description_topic(bag: Path, config: Any) -> str | None:
+    """The bag's URDF topic to play when the configuration takes limits from it.
+
+    A configuration whose joint limits need the robot's URDF from
+    ``robot_description_topic`` (no ``robot_description(_file)``, no
+    ``joint_limits.<joint>.*`` for some joint) gets it from the bag, which then must
+    record that topic (``std_msgs/msg/String``); None when the limits are complete
+    without it.
+
+    Raises:
+        ReplayError: the bag does not record it: before anything starts, instead of
+            a replay that holds from start to end (the message says what to pass).
+    """
+    if config.limits_problem is None:
+        return None
+    topic = expand_topic_name(config.robot_description_topic)
+    with BagReader(bag) as reader:
+        info = reader.topics.get(topic)
+    if info is not None and info.msgtype == _URDF_TYPE:
+        return topic
+    recorded = "does not record it" if info is None else f"records it as {info.msgtype}"
+    raise ReplayError(
+        f"{config.limits_problem}; the configuration takes them from the URDF on {topic}, "
+        f"and bag '{bag}' {recorded}: pass the robot's URDF with "
+        "-p robot_description_file:=/path/to/robot.urdf (or record "
+        f"{topic} with the other topics)"
+    )
 
 
 def resolve_server_url(url: str | None, model: str) -> tuple[str | None, str]:

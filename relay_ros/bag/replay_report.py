@@ -381,7 +381,14 @@ def command_gaps(
 
 #: How StreamingCore words the refusals of inputs (as opposed to chunks): a stale
 #: or missing observation, bad joint states, a camera frame it could not convert.
-INPUT_REFUSAL_PREFIXES = ("stale observation:", "joint states:", "camera '", "no frame yet")
+INPUT_REFUSAL_PREFIXES = (
+    "stale observation:",
+    "joint states:",
+    "joint states on ",
+    "camera '",
+    "no frame yet",
+    "no usable frame",
+)
 
 
 def is_input_refusal(reason: str) -> bool:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from relay_ros.formats import FormatError, format_for
+from relay_ros.models import get_model
 from relay_ros.node.limit_params import (
     LIMITS_PREFIX,
     check_given_names,
@@ -54,12 +55,16 @@ from relay_ros.pipeline.joint_limits import (
     LimitParams,
     resolve_joint_limits,
 )
+from relay_ros.pipeline.observation import ObservationBuilder, ObservationError
+from relay_ros.pipeline.outputs import OutputsError, load_outputs
+from relay_ros.pipeline.server_spec import ServerSpec
 from relay_ros.pipeline.urdf_limits import RobotDescription
 
 __all__ = [
     "NodeConfig",
     "OutputSpec",
     "build_config",
+    "check_layout",
     "collect_values",
     "config_from_parameters",
     "validate_change",
@@ -120,9 +125,11 @@ class NodeConfig:
     sensor_timeout_s: float
     retry_delay_s: float
     request_timeout_s: float | None
-    autostart: bool
     tick_hz: float
     reconnect_max_backoff_s: float
+    autostart: bool = True
+    deadman_topic: str = ""
+    deadman_timeout_s: float = 0.5
     image_encoding: str = "raw"
     jpeg_quality: int = 90
     thread_priority: int = 0
@@ -234,6 +241,48 @@ def _camera_map(given: str, model: str, layout: str, default_dir: Callable[[], P
     return default_dir() / f"{layout or model}_cameras.yaml"
 
 
+def check_layout(
+    model: str, layout: str, state_joints: Sequence[str], outputs: Sequence[OutputSpec]
+) -> None:
+    """What needs no server: every commanded joint is a state joint, and (for a wire
+    format whose metadata is known without a server: the π0 family, openpi layouts;
+    not GR00T, whose groups come from the server's embodiment) the state and the
+    outputs' action dimensions fit it, checked by the same code that checks them
+    against a connected server's metadata (which is checked again on connect).
+
+    Raises:
+        ParameterError: the first mistake, naming the parameter, the value and what
+            was expected.
+    """
+    known = set(state_joints)
+    for output in outputs:
+        for joint in output.joints:
+            if joint not in known:
+                raise ParameterError(
+                    f"parameter 'outputs.{output.name}.joints' lists joint {joint!r}, which is "
+                    f"not in state_joints {list(state_joints)}: every commanded joint must be "
+                    "one of state_joints, named as in the joint states (a typo?)"
+                )
+    fmt = format_for(model, layout)
+    if fmt.needs_embodiment:
+        return  # GR00T's groups come from its server's embodiment
+    info = get_model(model)
+    metadata = fmt.metadata_fields(info, None)
+    if "action_dim" not in metadata:
+        return
+    spec = ServerSpec.from_metadata(metadata, model=model, layout=layout)
+    try:
+        load_outputs({o.name: o.as_mapping() for o in outputs}, spec)
+        # One camera the model takes: only the state is checked here (the camera map
+        # is checked when it is read).
+        ObservationBuilder(spec, camera_keys=spec.camera_keys[:1], state_joints=state_joints)
+    except (OutputsError, ObservationError) as exc:
+        raise ParameterError(
+            f"the configuration does not fit model {model} (action_dim "
+            f"{metadata['action_dim']}, as its servers announce): {exc}"
+        ) from None
+
+
 def _resolve(
     joints: Sequence[str], params: Mapping[str, LimitParams], robot: RobotDescription | None
 ) -> dict[str, JointLimit]:
@@ -263,6 +312,7 @@ def build_config(
     outputs = tuple(_output(values, name, model, layout) for name in fields.pop("output_names"))
     commanded = [joint for output in outputs for joint in output.joints]
     unique_names("outputs.*.joints", commanded)
+    check_layout(model, layout, fields["state_joints"], outputs)
     robot = robot_description_from(fields["robot_description"], fields["robot_description_file"])
     limit_params = limit_params_from_values(values, commanded)
     fields["camera_map"] = _camera_map(fields["camera_map"], model, layout, default_config_dir)

@@ -99,6 +99,12 @@ def check_topic(spec: ParamSpec, value: str) -> str:
     return value
 
 
+def _optional_topic(spec: ParamSpec, value: str) -> str:
+    """``value`` stripped: empty (off), or a topic name without spaces."""
+    value = value.strip()
+    return check_topic(spec, value) if value else ""
+
+
 def check_names(spec: ParamSpec, value: list[str]) -> tuple[str, ...]:
     """``value`` as a tuple if it is a non-empty list without repeats."""
     if not value:
@@ -330,12 +336,6 @@ _ROWS: tuple[ParamSpec, ...] = (
         convert=_zero_is_none,
     ),
     ParamSpec(
-        "autostart",
-        "bool",
-        True,
-        "Start commanding at once (else wait for ~/enable).",
-    ),
-    ParamSpec(
         "tick_hz",
         "double",
         100.0,
@@ -382,6 +382,34 @@ _ROWS: tuple[ParamSpec, ...] = (
         "server that is back is reconnected at once.",
         minimum=0.25,
         maximum=300.0,
+    ),
+    # ---- operator control: the lifecycle and the dead-man switch (docs/node.md)
+    ParamSpec(
+        "autostart",
+        "bool",
+        True,
+        "Configure and activate the node at start (the one-command launch, as Nav2's "
+        "lifecycle_manager autostart). false: it starts unconfigured and waits for "
+        "'ros2 lifecycle set <node> configure', then 'activate'.",
+    ),
+    ParamSpec(
+        "deadman_topic",
+        "string",
+        "",
+        "std_msgs/Bool topic of a dead-man switch (e.g. a joystick button; relative: "
+        "follows the node's namespace): the node commands only while it brings true at "
+        "least every deadman_timeout_s, else it holds and says why. Empty: no dead-man "
+        "switch.",
+        convert=_optional_topic,
+    ),
+    ParamSpec(
+        "deadman_timeout_s",
+        "double",
+        0.5,
+        "How long one true on deadman_topic lets the node command (s): a released or "
+        "silent switch holds the robot within this time plus one tick.",
+        minimum=0.01,
+        maximum=10.0,
     ),
 ) + ROBOT_DESCRIPTION_PARAMETERS
 

@@ -5,7 +5,8 @@ connection state. The level says what a robot team acts on:
 
 - ERROR: not connected to the policy server, the configuration does not fit it, or
   a commanded joint has no limits (waiting for the URDF);
-- WARN: disabled, holding position (the reason follows), a clock jump in the last
+- WARN: stopped by a switch (``~/enable``, the lifecycle state, the dead-man
+  switch: its reason), holding position (the reason follows), a clock jump in the last
   few seconds, or waiting for a chunk with nothing left to follow: a robot standing
   still is never OK;
 - OK ("streaming"): the controllers have points ahead.
@@ -66,7 +67,7 @@ def assess(
             f": {connection_error}" if connection_error else ""
         )
     elif not core.enabled:
-        level, message = Level.WARN, "disabled (call ~/enable)"
+        level, message = Level.WARN, core.stop_reason or "disabled"
     elif hold is not None:
         level, message = Level.WARN, f"holding position: {hold}"
     elif (jump := core.clock_notice(now)) is not None:

@@ -157,6 +157,8 @@ class Requester:
         deserialize: For frames the CDR reader does not understand (rclpy's).
         hold: The core's hold (``reason, kind, now, refusal=...``).
         warning: Writes a WARN line (a refused message, at most every 5 s).
+        joint_states_topic: The joint states' resolved topic, named in every reason
+            about them.
 
     Raises:
         ValueError: ``timing`` is not one of ``OBSERVATION_TIMINGS``.
@@ -176,6 +178,7 @@ class Requester:
         deserialize: Callable[[bytes], Any] | None,
         hold: Callable[..., None],
         warning: Callable[[str], Any],
+        joint_states_topic: str | None = None,
     ) -> None:
         if timing not in OBSERVATION_TIMINGS:
             raise ValueError(
@@ -189,6 +192,7 @@ class Requester:
             sources=sources,
             deserialize=deserialize,
             refused=self.input_refused,
+            joint_states_topic=joint_states_topic,
         )
         self._clock = clock
         self._counts = counts

@@ -35,6 +35,7 @@ from relay_ros.pipeline.camera_frames import CameraFrames
 from relay_ros.pipeline.camera_map import CameraEntry
 from relay_ros.pipeline.chunk_publisher import ChunkPublisher
 from relay_ros.pipeline.clock_jump import ClockJumps, restart_timeline
+from relay_ros.pipeline.command_switches import CommandSwitches
 from relay_ros.pipeline.controller_messages import TrajectoryMessage
 from relay_ros.pipeline.frame_source import FrameSource
 from relay_ros.pipeline.holding import Holding
@@ -61,7 +62,10 @@ from relay_ros.pipeline.stats import LatencyStats
 from relay_ros.pipeline.streaming_counts import StreamingCounts
 from relay_ros.pipeline.tick_plan import frames_wanted, next_deadline, stall_message
 
-__all__ = ["StreamingCore"]
+__all__ = ["ENABLE_STOP", "StreamingCore"]
+
+#: Why the robot is stopped after ``~/enable`` false (the ``enable`` switch's reason).
+ENABLE_STOP = "disabled through ~/enable (call ~/enable with true to command)"
 
 
 class Logger(Protocol):
@@ -96,6 +100,12 @@ class StreamingCore:
             (default), ``"frame"`` or ``"request"``
             (:mod:`~relay_ros.pipeline.observation_inputs`). Not a node parameter: a
             choice the benchmarks compare (docs/streaming.md).
+        stopped: Switches that stop the core from the start, each with its reason
+            (:mod:`~relay_ros.pipeline.command_switches`; e.g. ``{"lifecycle":
+            "inactive"}`` for a node that is configured but not active). Empty: the
+            core commands as soon as it can.
+        joint_states_topic: The joint states' resolved topic, named in every hold
+            reason about them (camera reasons name the topics of ``cameras``).
     """
 
     def __init__(
@@ -112,6 +122,8 @@ class StreamingCore:
         deserialize: Callable[[bytes], Any] | None = None,
         frame_sources: Mapping[str, FrameSource] | None = None,
         observation_timing: ObservationTiming = DEFAULT_OBSERVATION_TIMING,
+        stopped: Mapping[str, str] | None = None,
+        joint_states_topic: str | None = None,
     ) -> None:
         check_live_settings(config)
         self._cfg = config
@@ -121,7 +133,9 @@ class StreamingCore:
         self._clock = RequestClock(perf_clock)
         self._prompt = config.prompt
         self._session_id = uuid.uuid4().hex
-        self._enabled = config.autostart
+        self._switches = CommandSwitches()
+        for switch, reason in (stopped or {}).items():
+            self._switches.set(switch, reason)
         self._counts = StreamingCounts()
         self._slot = SessionSlot(self._clock, self._counts)
         self._requests = Requester(
@@ -136,6 +150,7 @@ class StreamingCore:
             deserialize=deserialize,
             hold=self._hold,
             warning=log.warning,
+            joint_states_topic=joint_states_topic,
         )
         self._inputs = self._requests.inputs
         self._gate = PublicationGate()  # what the controllers follow: accepted only
@@ -171,8 +186,14 @@ class StreamingCore:
 
     @property
     def enabled(self) -> bool:
-        """Whether the core commands the robot (``autostart`` / ``~/enable``)."""
-        return self._enabled
+        """Whether the core may command the robot: no switch (``~/enable``, the
+        lifecycle state, the dead-man switch) stops it."""
+        return self._switches.on
+
+    @property
+    def stop_reason(self) -> str | None:
+        """Why a switch stops the robot (the first one's reason), or None."""
+        return self._switches.reason
 
     @property
     def prompt(self) -> str:
@@ -261,20 +282,20 @@ class StreamingCore:
         """Whether the cameras should be read now: streaming, and the next request is
         due within ``FRAME_LOOKAHEAD_S`` (:func:`~relay_ros.pipeline.tick_plan.frames_wanted`)."""
         session = self._session
-        if session is None or not self._enabled:
+        if session is None or not self._switches.on:
             return False
         return frames_wanted(session.scheduler, now)
 
     def next_deadline(self, now: float) -> float | None:
         """When :meth:`tick` next has work, on the node clock
         (:func:`~relay_ros.pipeline.tick_plan.next_deadline`); ``None`` when only an
-        event can bring work (a reply or a failure, a connection, ``set_enabled``).
+        event can bring work (a reply or a failure, a connection, ``set_switch``).
 
         A node may tick at that time instead of on a fixed period, as long as it
         also ticks after every event.
         """
         session = self._session
-        if session is None or not self._enabled:
+        if session is None or not self._switches.on:
             return None
         return next_deadline(session.scheduler, now, 1.0 / self._cfg.tick_hz)
 
@@ -326,19 +347,44 @@ class StreamingCore:
         return message
 
     def set_enabled(self, enabled: bool, now: float) -> str:
-        """Start or stop commanding (``~/enable``); returns what happened."""
-        if enabled and not self._enabled:
-            self._enabled = True
-            self._holding.clear()
-            message = "enabled: commanding from the next fresh observation"
-        elif not enabled and self._enabled:
-            self._hold("disabled through ~/enable", "disabled", now)
-            self._enabled = False
+        """Start or stop commanding (``~/enable``, the ``enable`` switch); returns what
+        happened."""
+        if enabled != self._switches.stops("enable"):
+            message = "already " + ("enabled" if enabled else "disabled")
+        elif not enabled:
+            self.set_switch("enable", ENABLE_STOP, now)
             message = "disabled: holding position"
         else:
-            message = "already " + ("enabled" if self._enabled else "disabled")
+            self.set_switch("enable", None, now)
+            message = (
+                "enabled: commanding from the next fresh observation"
+                if self._switches.on
+                else f"enabled, but not commanding: {self._switches.reason}"
+            )
         self._log.info(message)
         return message
+
+    def set_switch(self, switch: str, stop: str | None, now: float) -> None:
+        """Switch ``switch`` stops the robot for reason ``stop``, or is released (None)
+        (:mod:`~relay_ros.pipeline.command_switches`).
+
+        The first stop holds (the hold message once, if a trajectory of ours moves
+        the robot) and ends requests and publications; another stop while stopped
+        only changes the reason shown; releasing the last one commands again from
+        the next fresh observation.
+
+        Raises:
+            ValueError: an unknown switch, or a stop without a reason.
+        """
+        was_on = self._switches.on
+        before = self._switches.reason
+        self._switches.set(switch, stop)
+        reason = self._switches.reason
+        if reason is None:
+            if not was_on:
+                self._holding.clear()
+        elif reason != before:
+            self._hold(reason, "stopped", now)
 
     def apply_config(self, config: StreamingSettings, now: float) -> None:
         """Run with ``config`` from now on; takes effect before this returns.
@@ -434,7 +480,7 @@ class StreamingCore:
         """One timer period: publish what is due, read the cameras when a request is
         near, request what is wanted."""
         session = self._session
-        if session is None or not self._enabled:
+        if session is None or not self._switches.on:
             return
         if (problem := self._cfg.limits_problem) is not None:  # no limits
             self._hold(f"cannot command: {problem}", "no_limits", now)
