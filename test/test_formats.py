@@ -274,9 +274,10 @@ def test_reference_server_serves_a_layout_and_says_which() -> None:
     parts = server.format.action_parts(server)
     positions = integrate_velocities(chunk, parts, dict(enumerate(state)), dt=1 / 15)
     # The synthetic plan starts at the state and moves smoothly: integrated, the
-    # velocities give positions that start there and change a little per step.
+    # velocities give positions that start there and change per step at most what a
+    # velocity of 1 (DROID's clip) moves a joint: 0.2 rad (float32 rounding allowed).
     np.testing.assert_allclose(positions[0, :7], state[:7], atol=1e-6)
-    assert np.abs(np.diff(positions[:, :7], axis=0)).max() < 0.2
+    assert np.abs(np.diff(positions[:, :7], axis=0)).max() <= 0.2 + 1e-5
 
 
 def test_a_bad_layout_is_refused_by_the_server_options() -> None:

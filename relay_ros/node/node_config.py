@@ -312,10 +312,10 @@ def build_config(
     outputs = tuple(_output(values, name, model, layout) for name in fields.pop("output_names"))
     commanded = [joint for output in outputs for joint in output.joints]
     unique_names("outputs.*.joints", commanded)
-    check_layout(model, layout, fields["state_joints"], outputs)
     robot = robot_description_from(fields["robot_description"], fields["robot_description_file"])
     limit_params = limit_params_from_values(values, commanded)
     fields["camera_map"] = _camera_map(fields["camera_map"], model, layout, default_config_dir)
+    check_layout(model, layout, fields["state_joints"], outputs)
     try:
         check_image_encoding(model, fields["image_encoding"], fields["jpeg_quality"], layout)
     except ImageEncodingError as exc:
