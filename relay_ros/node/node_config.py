@@ -55,7 +55,6 @@ from relay_ros.pipeline.joint_limits import (
     LimitParams,
     resolve_joint_limits,
 )
-from relay_ros.pipeline.observation import ObservationBuilder, ObservationError
 from relay_ros.pipeline.outputs import OutputsError, load_outputs
 from relay_ros.pipeline.server_spec import ServerSpec
 from relay_ros.pipeline.urdf_limits import RobotDescription
@@ -273,10 +272,9 @@ def check_layout(
     spec = ServerSpec.from_metadata(metadata, model=model, layout=layout)
     try:
         load_outputs({o.name: o.as_mapping() for o in outputs}, spec)
-        # One camera the model takes: only the state is checked here (the camera map
-        # is checked when it is read).
-        ObservationBuilder(spec, camera_keys=spec.camera_keys[:1], state_joints=state_joints)
-    except (OutputsError, ObservationError) as exc:
+        # Only the state here: the camera map is checked when it is read.
+        fmt.check_state_joints(state_joints, spec)
+    except (OutputsError, FormatError) as exc:
         raise ParameterError(
             f"the configuration does not fit model {model} (action_dim "
             f"{metadata['action_dim']}, as its servers announce): {exc}"
