@@ -160,6 +160,26 @@ class PolicyNode(Node):
             )
             for entry in self._cameras
         ]
+        frame_sources: dict[str, Any] = {entry.key: sub for entry, sub in self._camera_subs}
+        # record_dir set: episodes recorded as a LeRobot dataset (node.episode_recording),
+        # reading the same camera subscriptions as the core.
+        self._recording: Any = None
+        if cfg.record_dir is not None:
+            # Imported only when recording: PyAV and pyarrow take ~0.3 s to import.
+            from relay_ros.node.episode_recording import EpisodeRecording
+
+            self._recording = EpisodeRecording(
+                self,
+                cfg,
+                self._cameras,
+                frame_sources,
+                core=lambda: self.core,
+                read_inputs=self._read_joint_states,
+                group=self.default_callback_group,
+                polled_group=polled,
+                deserialize=lambda buffer: deserialize_message(buffer, Image),
+            )
+            frame_sources = self._recording.frame_sources
         self.core = StreamingCore(
             cfg,
             camera_keys=[c.key for c in self._cameras],
@@ -171,7 +191,7 @@ class PolicyNode(Node):
             # An Image encoding the CDR reader does not parse: rclpy's deserializer.
             deserialize=lambda buffer: deserialize_message(buffer, Image),
             # The core reads each camera's newest frame itself, shortly before a request.
-            frame_sources={entry.key: sub for entry, sub in self._camera_subs},
+            frame_sources=frame_sources,
         )
 
         # Parameter services run in the default group: sharing it keeps a live
@@ -313,15 +333,22 @@ class PolicyNode(Node):
         its reception time."""
         for taken in self._joint_sub.take_all():
             msg = taken.msg
-            self.core.joint_state(msg.name, msg.position, now - taken.age_s, _stamp_s(msg))
+            received = now - taken.age_s
+            self.core.joint_state(msg.name, msg.position, received, _stamp_s(msg))
+            if self._recording is not None:
+                self._recording.joint_state(msg.name, msg.position, received)
 
     def _on_reset(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+        if self._recording is not None:
+            self._recording.end_episode("reset")
         response.message = self.core.reset_episode(self._now())
         response.success = True
         self._wake_up()
         return response
 
     def _on_enable(self, request: SetBool.Request, response: SetBool.Response) -> SetBool.Response:
+        if self._recording is not None and not request.data and self.core.enabled:
+            self._recording.end_episode("disabled")
         response.message = self.core.set_enabled(request.data, self._now())
         response.success = True
         self._wake_up()
@@ -403,8 +430,17 @@ class PolicyNode(Node):
         self._diagnostics.publish(diagnostic_array(self.diagnostics_status(), stamp))
 
     # ------------------------------------------------------------------ lifetime
+    @property
+    def recording(self) -> Any:
+        """The :class:`~relay_ros.node.episode_recording.EpisodeRecording`, None when
+        ``record_dir`` is empty."""
+        return self._recording
+
     def destroy_node(self) -> None:
-        """Stop the connection worker (joins its thread, closes its socket) and the node."""
+        """Stop the connection worker (joins its thread, closes its socket), end and
+        write the episode being recorded, and destroy the node."""
+        if self._recording is not None:
+            self._recording.close()
         self._unroute_logs()
         self._jump_handle.unregister()
         self._connection.close()
