@@ -9,6 +9,8 @@ MODEL ?= pi05
 # make demo LINK=wan ENCODING=jpeg: the link emulator between node and server (docs/network.md).
 LINK ?=
 ENCODING ?=
+# make demo RECORD=dir: record each run as an episode of a LeRobot dataset (docs/recording.md).
+RECORD ?=
 PYTEST_ARGS ?=
 # pytest-xdist workers for make test (each its own DDS domain, test/conftest.py); 0 = one process.
 PYTEST_WORKERS ?= 2
@@ -46,7 +48,7 @@ test: setup lint
 	test $$tests -eq 0 && test $$compat_status -eq 0
 
 demo: setup
-	$(PY) -m relay_ros.demo --model $(MODEL) --duration $(DURATION) $(if $(LINK),--link $(LINK)) $(if $(ENCODING),--image-encoding $(ENCODING))
+	$(PY) -m relay_ros.demo --model $(MODEL) --duration $(DURATION) $(if $(LINK),--link $(LINK)) $(if $(ENCODING),--image-encoding $(ENCODING)) $(if $(RECORD),--record $(RECORD))
 
 bench: setup
 	$(PY) bench/client_roundtrip.py

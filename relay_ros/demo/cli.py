@@ -152,6 +152,13 @@ def build_parser() -> argparse.ArgumentParser:
         "rviz) on ROS_DOMAIN_ID; by default the demo's ROS graph stays inside this process, "
         "so it can never reach a real robot's controllers",
     )
+    p.add_argument(
+        "--record",
+        type=Path,
+        metavar="DIR",
+        help="record each run as an episode of the LeRobot v3.0 dataset DIR (policy_node's "
+        "record_dir; appended to when it exists; docs/recording.md)",
+    )
     p.add_argument("--verbose", action="store_true", help="show the nodes' INFO logs")
     return p
 
@@ -195,6 +202,12 @@ def _main(argv: Sequence[str] | None) -> int:
     policy = DemoPolicy(
         kind=args.policy, chunk_noise=args.chunk_noise, smoothing=args.smoothing, seed=args.seed
     )
+    overrides: dict[str, Any] = {}
+    if args.image_encoding:
+        overrides["image_encoding"] = args.image_encoding
+    if args.record is not None:
+        overrides["record_dir"] = str(args.record.expanduser().resolve())
+        overrides["record_robot_type"] = "relay_ros_sim_arm"
     plan = [("early", args.duration)]
     if not args.no_sync:
         plan.append(("sync", args.sync_duration or args.duration))
@@ -211,9 +224,7 @@ def _main(argv: Sequence[str] | None) -> int:
                     jitter_ms=args.jitter_ms,
                     progress=show,
                     link=args.link,
-                    node_overrides=(
-                        {"image_encoding": args.image_encoding} if args.image_encoding else None
-                    ),
+                    node_overrides=overrides or None,
                     policy=policy,
                     fault=args.fault,
                 )
@@ -228,6 +239,8 @@ def _main(argv: Sequence[str] | None) -> int:
         status = 1
     if results:
         sys.stdout.write(format_summary(results) + "\n")
+        if args.record is not None:
+            sys.stdout.write(f"\nrecorded: {args.record} (one episode per run)\n")
         png = plot_demo(results, args.output_dir / f"demo_{args.model}.png")
         sys.stdout.write(f"\nplot: {png}\n")
     sys.stdout.flush()

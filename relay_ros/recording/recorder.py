@@ -139,6 +139,7 @@ class _Layout:
 
 
 _STOP = object()
+_ABORT = object()
 
 
 class Recorder:
@@ -187,7 +188,7 @@ class Recorder:
         self._episode_missed = 0
         self._episodes = dataset.episodes
         self._last_drop_log = -float("inf")
-        self._drops_logged = 0
+        self._busy = False
         self._thread = threading.Thread(target=self._run, name="relay_ros recorder", daemon=True)
         self._thread.start()
 
@@ -289,14 +290,23 @@ class Recorder:
             return False
         return True
 
+    def abort(self, timeout_s: float = 10.0) -> None:
+        """Stop at once: the episode in progress is discarded (its staged files
+        deleted), the queue dropped; committed episodes stay."""
+        with self._cond:
+            self._closing = True
+            self._queue.clear()
+            self._frames_queued = 0
+            self._queue.append(_ABORT)
+            self._cond.notify_all()
+        self._thread.join(timeout=timeout_s)
+
     def _put(self, item: Any) -> None:
         with self._cond:
             self._queue.append(item)
             self._cond.notify_all()
 
     # ------------------------------------------------------------------ worker
-    _busy = False
-
     def _run(self) -> None:
         while True:
             with self._cond:
@@ -309,7 +319,11 @@ class Recorder:
                 if isinstance(item, _Frame):
                     self._frames_queued -= 1
                     self._cond.notify_all()
-            if item is _STOP:
+            if item is _STOP or item is _ABORT:
+                if item is _ABORT and self._buffer is not None:
+                    self._dataset.discard(self._buffer)
+                    with self._cond:
+                        self._buffer = None
                 with self._cond:
                     self._busy = False
                     self._cond.notify_all()
@@ -344,7 +358,7 @@ class Recorder:
     def _record(self, item: _Frame) -> None:
         if self._layout is None or self._converter is None:
             return  # frames before the first layout: nothing to store them in
-        if item.missed_before:
+        if item.missed_before and self._buffer is not None:
             self._report_missed()
         try:
             images = self._converter.convert(item.sample)
