@@ -203,7 +203,9 @@ def export(
         assembler = plan.assembler()
         period = 1.0 / plan.layout.fps
         start_ns, duration_s = reader.start_ns, reader.duration_s
-        next_t: float | None = None
+        first_t: float | None = None
+        next_t = 0.0
+        frame_count = 0  # frame times on the grid first_t + k / fps
         last_t = 0.0
         frames = skipped = 0
         reasons: dict[str, int] = {}
@@ -211,8 +213,7 @@ def export(
 
         def emit_until(t_limit: float) -> None:
             """Every frame before ``t_limit``: everything up to its time has been fed."""
-            nonlocal next_t, frames, skipped
-            assert next_t is not None
+            nonlocal next_t, frame_count, frames, skipped
             while next_t < t_limit:
                 sample = assembler.sample(
                     next_t, commanded=None, intervention=True, task=config.prompt
@@ -226,13 +227,15 @@ def export(
                     frames += 1
                 else:
                     break  # the recorder stopped: its error is raised below
-                next_t += period
+                frame_count += 1
+                assert first_t is not None
+                next_t = first_t + frame_count * period
 
         try:
             for message in reader.messages(list(required)):
                 t = last_t = message.timestamp_ns * 1e-9
-                if next_t is None:
-                    next_t = t
+                if first_t is None:
+                    first_t = next_t = t
                 emit_until(t)
                 if message.topic == joint_topic:
                     msg = reader.deserialize(message)
@@ -254,7 +257,7 @@ def export(
                     )
                 if recorder.status().error is not None:
                     break
-            if next_t is not None:
+            if first_t is not None:
                 emit_until(math.nextafter(last_t, math.inf))  # a frame at the last message
         except BagError as exc:
             recorder.abort()

@@ -34,7 +34,7 @@ import numpy as np
 from relay_ros.pipeline.camera_frames import CameraFrames, FrameConversionError
 from relay_ros.pipeline.camera_map import CameraEntry
 from relay_ros.pipeline.image_encoding import DEFAULT_JPEG_QUALITY, decode_jpeg
-from relay_ros.recording.dataset import Dataset, DiskFullError
+from relay_ros.recording.dataset import Dataset, is_disk_full
 from relay_ros.recording.episode import EpisodeBuffer, EpisodeContext, EpisodeEnd, RecordedFrame
 from relay_ros.recording.frames import FrameSample
 from relay_ros.recording.lerobot_format import DatasetLayout
@@ -332,14 +332,16 @@ class Recorder:
                 continue  # stopped: the queue is drained without work
             try:
                 self._handle(item)
-            except DiskFullError as exc:
-                where = exc.filename or self._dataset.root
-                self._fail(
-                    f"recording stopped: the disk is full at '{where}' ({exc.strerror}); "
-                    "commanding continues; free space and restart the node to record again"
-                )
             except Exception as exc:  # noqa: BLE001 - recording must never take the node down
-                self._fail(f"recording stopped: {type(exc).__name__}: {exc}")
+                if is_disk_full(exc):
+                    assert isinstance(exc, OSError)
+                    where = exc.filename or self._dataset.root
+                    self._fail(
+                        f"recording stopped: the disk is full at '{where}' ({exc.strerror}); "
+                        "commanding continues; free space and restart the node to record again"
+                    )
+                else:
+                    self._fail(f"recording stopped: {type(exc).__name__}: {exc}")
 
     def _handle(self, item: Any) -> None:
         if isinstance(item, _Layout):
@@ -349,8 +351,9 @@ class Recorder:
                 self._layout = item.layout
             self._converter = item.converter
         elif isinstance(item, _End):
-            if self._buffer is not None:
+            if self._buffer is not None and item.missed_before:
                 self._episode_missed += item.missed_before
+                self._report_missed()
             self._finish_episode(item.end)
         else:
             self._record(item)
