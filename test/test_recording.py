@@ -631,7 +631,7 @@ def test_export_cli_prints_progress_and_the_episode(tmp_path):
     assert done.stdout.splitlines()[0] == "episode 0: 40 frames"
     assert "[100.0%] bag    1.99 / 1.99 s | frames    40" in done.stderr
     bad = subprocess.run(
-        [sys.executable, "-m", "relay_ros.cli", "export", str(tmp_path / "no"), str(tmp_path / "x")],
+        [sys.executable, "-m", "relay_ros.cli", "export", str(tmp_path / "no"), "out"],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert bad.returncode == 2
