@@ -20,6 +20,7 @@ import cv2
 import numpy as np
 import pytest
 import yaml
+from frame_patterns import pattern, pattern_index
 from lerobot_reader import load, mae, psnr
 from lerobot_reference import LIBSVTAV1_DEFAULTS, check_dataset
 
@@ -62,35 +63,6 @@ def _plan(tmp_path: Path, **params: object):
     ]
     spec = ServerSpec.from_metadata(build_metadata("pi05"), model="pi05")
     return plan_recording(_config(tmp_path, **params), cameras, spec)
-
-
-def pattern(n: int, width: int = 64, height: int = 48) -> np.ndarray:
-    """Frame ``n``: 8 stripes, black or white per bit of n (mod 256), a red corner."""
-    img = np.zeros((height, width, 3), np.uint8)
-    stripe = width // 8
-    for bit in range(8):
-        if (n >> bit) & 1:
-            img[:, bit * stripe : (bit + 1) * stripe] = 255
-    img[: height // 4, : width // 8] = (220, 20, 20)
-    return img
-
-
-def pattern_index(fitted: np.ndarray, width: int = 64, height: int = 48) -> int:
-    """The ``n`` of a :func:`pattern` frame after the node's fit (and codec loss)."""
-    h, w = fitted.shape[:2]
-    scale = min(h / height, w / width)
-    top = (h - round(height * scale)) // 2
-    left = (w - round(width * scale)) // 2
-    stripe = width // 8 * scale
-    n = 0
-    for bit in range(8):
-        x0 = int(left + bit * stripe + stripe * 0.3)
-        x1 = int(left + (bit + 1) * stripe - stripe * 0.3)
-        y0 = int(top + height * scale * 0.4)
-        y1 = int(top + height * scale * 0.9)
-        if fitted[y0:y1, x0:x1].mean() > 128:
-            n |= 1 << bit
-    return n
 
 
 def _logger(records: list[str]) -> logging.Logger:

@@ -77,7 +77,6 @@ class EpisodeRecording:
         node: The policy node.
         config: Its validated parameters (``record_dir`` set).
         cameras: The camera map's entries.
-        sources: Camera key -> the node's frame source (its polled subscription).
         core: Gives the streaming core (built after this object).
         read_inputs: Takes the joint states queued since the last tick, into the core
             and :meth:`joint_state` (the node's own read).
@@ -94,7 +93,6 @@ class EpisodeRecording:
         node: Node,
         config: NodeConfig,
         cameras: Sequence[CameraEntry],
-        sources: Mapping[str, FrameSource],
         *,
         core: Callable[[], StreamingCore],
         read_inputs: Callable[[float], None],
@@ -127,7 +125,7 @@ class EpisodeRecording:
             queue_frames=config.record_queue_frames,
             context=self._context(config),
         )
-        self._shared = {key: SharedFrameSource(source) for key, source in sources.items()}
+        self._shared: dict[str, SharedFrameSource] = {}
         self._period = 1.0 / config.record_fps
         self._spec: ServerSpec | None = None
         self._plan: RecordingPlan | None = None
@@ -150,9 +148,10 @@ class EpisodeRecording:
         )
 
     # ------------------------------------------------------------------ node side
-    @property
-    def frame_sources(self) -> dict[str, SharedFrameSource]:
-        """The cameras' frame sources for the streaming core (shared with the recorder)."""
+    def share_frames(self, sources: Mapping[str, FrameSource]) -> dict[str, SharedFrameSource]:
+        """The node's camera frame sources, shared: give the result to the streaming
+        core; the recorder reads the same subscriptions and both see every frame."""
+        self._shared = {key: SharedFrameSource(source) for key, source in sources.items()}
         return dict(self._shared)
 
     @property
@@ -178,9 +177,10 @@ class EpisodeRecording:
         if status.episode is None and status.queued == 0:
             return "no episode in progress"
         mark = {None: "not marked", True: "success", False: "failure"}[success]
-        episode = "the episode" if status.episode is None else f"episode {status.episode}"
+        # Frames still queued start the next episode when none is in progress.
+        index = status.episodes if status.episode is None else status.episode
         return (
-            f"{episode} ends ({status.episode_frames + status.queued} frames, {mark}, "
+            f"episode {index} ends ({status.episode_frames + status.queued} frames, {mark}, "
             f"by {reason}); it is written in the background"
         )
 

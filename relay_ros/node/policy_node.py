@@ -109,6 +109,23 @@ class PolicyNode(Node):
         # Read by hand (cameras, joint states) or not watched by the executor (the
         # publishers' QoS events; the subscriber side reports them): see node.polled.
         self._polled = polled = PolledCallbackGroup()
+        # record_dir set: episodes recorded as a LeRobot dataset (node.episode_recording);
+        # its directory is opened (repaired) first: one that cannot be used stops the start.
+        self._recording: Any = None
+        if cfg.record_dir is not None:
+            # Imported only when recording: PyAV and pyarrow take ~0.3 s to import.
+            from relay_ros.node.episode_recording import EpisodeRecording
+
+            self._recording = EpisodeRecording(
+                self,
+                cfg,
+                self._cameras,
+                core=lambda: self.core,
+                read_inputs=self._read_joint_states,
+                group=self.default_callback_group,
+                polled_group=polled,
+                deserialize=lambda buffer: deserialize_message(buffer, Image),
+            )
         self._trajectories = TrajectoryPublishers(
             self,
             {output.name: output.topic for output in cfg.outputs},
@@ -161,25 +178,8 @@ class PolicyNode(Node):
             for entry in self._cameras
         ]
         frame_sources: dict[str, Any] = {entry.key: sub for entry, sub in self._camera_subs}
-        # record_dir set: episodes recorded as a LeRobot dataset (node.episode_recording),
-        # reading the same camera subscriptions as the core.
-        self._recording: Any = None
-        if cfg.record_dir is not None:
-            # Imported only when recording: PyAV and pyarrow take ~0.3 s to import.
-            from relay_ros.node.episode_recording import EpisodeRecording
-
-            self._recording = EpisodeRecording(
-                self,
-                cfg,
-                self._cameras,
-                frame_sources,
-                core=lambda: self.core,
-                read_inputs=self._read_joint_states,
-                group=self.default_callback_group,
-                polled_group=polled,
-                deserialize=lambda buffer: deserialize_message(buffer, Image),
-            )
-            frame_sources = self._recording.frame_sources
+        if self._recording is not None:  # the recorder reads the same camera subscriptions
+            frame_sources = self._recording.share_frames(frame_sources)
         self.core = StreamingCore(
             cfg,
             camera_keys=[c.key for c in self._cameras],
