@@ -22,6 +22,8 @@ episode (:class:`~relay_ros.recording.dataset.Dataset`).
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 import time
 from collections import deque
@@ -44,6 +46,21 @@ __all__ = ["FrameConverter", "Recorder", "RecorderStatus"]
 
 # Drops are logged at most this often (s, wall clock).
 _DROP_LOG_PERIOD_S = 5.0
+
+
+#: Nice value of the recorder thread and of the encoder threads it starts (Linux).
+BACKGROUND_NICE = 10
+
+
+def background_priority() -> None:
+    """Put the calling thread under the normal scheduler at nice :data:`BACKGROUND_NICE`;
+    threads it starts afterwards (SVT-AV1's and x264's workers) inherit that. Lowering
+    needs no permission; where the platform has no per-thread priorities, nothing
+    changes."""
+    with contextlib.suppress(AttributeError, OSError):
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))  # 0: this thread
+    with contextlib.suppress(AttributeError, OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
 
 
 class Logger(Protocol):
@@ -308,6 +325,7 @@ class Recorder:
 
     # ------------------------------------------------------------------ worker
     def _run(self) -> None:
+        background_priority()
         while True:
             with self._cond:
                 while not self._queue:
@@ -381,6 +399,9 @@ class Recorder:
             task=sample.task,
         )
         if self._buffer is None:
+            # thread_priority may have raised every thread of the node since: the
+            # encoders started now inherit this thread's priority.
+            background_priority()
             buffer = self._dataset.begin(self._settings, self._context)
             with self._cond:
                 self._buffer = buffer
