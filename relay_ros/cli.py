@@ -16,8 +16,8 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
-from relay_ros.bag.export import ExportError, ExportProgress, export
 from relay_ros.bag.reader import BagError
 from relay_ros.bag.replay import ReplayError, ReplayProgress, parse_param_override, replay
 from relay_ros.models import MODEL_IDS
@@ -214,8 +214,7 @@ def _image_size(text: str) -> tuple[int, int]:
     return size
 
 
-def _print_export_progress(progress: object) -> None:
-    assert isinstance(progress, ExportProgress)
+def _print_export_progress(progress: Any) -> None:
     fraction = progress.bag_s / progress.duration_s if progress.duration_s > 0 else 1.0
     sys.stderr.write(
         f"[{fraction * 100:5.1f}%] bag {progress.bag_s:7.2f} / {progress.duration_s:.2f} s "
@@ -225,6 +224,14 @@ def _print_export_progress(progress: object) -> None:
 
 
 def _run_export(args: argparse.Namespace) -> int:
+    # Imported here: PyAV and pyarrow are needed by export only (and take ~0.3 s).
+    try:
+        from relay_ros.bag.export import ExportError, export
+    except ImportError as exc:
+        raise _Failure(
+            f'export needs PyAV and pyarrow ({exc}); install them: python3 -m pip install "av>=14" '
+            '"pyarrow>=15"'
+        ) from None
     try:
         overrides = dict(parse_param_override(text) for text in args.param)
         result = export(

@@ -113,8 +113,15 @@ class PolicyNode(Node):
         # its directory is opened (repaired) first: one that cannot be used stops the start.
         self._recording: Any = None
         if cfg.record_dir is not None:
-            # Imported only when recording: PyAV and pyarrow take ~0.3 s to import.
-            from relay_ros.node.episode_recording import EpisodeRecording
+            # Imported only when recording: PyAV and pyarrow take ~0.3 s to import, and
+            # a ROS install gets them from pip, not rosdep (docs/ros_install.md).
+            try:
+                from relay_ros.node.episode_recording import EpisodeRecording
+            except ImportError as exc:
+                raise ParameterError(
+                    f"parameter 'record_dir' is set, but recording needs PyAV and pyarrow "
+                    f'({exc}); install them: python3 -m pip install "av>=14" "pyarrow>=15"'
+                ) from None
 
             self._recording = EpisodeRecording(
                 self,
