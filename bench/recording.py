@@ -17,8 +17,10 @@ load. Per run, in the measured window after the warm-up:
   taken from the middleware to the observation fully on the socket, p50 and p95
   over the window's requests (the node's own ``pipeline_timing``);
 - ``request_to_wire`` p95: the request's own tick until the socket;
-- with recording: the frames the episode holds per second of run, and the frames it
-  missed (``relay_ros/frames_dropped`` of the episode, read back from the dataset).
+- with recording: the frames the episode holds per second of run, the frames it
+  missed (``relay_ros/frames_dropped`` of the episode, read back from the dataset),
+  and the executor time of the recording tick (its ``/diagnostics`` status, the last
+  100 ticks).
 
 The table shows the median over the repeats and the spread (min..max). Results and
 their reading: docs/benchmarks.md, "Recording".
@@ -40,6 +42,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import pipeline  # noqa: E402 - the harness of bench/pipeline.py
 
 RECORD_FPS = 15
+
+
+class RecordingListener(pipeline.DiagnosticsListener):
+    """The node's newest ``<node>: recording`` status (its record tick's time)."""
+
+    def _on_diagnostics(self, msg: Any) -> None:
+        for status in msg.status:
+            if status.name == f"{pipeline.NODE_NAME}: recording":
+                with self._lock:
+                    self._latest = {kv.key: kv.value for kv in status.values}
 
 
 def _episode_counts(root: Path) -> tuple[int, int, float]:
@@ -92,11 +104,13 @@ def main(argv: list[str] | None = None) -> int:
     domain, tmp, transport = pipeline.prepare_environment(args)
     children: list[Any] = []
     listener = None
+    recording_listener = None
     runs: dict[str, list[dict[str, float]]] = {"off": [], "on": []}
     try:
         pipeline.progress(f"ROS_DOMAIN_ID={domain}; {transport}; logs in {tmp}")
         port = pipeline.start_server_and_arm(tmp, children, args)
         listener = pipeline.DiagnosticsListener()
+        recording_listener = RecordingListener()
         for repeat in range(args.repeats):
             order = ("off", "on") if repeat % 2 == 0 else ("on", "off")
             for mode in order:
@@ -129,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
                     "requests": float(result.requests),
                 }
                 if mode == "on":
+                    status = recording_listener.latest()
+                    row["tick_p50"] = float(status.get("record tick p50 ms") or "nan")
+                    row["tick_p99"] = float(status.get("record tick p99 ms") or "nan")
                     frames, missed, seconds = _episode_counts(root)
                     row["fps"] = frames / seconds if seconds else 0.0
                     row["missed"] = float(missed)
@@ -138,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
         pipeline.progress("interrupted; stopping every process")
         return 130
     finally:
+        if recording_listener is not None:
+            recording_listener.close()
         pipeline.stop_all(children, listener, tmp, keep_logs=args.keep_logs)
 
     print()
@@ -153,18 +172,19 @@ def main(argv: list[str] | None = None) -> int:
     print(
         "| recording | node CPU (% of one core) | observation age p50 (ms) | "
         "observation age p95 (ms) | request->wire p95 (ms) | requests | recorded frames/s | "
-        "frames missed |"
+        "frames missed | record tick p50 / p99 (ms) |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for mode in ("off", "on"):
         rows = runs[mode]
         col = {key: [r[key] for r in rows if key in r and np.isfinite(r[key])] for key in rows[0]}
         recorded = _cell(col["fps"]) if mode == "on" else "-"
         missed = _cell(col["missed"], 0) if mode == "on" else "-"
+        tick = f"{_cell(col['tick_p50'], 2)} / {_cell(col['tick_p99'], 2)}" if mode == "on" else "-"
         print(
             f"| {mode} | {_cell(col['cpu'])} | {_cell(col['age_p50'], 2)} | "
             f"{_cell(col['age_p95'], 2)} | {_cell(col['request_p95'], 2)} | "
-            f"{_cell(col['requests'], 0)} | {recorded} | {missed} |"
+            f"{_cell(col['requests'], 0)} | {recorded} | {missed} | {tick} |"
         )
     print()
     print("cells: median over the runs (min..max)")

@@ -47,6 +47,7 @@ from relay_ros.node.ros_logging import node_logger
 from relay_ros.pipeline.camera_map import CameraEntry
 from relay_ros.pipeline.frame_source import FrameSource
 from relay_ros.pipeline.server_spec import ServerSpec
+from relay_ros.pipeline.stats import LatencyStats
 from relay_ros.pipeline.streaming import StreamingCore
 from relay_ros.recording.dataset import Dataset, DatasetError
 from relay_ros.recording.episode import EpisodeContext, config_json
@@ -63,6 +64,12 @@ _WARN_AFTER_MISS_S = 5.0
 _LATE_PERIODS = 1.5
 # The node clock going back, or forward by this much at once, ends the episode.
 _JUMP_FORWARD_S = 1.0
+# The recording tick reads no camera when the core has work due within this long (s).
+_QUIET_S = 0.005
+
+
+def _ms(seconds: float | None) -> str:
+    return "" if seconds is None else f"{1000.0 * seconds:.2f}"
 
 
 def _value(value: Any) -> Any:
@@ -132,6 +139,7 @@ class EpisodeRecording:
         self._assembler: FrameAssembler | None = None
         self._context_for: NodeConfig | None = config
         self._last_tick: float | None = None
+        self._tick_time = LatencyStats()
         self._last_skip: str | None = None
         self._last_miss_wall = -float("inf")
         self._misses_seen = 0
@@ -225,7 +233,19 @@ class EpisodeRecording:
         self._assembler = plan.assembler()
         self._recorder.set_layout(plan.layout, plan.converter(self._deserialize))
 
+    @property
+    def tick_time(self) -> LatencyStats:
+        """Seconds each recording tick took on the executor (its last 100)."""
+        return self._tick_time
+
     def _tick(self) -> None:
+        started = time.perf_counter()
+        try:
+            self._record_frame()
+        finally:
+            self._tick_time.add(time.perf_counter() - started)
+
+    def _record_frame(self) -> None:
         now = self._now()
         core = self._core()
         last, self._last_tick = self._last_tick, now
@@ -243,8 +263,13 @@ class EpisodeRecording:
         if assembler is None:
             return
         self._read_inputs(now)
+        # Copying a raw frame out of the middleware takes ~1 ms of this thread: not
+        # while the core reads the cameras itself (it does on every tick before a
+        # request, and the frames it takes are shared) or has a publication due.
+        deadline = core.next_deadline(now)
+        pull = not core.wants_frames(now) and (deadline is None or deadline - now > _QUIET_S)
         for key, source in self._shared.items():
-            frame = source.take_for_recording(now)
+            frame = source.take_for_recording(now, pull=pull)
             if frame is not None:
                 assembler.frame(key, frame.msg, frame.received)
         commanding = core.enabled and not core.config.dry_run
@@ -296,6 +321,8 @@ class EpisodeRecording:
             "frames skipped": str(status.frames_skipped),
             "queued": str(status.queued),
             "last miss": self._last_skip or "",
+            "record tick p50 ms": _ms(self._tick_time.p50),
+            "record tick p99 ms": _ms(self._tick_time.p99),
         }
         out.values = [KeyValue(key=k, value=v) for k, v in values.items()]
         return out

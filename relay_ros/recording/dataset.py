@@ -32,11 +32,12 @@ Not thread-safe: one thread (the recorder's) owns a Dataset.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -471,14 +472,12 @@ def _tasks_parquet(tasks: Mapping[str, int]) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-class _disk_errors:
+@contextlib.contextmanager
+def _disk_errors() -> Iterator[None]:
     """Turns an OSError of a full disk into :class:`DiskFullError` (same errno)."""
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> bool:
-        if exc is not None and is_disk_full(exc) and not isinstance(exc, DiskFullError):
-            assert isinstance(exc, OSError)
+    try:
+        yield
+    except OSError as exc:
+        if is_disk_full(exc) and not isinstance(exc, DiskFullError):
             raise DiskFullError(exc.errno, exc.strerror, exc.filename) from exc
-        return False
+        raise

@@ -243,9 +243,12 @@ class SharedFrameSource:
         self._core_has = True
         return self._latest
 
-    def take_for_recording(self, now: float) -> ArrivedFrame | None:
-        """The recorder's read: the newest frame it has not had yet, or None."""
-        self._pull(now)
+    def take_for_recording(self, now: float, *, pull: bool = True) -> ArrivedFrame | None:
+        """The recorder's read: the newest frame it has not had yet, or None.
+        ``pull=False``: only a frame the core has taken from the source already (the
+        source is not read: its copy out of the middleware costs the caller's thread)."""
+        if pull:
+            self._pull(now)
         if self._recorder_has:
             return None
         self._recorder_has = True
