@@ -11,6 +11,7 @@ matches LeRobot's layout (test/lerobot_reference.py).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -237,6 +238,10 @@ def test_live_episodes_hold_what_the_node_saw_sent_and_commanded(ros_context, tm
     ]
     assert [e.row["success"] for e in data.episodes[:3]] == [True, None, None]
     assert data.tasks == ["stack the blocks"]
+    config = json.loads(first.row["relay_ros/config"])  # the node's parameters
+    assert config["record_dir"] == str(root) and config["model"] == "pi05"
+    assert config["state_joints"] == JOINTS and first.row["adapter"] is None
+    assert first.row["relay_ros/source"] == "policy_node"
     frame_times = np.array([t for t, _ in frames])
     joint_times = np.array([t for t, _ in joint_log])
     expected_image = {

@@ -302,7 +302,7 @@ class Recorder:
         if self._thread.is_alive():
             self._log.error(
                 f"recorder did not finish within {timeout_s:g} s; the episode in progress "
-                "is repaired or discarded at the next start"
+                "is discarded at the next start"
             )
             return False
         return True
