@@ -15,6 +15,8 @@ ENCODING ?=
 # make demo LAYOUT=droid: an openpi layout (docs/demo.md); LORA=name: a LoRA adapter.
 LAYOUT ?=
 LORA ?=
+# make demo RECORD=dir: record each run as an episode of a LeRobot dataset (docs/recording.md).
+RECORD ?=
 PYTEST_ARGS ?=
 # pytest-xdist workers for make test (each its own DDS domain, test/conftest.py); 0 = one process.
 PYTEST_WORKERS ?= 2
@@ -60,7 +62,7 @@ test: setup lint $(OPENPI_STAMP)
 	test $$tests -eq 0 && test $$compat_status -eq 0
 
 demo: setup
-	$(PY) -m relay_ros.demo --model $(MODEL) --duration $(DURATION) $(if $(LINK),--link $(LINK)) $(if $(ENCODING),--image-encoding $(ENCODING)) $(if $(LAYOUT),--layout $(LAYOUT)) $(if $(LORA),--lora $(LORA))
+	$(PY) -m relay_ros.demo --model $(MODEL) --duration $(DURATION) $(if $(LINK),--link $(LINK)) $(if $(ENCODING),--image-encoding $(ENCODING)) $(if $(LAYOUT),--layout $(LAYOUT)) $(if $(LORA),--lora $(LORA)) $(if $(RECORD),--record $(RECORD))
 
 bench: setup
 	$(PY) bench/client_roundtrip.py

@@ -31,6 +31,10 @@ setup(
         "pyyaml>=6",
         "python-dotenv>=1.0",
         "rosbags>=0.10",
+        # Recording (relay_ros/recording): no rosdep key exists for PyAV or pyarrow, so
+        # pip installs them from here (docs/ros_install.md).
+        "pyarrow>=15",
+        "av>=14",
         # OpenCV (cv2) and matplotlib are not listed: on a ROS install they come from
         # rosdep (python3-opencv, python3-matplotlib) and a pip copy of OpenCV would
         # shadow the one cv_bridge is built against; in .venv requirements/ installs them.

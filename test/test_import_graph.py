@@ -4,7 +4,7 @@ Every module of the package is parsed (not imported) and every ``import`` of a
 relay_ros module in it, at module level, under ``TYPE_CHECKING`` or inside a
 function, becomes an edge of the graph. Each module belongs to a layer:
 
-    base < wire < pipeline < server < node < sim < bag < demo < top
+    base < wire < pipeline < server < recording < node < sim < bag < demo < top
 
 ``base`` is the plain top-level modules (models, paths, ...), ``top`` the programs
 (the package root, ``cli``, ``entry_points`` and every ``__main__``). ``formats``
@@ -22,7 +22,9 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "relay_ros"
 
-LAYERS = ("base", "wire", "pipeline", "server", "node", "sim", "bag", "demo", "top")
+LAYERS = (
+    "base", "wire", "pipeline", "server", "recording", "node", "sim", "bag", "demo", "top",
+)  # fmt: skip
 #: The top-level modules of the bottom layer: facts every layer may read.
 BASE_MODULES = {"models", "paths", "yaml_files", "stop_signals", "_version", "world", "logsafe"}
 #: The top-level modules of the top layer: programs that wire the layers together.

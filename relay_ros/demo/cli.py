@@ -163,6 +163,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="a LoRA adapter: the reference server serves it, the node selects it (lora)",
     )
+    p.add_argument(
+        "--record",
+        type=Path,
+        metavar="DIR",
+        help="record each run as an episode of the LeRobot v3.0 dataset DIR (policy_node's "
+        "record_dir; appended to when it exists; docs/recording.md)",
+    )
     p.add_argument("--verbose", action="store_true", help="show the nodes' INFO logs")
     return p
 
@@ -211,6 +218,12 @@ def _main(argv: Sequence[str] | None) -> int:
         layout=args.layout,
         lora=args.lora,
     )
+    overrides: dict[str, Any] = {}
+    if args.image_encoding:
+        overrides["image_encoding"] = args.image_encoding
+    if args.record is not None:
+        overrides["record_dir"] = str(args.record.expanduser().resolve())
+        overrides["record_robot_type"] = "relay_ros_sim_arm"
     plan = [("early", args.duration)]
     if not args.no_sync:
         plan.append(("sync", args.sync_duration or args.duration))
@@ -227,9 +240,7 @@ def _main(argv: Sequence[str] | None) -> int:
                     jitter_ms=args.jitter_ms,
                     progress=show,
                     link=args.link,
-                    node_overrides=(
-                        {"image_encoding": args.image_encoding} if args.image_encoding else None
-                    ),
+                    node_overrides=overrides or None,
                     policy=policy,
                     fault=args.fault,
                 )
@@ -244,6 +255,8 @@ def _main(argv: Sequence[str] | None) -> int:
         status = 1
     if results:
         sys.stdout.write(format_summary(results) + "\n")
+        if args.record is not None:
+            sys.stdout.write(f"\nrecorded: {args.record} (one episode per run)\n")
         name = args.layout or args.model
         png = plot_demo(results, args.output_dir / f"demo_{name}.png")
         sys.stdout.write(f"\nplot: {png}\n")

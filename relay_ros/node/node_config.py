@@ -139,6 +139,12 @@ class NodeConfig:
     robot_description_topic: str = ""
     #: Why some commanded joint has no limits (waiting for the URDF topic); None: all have.
     limits_problem: str | None = None
+    # Recording (relay_ros.node.episode_recording); record_dir None: off.
+    record_dir: Path | None = None
+    record_fps: int = 15
+    record_video_codec: str = "libsvtav1"
+    record_queue_frames: int = 30
+    record_robot_type: str = ""
 
     @property
     def commanded_joints(self) -> tuple[str, ...]:

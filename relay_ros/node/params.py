@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from relay_ros.models import MODEL_IDS
@@ -114,6 +115,10 @@ def check_names(spec: ParamSpec, value: list[str]) -> tuple[str, ...]:
 
 def _lead(spec: ParamSpec, value: Any) -> float | None:
     return parse_lead(value)
+
+
+def _directory(spec: ParamSpec, value: str) -> Path | None:
+    return Path(value).expanduser() if value else None
 
 
 def unique_names(name: str, items: Sequence[str]) -> tuple[str, ...]:
@@ -413,6 +418,54 @@ _ROWS: tuple[ParamSpec, ...] = (
     ),
 ) + ROBOT_DESCRIPTION_PARAMETERS
 
+#: Recording episodes as LeRobot datasets (relay_ros.node.episode_recording,
+#: docs/recording.md); all read at start.
+_RECORDING_ROWS: tuple[ParamSpec, ...] = (
+    ParamSpec(
+        "record_dir",
+        "string",
+        "",
+        "Directory of the LeRobot v3.0 dataset every episode is recorded into (created if "
+        "missing, appended to when it holds episodes of the same layout; docs/recording.md). "
+        "An episode ends on ~/reset, ~/enable false, deactivate, ~/mark_episode or ~/end_episode. "
+        "Empty: no recording.",
+        convert=_directory,
+    ),
+    ParamSpec(
+        "record_fps",
+        "int",
+        15,
+        "Frames recorded per second: each camera's newest frame as the model is sent it, "
+        "the state and the commanded position at each frame's time.",
+        minimum=1,
+        maximum=120,
+    ),
+    ParamSpec(
+        "record_video_codec",
+        "string",
+        "libsvtav1",
+        "Codec of the recorded camera videos: 'libsvtav1' (LeRobot's default: AV1, "
+        "yuv420p, a keyframe every 2 frames, crf 30), 'h264' or 'hevc'; refused at start "
+        "when the installed PyAV cannot encode it.",
+        choices=("libsvtav1", "h264", "hevc"),
+    ),
+    ParamSpec(
+        "record_queue_frames",
+        "int",
+        30,
+        "Recorded frames that may wait for the encoder; beyond that frames are dropped "
+        "(counted, logged, on /diagnostics), never the control loop.",
+        minimum=1,
+        maximum=1000,
+    ),
+    ParamSpec(
+        "record_robot_type",
+        "string",
+        "",
+        "robot_type written into the dataset's meta/info.json (e.g. 'so100'); empty: none.",
+    ),
+)
+
 
 def _live_as_the_core_says(spec: ParamSpec) -> ParamSpec:
     """``spec`` live exactly when the streaming core changes its setting live."""
@@ -426,7 +479,9 @@ def _live_as_the_core_says(spec: ParamSpec) -> ParamSpec:
 
 
 #: The parameters whose names do not depend on others' values, in declaration order.
-PARAMETERS: tuple[ParamSpec, ...] = tuple(_live_as_the_core_says(spec) for spec in _ROWS)
+PARAMETERS: tuple[ParamSpec, ...] = tuple(
+    _live_as_the_core_says(spec) for spec in _ROWS + _RECORDING_ROWS
+)
 
 _BY_NAME = {spec.name: spec for spec in PARAMETERS}
 

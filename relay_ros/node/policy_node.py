@@ -280,6 +280,12 @@ class PolicyNode(LifecycleNode):
         return self._latest().core
 
     @property
+    def recording(self) -> Any:
+        """The configuration's :class:`~relay_ros.node.episode_recording.EpisodeRecording`,
+        None when ``record_dir`` is empty."""
+        return self._latest().recording
+
+    @property
     def connection(self) -> PolicyConnection:
         """The connection to the policy server (after a cleanup: the last one's,
         closed), for its counters (``connect_attempts``, ``probes``)."""

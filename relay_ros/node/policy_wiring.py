@@ -157,6 +157,30 @@ class PolicyWiring:
         # publishers' QoS events; the subscriber side reports them): see node.polled.
         self._polled = polled = PolledCallbackGroup()
         group = node.default_callback_group
+        # record_dir set: episodes recorded as a LeRobot dataset (node.episode_recording);
+        # its directory is opened (repaired) first: one that cannot be used fails configure.
+        self._recording: Any = None
+        if cfg.record_dir is not None:
+            # Imported only when recording: PyAV and pyarrow take ~0.3 s to import, and
+            # a ROS install gets them from pip, not rosdep (docs/ros_install.md).
+            try:
+                from relay_ros.node.episode_recording import EpisodeRecording
+            except ImportError as exc:
+                raise ParameterError(
+                    f"parameter 'record_dir' is set, but recording needs PyAV and pyarrow "
+                    f'({exc}); install them: python3 -m pip install "av>=14" "pyarrow>=15"'
+                ) from None
+            self._recording = EpisodeRecording(
+                node,
+                cfg,
+                self._cameras,
+                core=lambda: self.core,
+                read_inputs=self._read_joint_states,
+                group=group,
+                polled_group=polled,
+                deserialize=lambda buffer: deserialize_message(buffer, Image),
+            )
+            self._undo.append(self._recording.close)
         self._trajectories = TrajectoryPublishers(
             node,
             {output.name: output.topic for output in cfg.outputs},
@@ -219,6 +243,9 @@ class PolicyWiring:
         }
         for sub in camera_subs.values():
             self._owned(sub.subscription, node.destroy_subscription)
+        frame_sources: dict[str, Any] = dict(camera_subs)
+        if self._recording is not None:  # the recorder reads the same camera subscriptions
+            frame_sources = self._recording.share_frames(frame_sources)
         stopped = {"lifecycle": INACTIVE_STOP}
         if not enabled:
             stopped["enable"] = ENABLE_STOP
@@ -237,7 +264,7 @@ class PolicyWiring:
             # An Image encoding the CDR reader does not parse: rclpy's deserializer.
             deserialize=lambda buffer: deserialize_message(buffer, Image),
             # The core reads each camera's newest frame itself, shortly before a request.
-            frame_sources=camera_subs,
+            frame_sources=frame_sources,
             stopped=stopped,
             joint_states_topic=self._joint_topic,
         )
@@ -333,21 +360,39 @@ class PolicyWiring:
 
     def deactivate(self) -> None:
         """The node leaves *active*: hold (through the core's checked hold), then send
-        nothing until activated again."""
+        nothing until activated again; an episode being recorded ends."""
+        self._end_recorded_episode("deactivate")
         self.core.set_switch("lifecycle", INACTIVE_STOP, self._now())
         self._wake_up()
 
     def set_enabled(self, enabled: bool) -> str:
-        """``~/enable``: the operator's switch; returns what happened."""
+        """``~/enable``: the operator's switch; returns what happened (disabling ends
+        the episode being recorded)."""
+        if not enabled:
+            self._end_recorded_episode("disabled")
         message = self.core.set_enabled(enabled, self._now())
         self._wake_up()
         return message
 
     def reset_episode(self) -> str:
-        """``~/reset``: a new episode; returns the sentence for the reply."""
+        """``~/reset``: a new episode (recorded ones too); returns the sentence for the reply."""
+        if self._recording is not None:
+            self._recording.end_episode("reset")
         message = self.core.reset_episode(self._now())
         self._wake_up()
         return message
+
+    def _end_recorded_episode(self, reason: str) -> None:
+        """The policy stops commanding for ``reason``: the recorded episode ends (what
+        follows, a human in control, starts the next one)."""
+        if self._recording is not None and self.core.enabled:
+            self._recording.end_episode(reason)
+
+    @property
+    def recording(self) -> Any:
+        """The :class:`~relay_ros.node.episode_recording.EpisodeRecording`, None when
+        ``record_dir`` is empty."""
+        return self._recording
 
     def close(self) -> None:
         """Stop the connection worker (joins its thread, closes its socket) and remove
@@ -443,7 +488,10 @@ class PolicyWiring:
         its reception time."""
         for taken in self._joint_sub.take_all():
             msg = taken.msg
-            self.core.joint_state(msg.name, msg.position, now - taken.age_s, _stamp_s(msg))
+            received = now - taken.age_s
+            self.core.joint_state(msg.name, msg.position, received, _stamp_s(msg))
+            if self._recording is not None:
+                self._recording.joint_state(msg.name, msg.position, received)
 
     def _submit(self, observation: dict[str, Any], tag: Any) -> bool:
         if not self._connection.submit(observation, tag, handoff_s=_HANDOFF_S):

@@ -266,6 +266,13 @@ class StreamingCore:
         """The newest message of each camera (and how frames are encoded)."""
         return self._inputs.frames
 
+    def commanded_at(self, t: float) -> np.ndarray | None:
+        """Where the controllers were commanded to be at ``t`` (``commanded_joints``
+        order), as they interpolate what was accepted and the holds; None while
+        nothing of ours commands them (before the first trajectory, in a dry run)."""
+        state = self._gate.motion.state_at(t)
+        return None if state is None else state[0]
+
     def request_timeout(self) -> float:
         """Seconds one request may take before the connection drops it and reconnects
         (:meth:`RequestClock.request_timeout` for ``request_timeout_s``). Safe to call
