@@ -42,7 +42,8 @@ from relay_ros.bag.replay_inputs import (
     read_params_file,
     required_topics,
 )
-from relay_ros.models import family_of
+from relay_ros.formats import format_for
+from relay_ros.formats.embodiment import load_embodiment
 from relay_ros.node.node_config import config_from_parameters
 from relay_ros.node.param_spec import ParameterError
 from relay_ros.node.topic_names import expand_topic_name
@@ -55,7 +56,6 @@ from relay_ros.recording.frames import Skip
 from relay_ros.recording.plan import plan_recording
 from relay_ros.recording.recorder import Recorder
 from relay_ros.recording.video import VideoCodecError
-from relay_ros.server.embodiment import load_embodiment
 from relay_ros.server.metadata import build_metadata
 
 __all__ = ["ExportError", "ExportProgress", "ExportResult", "export"]
@@ -115,13 +115,14 @@ def _parameters(
     return {**file_params, **given_parameters(params_file, file_params, given)}, params_file
 
 
-def _server_spec(model: str, image_size: tuple[int, int] | None) -> ServerSpec:
-    """What the model's reference server announces (``image_size`` replaced)."""
-    embodiment = load_embodiment() if family_of(model) == "groot" else None
-    metadata = build_metadata(model, embodiment=embodiment)
+def _server_spec(model: str, layout: str, image_size: tuple[int, int] | None) -> ServerSpec:
+    """What the model's reference server announces in ``layout`` (the model's own
+    format when empty), ``image_size`` replaced."""
+    embodiment = load_embodiment() if format_for(model, layout).needs_embodiment else None
+    metadata = build_metadata(model, embodiment=embodiment, layout=layout or None)
     if image_size is not None:
         metadata["image_size"] = [int(image_size[0]), int(image_size[1])]
-    return ServerSpec.from_metadata(metadata, model=model)
+    return ServerSpec.from_metadata(metadata, model=model, layout=layout)
 
 
 def export(
@@ -160,7 +161,7 @@ def export(
         config = config_from_parameters(params)
         cameras = camera_entries(config)
         required = required_topics(config)
-        spec = _server_spec(config.model, image_size)
+        spec = _server_spec(config.model, config.layout, image_size)
         plan = plan_recording(config, cameras, spec)
         plan.video.check_available()
     except (ParameterError, CameraMapError, VideoCodecError, ValueError) as exc:

@@ -212,7 +212,7 @@ class PolicyNode(LifecycleNode):
         """From any state: a hold first when active, then close."""
         try:
             if state.label == "active" and self._wiring is not None:
-                self._wiring.deactivate()
+                self._wiring.deactivate(because="shutdown")
         except Exception as exc:
             self._close_wiring()
             return self._failed("shutdown", exc, "finalized")

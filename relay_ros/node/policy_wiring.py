@@ -358,10 +358,11 @@ class PolicyWiring:
         self.core.set_switch("lifecycle", None, self._now())
         self._wake_up()
 
-    def deactivate(self) -> None:
-        """The node leaves *active*: hold (through the core's checked hold), then send
-        nothing until activated again; an episode being recorded ends."""
-        self._end_recorded_episode("deactivate")
+    def deactivate(self, *, because: str = "deactivate") -> None:
+        """The node leaves *active* (``because``: ``"deactivate"`` or ``"shutdown"``, the
+        recorded episode's end reason): hold (through the core's checked hold), then
+        send nothing until activated again; an episode being recorded ends."""
+        self._end_recorded_episode(because)
         self.core.set_switch("lifecycle", INACTIVE_STOP, self._now())
         self._wake_up()
 
