@@ -71,8 +71,9 @@ def controller_model(settings: Any) -> ControllerModel:
 class HoldResult:
     """What :meth:`Gate.hold` did: ``new`` (a new hold, not a repeat of its kind: the
     caller resets the schedule), the ``messages`` to publish (none when nothing of
-    ours moves the robot, or a repeat) and, when the stop moves the arm, when it
-    ``settles`` (no observation before it shows the arm standing)."""
+    ours moves the robot, or a repeat) and, with them, when the arm ``settles``: the
+    stop has arrived (within ``HOLD_DELIVERY_S``) and run, so an observation from then
+    on shows the arm standing where the gate has it (no request before)."""
 
     new: bool
     messages: tuple[TrajectoryMessage, ...] = ()
@@ -226,7 +227,10 @@ class Gate:
         messages = hold_messages(
             plan.target, settings.outputs, duration=plan.duration, dry_run=settings.dry_run
         )
-        return HoldResult(True, tuple(messages), now + plan.duration if plan.moves else None)
+        # No observation before the stop has surely run: it arrives within
+        # HOLD_DELIVERY_S, and a chunk sent earlier could find the arm still moving.
+        settles = now + HOLD_DELIVERY_S + (plan.duration if plan.moves else 0.0)
+        return HoldResult(True, tuple(messages), settles)
 
     def _plan(
         self,
