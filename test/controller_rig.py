@@ -16,7 +16,8 @@ position every millisecond, as the controller runs it, and records the largest s
 so it never exceeds the true peak and misses it by at most half a millisecond of
 acceleration), the positions outside the ranges, the largest acceleration while a hold
 is the running trajectory (second differences over 1 ms: below the peak at most by the
-jerk times 1 ms), and every message a controller rejected. Proven on inputs with a known answer in ``test/test_hold_matrix.py``.
+jerk times 1 ms), and every message a controller rejected. Proven on inputs with a
+known answer in ``test/test_hold_matrix.py``.
 """
 
 from __future__ import annotations
@@ -172,6 +173,7 @@ class ControllerRig(CoreRig):
             for joint, limit in self.config.joint_limits.items()
         }
         self.executed = ExecutedChecker(self.config.joint_limits, bound)
+        self.stuck = False  # True: the arm stops following (the joint states stand still)
         for output in self.config.outputs:
             joints = list(output.joints)
             columns = [self.joints.index(j) for j in joints]
@@ -226,7 +228,8 @@ class ControllerRig(CoreRig):
         for name, follower in self.followers.items():
             sample = follower.update(t)
             self.executed.sample(name, t, sample.commanded_positions)
-            self.state[self.columns[name]] = sample.positions
+            if not self.stuck:
+                self.state[self.columns[name]] = sample.positions
 
     def jump_clock(self, delta_s: float) -> None:
         """The node clock (and the controllers', on the same clock) jumps forward by
