@@ -18,9 +18,9 @@ both kinds of publication into messages only after the same motion check
   the commanded state at the moment the hold takes effect, within the limits for any
   arrival within ``HOLD_DELIVERY_S``, stamped zero so that a late one is still obeyed.
 
-Only accepted publications and holds enter the commanded motion (a dry run's go to
-``~/preview`` and into a motion of their own), so neither a hold nor the next check
-ever starts from a value of a refused chunk.
+Only accepted publications and holds sent to the controllers enter the commanded
+motion (a dry run's go to ``~/preview`` and are checked against the arm the controllers
+hold), so neither a hold nor the next check ever starts from a value of a refused chunk.
 """
 
 from __future__ import annotations
@@ -99,10 +99,8 @@ class Gate:
         self._info = info
         self._warning = warning
         self._error = error
-        #: What the controllers follow: accepted chunks and holds.
+        #: What the controllers follow: accepted chunks and holds, never a dry run's.
         self.motion = CommandedMotion()
-        #: What ``~/preview`` shows in a dry run (nothing of it moves the robot).
-        self.preview = CommandedMotion()
         self.clamped = 0
         self.last_clamp: str | None = None
         self.holds_sent = 0
@@ -136,7 +134,7 @@ class Gate:
         publication = scheduler.peek(now)
         if publication is None:
             return None
-        motion = self.preview if settings.dry_run else self.motion
+        motion = self.motion
         verdict = check_publication(
             publication,
             joints=settings.commanded_joints,
@@ -158,13 +156,14 @@ class Gate:
             return Refuse(reason, kind)
         scheduler.commit(accepted)
         assert verdict.start is not None and verdict.start_velocity is not None
-        motion.follow(
-            accepted.stamp,
-            verdict.start,
-            verdict.start_velocity,
-            accepted.positions,
-            accepted.time_from_start,
-        )
+        if not settings.dry_run:  # a dry run's trajectories go to ~/preview only
+            motion.follow(
+                accepted.stamp,
+                verdict.start,
+                verdict.start_velocity,
+                accepted.positions,
+                accepted.time_from_start,
+            )
         if verdict.note is not None:
             self.clamped += 1
             self.last_clamp = verdict.note
@@ -201,8 +200,9 @@ class Gate:
         A repeat of the same kind only updates the reason. A new hold is logged (as
         waiting when it is an input not there yet before the first chunk,
         ``startup``) and, when a chunk of ours moved the robot since the last hold
-        message, planned from the commanded state at ``now``
-        (:meth:`_plan`) into one message per controller (``~/preview`` in a dry run).
+        message, planned from the commanded state at ``now`` (:meth:`_plan`) into one
+        message per controller (``~/preview`` in a dry run: from where the controllers
+        hold the arm, or where it was measured).
         """
         if self._kind == decision.kind and self._reason is not None:
             self._reason = decision.reason
@@ -216,14 +216,16 @@ class Gate:
         if not self._moving:
             return HoldResult(True)  # nothing of ours is moving the robot
         dt = 0.0 if scheduler is None else scheduler.config.dt
-        motion = self.preview if settings.dry_run else self.motion
-        plan = self._plan(motion, now, settings, dt, measured, measured_at)
+        plan = self._plan(self.motion, now, settings, dt, measured, measured_at)
         if plan is None:
             return HoldResult(True)
         self._moving = False
         self.holds_sent += 1
-        start, velocity = plan.starts[0]
-        motion.follow(now, start, velocity, plan.target[None, :], np.array([plan.duration]))
+        if not settings.dry_run:
+            start, velocity = plan.starts[0]
+            self.motion.follow(
+                now, start, velocity, plan.target[None, :], np.array([plan.duration])
+            )
         messages = hold_messages(
             plan.target, settings.outputs, duration=plan.duration, dry_run=settings.dry_run
         )
@@ -277,10 +279,9 @@ class Gate:
         self._reason = self._kind = None
 
     def dry_run_changed(self, dry_run: bool) -> None:
-        """``dry_run`` was switched: a new preview (what went to ``~/preview`` before
-        does not carry over), and, switched off, nothing moves the robot until the
-        next chunk (the controllers keep the hold they got when it was switched on)."""
-        self.preview.forget()
+        """``dry_run`` was switched off: nothing of ours moves the robot until the next
+        chunk (the controllers keep the hold they got when it was switched on; what
+        went to ``~/preview`` meanwhile never moved it)."""
         if not dry_run:
             self._moving = False
 
@@ -291,4 +292,3 @@ class Gate:
         state = self.motion.state_at(now if delta_s > 0 else now - delta_s)
         if state is not None:
             self.motion.freeze(now, *state)
-        self.preview.forget()

@@ -17,8 +17,8 @@ within the limits for every arrival in ``[now, now + HOLD_DELIVERY_S]``:
   reference is the window's start (a prompt arrival stops shortest; later ones brake
   harder and may turn back a little), else a later one where that allows a shorter
   stop; for an arm that does not follow, where it was measured;
-- **duration**: the shortest of ``HOLD_MIN_S * 1.25**k`` (at least one action period)
-  for which the segment from every start passes :func:`~relay_ros.pipeline.gate.motion.check_motion`
+- **duration**: for that reference, the shortest of ``HOLD_MIN_S * 1.25**k`` (at least
+  one action period) for which the segment from every start passes :func:`~relay_ros.pipeline.gate.motion.check_motion`
   (position range, velocity, and the stop acceleration: ``max_acceleration`` where set,
   else ``max_velocity / dt``).
 
@@ -146,19 +146,20 @@ def plan_stop(
         max_acceleration=limits.stop_acceleration,
         action_acceleration=limits.stop_acceleration,
     )
-    duration = max(HOLD_MIN_S, float(dt))
-    while duration <= MAX_STOP_S + 1e-12:
-        times = np.array([duration])
-        for k in references:
+    shortest = max(HOLD_MIN_S, float(dt))
+    for k in references:
+        duration = shortest
+        while duration <= MAX_STOP_S + 1e-12:
             aim = target if target is not None else positions[k] + velocities[k] * duration / 2.0
             aim = np.clip(aim, limits.lower, limits.upper)
+            times = np.array([duration])
             if _fast_enough(positions, velocities, aim, duration, stop_limits) and all(
                 # The same check every trajectory passes, from every start.
                 check_motion(p, aim[None, :], times, stop_limits, start_velocity=v).ok
                 for p, v in starts
             ):
                 return StopPlan(aim, duration, tuple(starts))
-            if target is not None:
-                break
-        duration *= 1.25
+            duration *= 1.25
+        if target is not None:
+            break
     return None
