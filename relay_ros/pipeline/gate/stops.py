@@ -18,9 +18,9 @@ within the limits for every arrival in ``[now, now + HOLD_DELIVERY_S]``:
   harder and may turn back a little), else a later one where that allows a shorter
   stop; for an arm that does not follow, where it was measured;
 - **duration**: for that reference, the shortest of ``HOLD_MIN_S * 1.25**k`` (at least
-  one action period) for which the segment from every start passes :func:`~relay_ros.pipeline.gate.motion.check_motion`
-  (position range, velocity, and the stop acceleration: ``max_acceleration`` where set,
-  else ``max_velocity / dt``).
+  one action period) for which the segment from every start passes
+  :func:`~relay_ros.pipeline.gate.motion.check_motion` (position range, velocity, and the
+  stop acceleration: ``max_acceleration`` where set, else ``max_velocity / dt``).
 
 None when no stop up to :data:`MAX_STOP_S` passes: then no hold is sent, and the
 controllers finish the last accepted trajectory, which passed the same check and ends
