@@ -109,6 +109,9 @@ class Gate:
         self._reason: str | None = None
         self._kind: str | None = None
         self._moving = False
+        # The limits the commanded motion was checked with: a hold plans its stop with
+        # them where a joint has none now (a new URDF that drops it).
+        self._limits_used: dict[str, Any] = {}
 
     @property
     def reason(self) -> str | None:
@@ -156,6 +159,7 @@ class Gate:
             return Refuse(reason, kind)
         scheduler.commit(accepted)
         assert verdict.start is not None and verdict.start_velocity is not None
+        self._limits_used.update(settings.joint_limits)
         if not settings.dry_run:  # a dry run's trajectories go to ~/preview only
             motion.follow(
                 accepted.stamp,
@@ -258,9 +262,8 @@ class Gate:
         # (``measured`` is where a controller stands that nothing of ours commanded.)
         standing = measured if measured is not None else np.zeros(len(joints))
         starts = hold_starts(motion, controller, now, offset=tracking.offset, measured=standing)
-        limits = MotionLimits.from_joint_limits(
-            settings.joint_limits, joints, dt=dt if dt > 0.0 else None
-        )
+        known = {**self._limits_used, **settings.joint_limits}
+        limits = MotionLimits.from_joint_limits(known, joints, dt=dt if dt > 0.0 else None)
         target = None if tracking.following or measured is None else measured
         plan = plan_stop(starts, limits, dt=dt, target=target)
         if plan is None:
