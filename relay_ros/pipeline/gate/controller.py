@@ -60,14 +60,6 @@ class CommandedMotion:
         """Whether a trajectory of ours was accepted (since the last :meth:`forget`)."""
         return self._times is not None
 
-    @property
-    def end_time(self) -> float | None:
-        """When the commanded trajectory reaches its last point (None: nothing known;
-        ``-inf`` while frozen)."""
-        if self._times is None:
-            return None
-        return -np.inf if self._frozen else float(self._times[-1])
-
     def follow(
         self,
         stamp: float,

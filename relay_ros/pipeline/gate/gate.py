@@ -109,9 +109,11 @@ class Gate:
         self._reason: str | None = None
         self._kind: str | None = None
         self._moving = False
-        # The limits the commanded motion was checked with: a hold plans its stop with
-        # them where a joint has none now (a new URDF that drops it).
+        # The limits and action period the commanded motion was checked with: a hold
+        # plans its stop with them where they are not known now (a new URDF that drops
+        # a joint, a server that no longer fits).
         self._limits_used: dict[str, Any] = {}
+        self._dt_used = 0.0
 
     @property
     def reason(self) -> str | None:
@@ -160,6 +162,7 @@ class Gate:
         scheduler.commit(accepted)
         assert verdict.start is not None and verdict.start_velocity is not None
         self._limits_used.update(settings.joint_limits)
+        self._dt_used = scheduler.config.dt
         if not settings.dry_run:  # a dry run's trajectories go to ~/preview only
             motion.follow(
                 accepted.stamp,
@@ -219,7 +222,7 @@ class Gate:
             self._warning(f"holding position: {decision.reason}")
         if not self._moving:
             return HoldResult(True)  # nothing of ours is moving the robot
-        dt = 0.0 if scheduler is None else scheduler.config.dt
+        dt = self._dt_used if scheduler is None else scheduler.config.dt
         plan = self._plan(self.motion, now, settings, dt, measured, measured_at)
         if plan is None:
             return HoldResult(True)
@@ -234,8 +237,11 @@ class Gate:
             plan.target, settings.outputs, duration=plan.duration, dry_run=settings.dry_run
         )
         # No observation before the stop has surely run: it arrives within
-        # HOLD_DELIVERY_S, and a chunk sent earlier could find the arm still moving.
-        settles = now + HOLD_DELIVERY_S + (plan.duration if plan.moves else 0.0)
+        # HOLD_DELIVERY_S, and a chunk sent earlier could find the arm still moving
+        # (a dry run's stop goes to ~/preview: nothing waits for it).
+        settles = None
+        if not settings.dry_run:
+            settles = now + HOLD_DELIVERY_S + (plan.duration if plan.moves else 0.0)
         return HoldResult(True, tuple(messages), settles)
 
     def _plan(
