@@ -242,3 +242,19 @@ def test_the_checker_measures_a_known_speed_acceleration_and_rejection() -> None
     assert checker.problems() == []
     assert checker.worst_speed_ratio == pytest.approx(0.375, rel=1e-3)
     assert checker.worst_hold_acceleration_ratio == pytest.approx(15.0 / 50.0, rel=0.01)
+
+
+def test_the_simulated_controller_starts_a_zero_stamp_on_arrival_however_late() -> None:
+    """What a hold relies on, as joint_trajectory_controller does it: a zero stamp is
+    never 'in the past', and its point is reached its time_from_start after the first
+    cycle following arrival, from the command the controller had then."""
+    follower, checker = _follower_and_checker()
+    follower.receive(TrajectoryCommand(0.0, ["j"], [(0.2, [0.1], [0.0])]), 0.0)
+    _run(follower, checker, 0.5)
+    hold = TrajectoryCommand(0.0, ["j"], [(0.2, [0.3], [0.0])])
+    assert follower.receive(hold, 10.0)  # 10 s after anything it could be stamped with
+    assert follower.update(10.001).commanded_positions[0] == pytest.approx(0.1)
+    assert 0.1 < follower.update(10.101).commanded_positions[0] < 0.3
+    assert follower.update(10.201).commanded_positions[0] == pytest.approx(0.3)
+    late = TrajectoryCommand(9.0, ["j"], [(0.1, [0.1], [0.0])])
+    assert not follower.receive(late, 10.0)  # stamped, and over: rejected
