@@ -30,6 +30,8 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+import numpy as np
+
 from relay_ros.pipeline.camera_frames import CameraFrames
 from relay_ros.pipeline.camera_map import CameraEntry
 from relay_ros.pipeline.clock_jump import ClockJumps, restart_timeline
@@ -429,7 +431,7 @@ class StreamingCore:
         )
         self._act(hold, now)
 
-    def _measured(self, now: float) -> tuple[Any, float | None]:
+    def _measured(self, now: float) -> tuple[np.ndarray | None, float | None]:
         """The commanded joints' measured positions (None: missing or stale) and when
         they were measured."""
         cfg = self._cfg
