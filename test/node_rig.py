@@ -235,8 +235,15 @@ class Rig:
                     ],
                     dtype=float,
                 )
+                now = self.feeder.get_clock().now().nanoseconds * 1e-9
                 self.checker.add(
-                    topic, list(msg.joint_names), stamp_of(msg), tfs_of(msg), positions, velocities
+                    topic,
+                    list(msg.joint_names),
+                    stamp_of(msg),
+                    tfs_of(msg),
+                    positions,
+                    velocities,
+                    received=now,
                 )
 
         self.feeder.create_subscription(JointTrajectory, topic, record, 10)
@@ -267,7 +274,7 @@ class Rig:
     def _start_following(self, topic: str, msg: JointTrajectory) -> None:
         index = [self.joints.index(j) for j in msg.joint_names]
         now = self.feeder.get_clock().now().nanoseconds * 1e-9
-        point_times = stamp_of(msg) + tfs_of(msg)
+        point_times = (stamp_of(msg) or now) + tfs_of(msg)  # a zero stamp starts on arrival
         ahead = point_times > now
         if not ahead.any():
             return  # it ends in the past (a late message, a clock jump): JTC rejects it

@@ -24,8 +24,8 @@ from relay_ros.formats.embodiment import load_embodiment
 from relay_ros.node.node_config import NodeConfig
 from relay_ros.paths import config_dir
 from relay_ros.pipeline.camera_map import load_model_camera_map
-from relay_ros.pipeline.controller_messages import TrajectoryMessage
 from relay_ros.pipeline.frame_source import ArrivedFrame, LatestFrame
+from relay_ros.pipeline.gate.messages import TrajectoryMessage
 from relay_ros.pipeline.health import assess
 from relay_ros.pipeline.observation_request import RequestTag
 from relay_ros.pipeline.streaming import StreamingCore
@@ -176,7 +176,7 @@ class CoreRig:
         self.ticks = 0
         self._event = False
         self._last_tick = -math.inf
-        self._following: dict[str, tuple[list[int], np.ndarray, Any]] = {}
+        self._following: dict[str, tuple[list[int], np.ndarray, float, Any]] = {}
         self.sources = {key: _TimedSource(self, key) for key in self.camera_keys}
         # Every trajectory sent to a controller is checked against the velocity limits.
         self.checker = VelocityChecker(
@@ -206,18 +206,25 @@ class CoreRig:
         if msg.output is not None:
             p = msg.points
             self.checker.add(
-                msg.output, msg.joint_names, p.stamp, p.time_from_start, p.positions, p.velocities
+                msg.output,
+                msg.joint_names,
+                p.stamp,
+                p.time_from_start,
+                p.positions,
+                p.velocities,
+                received=self.now,
             )
             self.checker.assert_within()
         if self.follow and msg.output is not None:
             index = [self.joints.index(j) for j in msg.joint_names]
-            self._following[msg.output] = (index, self.state[index].copy(), msg.points)
+            stamp = msg.points.stamp or self.now  # a zero stamp starts on arrival
+            self._following[msg.output] = (index, self.state[index].copy(), stamp, msg.points)
 
     def _follow(self) -> None:
         """As joint_trajectory_controller: from the position at arrival to the first
         point, then linear between points, the last one held."""
-        for index, start, points in self._following.values():
-            times = np.concatenate(([points.stamp], points.stamp + points.time_from_start))
+        for index, start, stamp, points in self._following.values():
+            times = np.concatenate(([stamp], stamp + points.time_from_start))
             positions = np.vstack((start[None, :], points.positions))
             for column, joint in enumerate(index):
                 self.state[joint] = np.interp(self.now, times, positions[:, column])

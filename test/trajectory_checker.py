@@ -2,9 +2,9 @@
 
 :class:`VelocityChecker` sees what a controller would see: each trajectory as it
 arrives (per controller topic), its points with their velocities, and where it
-starts: the previous trajectory's state at the new stamp while the measured state
-is within TRACKING_TOLERANCE of it, else the measured state (moving at the
-previous trajectory's velocity), the rule the node checks by. It computes the
+starts: the previous trajectory's state at the new start (stamp, or arrival for a
+zero stamp), as joint_trajectory_controller with interpolate_from_desired_state
+(the node's default model), or the measured state before the first one. It computes the
 largest speed of every cubic segment the controller interpolates (the one from
 the controller's state to the first point included) and keeps the worst ratio to
 each joint's velocity limit. The fault tests of the node rig and the streaming rig
@@ -20,7 +20,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from relay_ros.pipeline.interpolation import segment_extremes
-from relay_ros.pipeline.publication_check import TRACKING_TOLERANCE
 
 #: Rounding slack on the limit (float32 positions on the wire, ns stamps).
 SLACK = 1e-6
@@ -82,8 +81,12 @@ class VelocityChecker:
         time_from_start: np.ndarray,
         positions: np.ndarray,
         velocities: np.ndarray,
+        received: float | None = None,
     ) -> None:
-        """One trajectory received on ``topic`` (a controller's)."""
+        """One trajectory received on ``topic`` (a controller's) at ``received`` (the
+        start of a zero-stamped one: the controller starts it on arrival)."""
+        if stamp == 0.0 and received is not None:
+            stamp = received
         tfs = np.asarray(time_from_start, dtype=np.float64)
         pos = np.asarray(positions, dtype=np.float64)
         vel = np.asarray(velocities, dtype=np.float64)
@@ -93,9 +96,7 @@ class VelocityChecker:
             start = np.array([state[j] for j in joint_names], dtype=np.float64)
             start_velocity = np.zeros(len(joint_names))
             if last is not None and stamp >= last.times[0]:  # (else the clock jumped back)
-                commanded, start_velocity = _sample(last, stamp)
-                if np.abs(commanded - start).max() <= TRACKING_TOLERANCE:
-                    start = commanded  # following: the controller is where commanded
+                start, start_velocity = _sample(last, stamp)
             points = np.vstack((start[None], pos))
             speeds = np.vstack((start_velocity[None], vel))
             times = np.concatenate(([stamp], stamp + tfs))

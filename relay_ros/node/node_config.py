@@ -132,6 +132,8 @@ class NodeConfig:
     image_encoding: str = "raw"
     jpeg_quality: int = 90
     thread_priority: int = 0
+    interpolate_from_desired_state: bool = True
+    max_tracking_error: float = 0.25
     robot_description: str = ""
     robot_description_file: str = ""
     limit_params: Mapping[str, LimitParams] = dataclasses.field(default_factory=dict)

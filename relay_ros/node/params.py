@@ -300,7 +300,7 @@ _ROWS: tuple[ParamSpec, ...] = (
         "bool",
         False,
         "Publish trajectories only on ~/preview, never to the controllers. Set true while "
-        "running: the controllers get one hold at the commanded position, then nothing.",
+        "running: the controllers get one hold from the commanded state, then nothing.",
     ),
     ParamSpec(
         "max_joint_step",
@@ -308,6 +308,25 @@ _ROWS: tuple[ParamSpec, ...] = (
         0.25,
         "Largest allowed distance (rad or m) between the measured joint state and the "
         "first point of a new chunk; a larger jump refuses the chunk.",
+        minimum=0.001,
+        maximum=10.0,
+    ),
+    ParamSpec(
+        "interpolate_from_desired_state",
+        "bool",
+        True,
+        "Set it as your joint_trajectory_controllers have it (Humble: open_loop_control). "
+        "true (recommended): a new trajectory starts from the last command, so chunks and "
+        "holds are checked from the commanded state however the arm lags; false (JTC's "
+        "default): from the measured state, so they are checked from where the arm is.",
+    ),
+    ParamSpec(
+        "max_tracking_error",
+        "double",
+        0.25,
+        "Largest distance (rad or m) between a joint's measured position and what it was "
+        "commanded when measured, for the arm to count as following; beyond it (stuck, "
+        "stopped, e-stopped) chunks are refused and the hold stops where the arm is.",
         minimum=0.001,
         maximum=10.0,
     ),

@@ -1,6 +1,6 @@
 """policy_node's trajectory publishers: the core's messages as ``JointTrajectory``.
 
-The streaming core hands over :class:`~relay_ros.pipeline.controller_messages.TrajectoryMessage`
+The streaming core hands over :class:`~relay_ros.pipeline.gate.messages.TrajectoryMessage`
 values (plain arrays and exact ``(sec, nanosec)`` times); :func:`joint_trajectory`
 turns one into the ROS message and :class:`TrajectoryPublishers` sends it to its
 controller's topic or to ``~/preview``. A controller's publisher is created when first
@@ -21,7 +21,7 @@ from rclpy.node import Node
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from relay_ros.node.qos import RELIABLE
-from relay_ros.pipeline.controller_messages import TrajectoryMessage
+from relay_ros.pipeline.gate.messages import TrajectoryMessage
 
 __all__ = ["TrajectoryPublishers", "joint_trajectory", "unheard_problem"]
 

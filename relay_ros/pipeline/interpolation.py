@@ -18,7 +18,7 @@ depends on the velocities published with them. This module holds both sides:
   larger neighbouring secant, so a segment's peak speed is at most 1.5 times
   the fastest secant next to it.
 - :func:`segment_extremes`: the exact largest speed, acceleration and position
-  range of every cubic segment, what :func:`relay_ros.pipeline.motion_check.check_motion`
+  range of every cubic segment, what :func:`relay_ros.pipeline.gate.motion.check_motion`
   holds against the joint limits.
 
 Plain NumPy; times in seconds, positions in rad or m.

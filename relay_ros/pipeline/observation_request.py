@@ -23,6 +23,7 @@ import numpy as np
 from relay_ros.pipeline.action_prefix import add_prefix_keys
 from relay_ros.pipeline.camera_map import CameraEntry
 from relay_ros.pipeline.frame_source import FrameSource
+from relay_ros.pipeline.gate.decisions import Hold
 from relay_ros.pipeline.observation_inputs import (
     OBSERVATION_TIMINGS,
     InputProblem,
@@ -56,6 +57,8 @@ class RequestTag:
     Attributes:
         generation: Which connection the request was made on; a reply from an
             earlier one is dropped (its scheduler is gone).
+        timeline: Which scheduler of that connection: a jump of the node clock
+            starts a new one, and a reply from before it is dropped.
         session_id: The episode; a reply from before ``~/reset`` is never executed.
         t_obs: Observation time on the node clock (s).
         start: The request's start on the core's
@@ -67,6 +70,7 @@ class RequestTag:
     """
 
     generation: int
+    timeline: int
     session_id: str
     t_obs: float
     start: RequestStart
@@ -141,8 +145,8 @@ def commanded_origin(
 
 class Requester:
     """Requests a chunk when the scheduler wants one (or, timed to frames, when new
-    frames came), from the inputs' newest frames and joint states; holds when they
-    are missing or stale.
+    frames came), from the inputs' newest frames and joint states; returns a hold
+    when they are missing or stale.
 
     Args:
         settings: The settings the inputs are built for (cameras, joints, encoding).
@@ -155,7 +159,6 @@ class Requester:
         timing: Which moment an observation shows (``observation_timing``).
         sources: Camera key -> where its newest frame is read; None: pushed frames.
         deserialize: For frames the CDR reader does not understand (rclpy's).
-        hold: The core's hold (``reason, kind, now, refusal=...``).
         warning: Writes a WARN line (a refused message, at most every 5 s).
         joint_states_topic: The joint states' resolved topic, named in every reason
             about them.
@@ -176,7 +179,6 @@ class Requester:
         timing: ObservationTiming,
         sources: Mapping[str, FrameSource] | None,
         deserialize: Callable[[bytes], Any] | None,
-        hold: Callable[..., None],
         warning: Callable[[str], Any],
         joint_states_topic: str | None = None,
     ) -> None:
@@ -198,7 +200,6 @@ class Requester:
         self._counts = counts
         self._submit = submit
         self._timing = timing
-        self._hold = hold
         self._warning = warning
         self._warned_at = -math.inf
 
@@ -215,14 +216,12 @@ class Requester:
             self._warned_at = now
             self._warning(reason)
 
-    def _problem(self, problem: InputProblem, now: float) -> None:
+    def _problem(self, problem: InputProblem, now: float) -> Hold | None:
         if problem.kind == "frame_conversion":
             # That camera falls back to its previous frame; the next tick tries again.
             self.input_refused(problem.reason, now)
-        elif problem.kind == "missing_input":
-            self._hold(problem.reason, problem.kind, now)
-        else:
-            self._hold(problem.reason, problem.kind, now, refusal=True)
+            return None
+        return Hold(problem.reason, problem.kind, refusal=problem.kind != "missing_input")
 
     def run(
         self,
@@ -232,9 +231,9 @@ class Requester:
         *,
         prompt: str,
         session_id: str,
-    ) -> None:
-        """Read the cameras if a request is near, then request if one is wanted; hold
-        (or count a refused frame) when the inputs do not give an observation."""
+    ) -> Hold | None:
+        """Read the cameras if a request is near, then request if one is wanted; the
+        hold (or a refused frame, counted) when the inputs do not give an observation."""
         inputs = self._inputs
         scheduler = session.scheduler
         started = self._clock.perf_clock()
@@ -246,7 +245,7 @@ class Requester:
             scheduler.wants_request(now)
             or (timed_to_frames and frames_just_came(scheduler, inputs, now))
         ):
-            return
+            return None
         snapshot = inputs.snapshot(
             now,
             session.spec.image_size,
@@ -255,8 +254,7 @@ class Requester:
             at_frames=self._timing == "frame",
         )
         if isinstance(snapshot, InputProblem):
-            self._problem(snapshot, now)
-            return
+            return self._problem(snapshot, now)
         observation, committed = build_observation(
             session,
             snapshot,
@@ -272,8 +270,11 @@ class Requester:
             if session.reader.integrates
             else None
         )
-        tag = RequestTag(session.generation, session_id, snapshot.t_obs, start, origin)
+        tag = RequestTag(
+            session.generation, session.timeline, session_id, snapshot.t_obs, start, origin
+        )
         if self._submit(observation, tag):
             scheduler.request_sent(snapshot.t_obs, committed_steps=committed)
             self._clock.sent(start, now)
             self._counts.requests += 1
+        return None

@@ -416,18 +416,22 @@ class ChunkScheduler:
             return None
         return self._commanded(self._current, now)
 
-    def reset(self) -> None:
+    def reset(self, *, not_before: float | None = None) -> None:
         """Start a new episode: forget the current and held chunks.
 
         A reply to a request still in flight will be discarded; the retry
         deadline of a failed request (the server's trouble outlives the
         episode), the drop count and the stall total are kept (a stall still
         going on at the reset is not added: the episode is over).
+        ``not_before``: no request before this time (a hold's stop still moves
+        the arm: the next chunk joins it once it stands).
         """
         self._current = None
         self._pending = None
         if self._in_flight is not None:
             self._discard_reply = True
+        if not_before is not None:
+            self._retry_not_before = max(self._retry_not_before, not_before)
 
     # ---------------------------------------------------------------- helpers
     def _validate_chunk(self, chunk: np.ndarray) -> np.ndarray:

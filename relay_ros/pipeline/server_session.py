@@ -68,6 +68,8 @@ class ServerSession:
         outputs: The output controllers and the action dimensions each drives.
         reader: Decodes and checks its replies.
         generation: Counts the sessions of one core (replies carry it).
+        timeline: Counts the schedulers of this session: a jump of the node clock
+            gives it a new one (replies carry it; one from an old timeline is dropped).
     """
 
     spec: ServerSpec
@@ -76,6 +78,7 @@ class ServerSession:
     outputs: list[OutputController]
     reader: ReplyReader
     generation: int
+    timeline: int = 0
 
     @classmethod
     def open(

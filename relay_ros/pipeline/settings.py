@@ -106,6 +106,10 @@ class LiveSettings(Protocol):
     @property
     def max_joint_step(self) -> float: ...
     @property
+    def interpolate_from_desired_state(self) -> bool: ...
+    @property
+    def max_tracking_error(self) -> float: ...
+    @property
     def sensor_timeout_s(self) -> float: ...
     @property
     def retry_delay_s(self) -> float: ...
@@ -187,7 +191,7 @@ def check_live_settings(cfg: StreamingSettings) -> None:
         raise StreamingConfigError(
             f"limits_mode {cfg.limits_mode!r} is not one of {list(LIMITS_MODES)}"
         )
-    for name in ("max_joint_step", "sensor_timeout_s"):
+    for name in ("max_joint_step", "max_tracking_error", "sensor_timeout_s"):
         value = getattr(cfg, name)
         if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
             raise StreamingConfigError(f"{name} {value!r} must be a number > 0")

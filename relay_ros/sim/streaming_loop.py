@@ -41,8 +41,8 @@ from relay_ros.node.node_config import NodeConfig, config_from_parameters
 from relay_ros.node.param_spec import flatten_parameters
 from relay_ros.paths import config_dir, config_file
 from relay_ros.pipeline.camera_map import load_model_camera_map
-from relay_ros.pipeline.controller_messages import TrajectoryMessage
 from relay_ros.pipeline.frame_source import LatestFrame
+from relay_ros.pipeline.gate.messages import TrajectoryMessage
 from relay_ros.pipeline.observation_inputs import DEFAULT_OBSERVATION_TIMING
 from relay_ros.pipeline.observation_request import RequestTag
 from relay_ros.pipeline.streaming import StreamingCore
@@ -385,8 +385,9 @@ class _Loop:
             ],
         )
         follower.receive(command, self.now)
+        start = points.stamp or self.now  # a hold (stamp zero) starts on arrival
         self.plans[msg.output] = (
-            points.stamp + np.asarray(points.time_from_start),
+            start + np.asarray(points.time_from_start),
             np.asarray(points.positions, dtype=np.float64),
         )
 
