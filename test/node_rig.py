@@ -97,6 +97,13 @@ class Received:
     gripper: list[JointTrajectory] = field(default_factory=list)
     preview: list[JointTrajectory] = field(default_factory=list)
     diagnostics: list[DiagnosticArray] = field(default_factory=list)
+    #: id() of each recorded trajectory -> when it arrived (node clock, s): a hold is
+    #: stamped zero and starts on arrival, so its arrival is its start.
+    arrivals: dict[int, float] = field(default_factory=dict)
+
+    def start_of(self, msg: JointTrajectory) -> float:
+        """When the controller starts ``msg``: its stamp, or its arrival for a zero stamp."""
+        return stamp_of(msg) or self.arrivals[id(msg)]
 
 
 class Rig:
@@ -222,8 +229,10 @@ class Rig:
 
     def _subscribe(self, topic: str, sink: list, *, checked: bool = False) -> None:
         def record(msg: JointTrajectory) -> None:
+            arrived = self.feeder.get_clock().now().nanoseconds * 1e-9
             with self._lock:
                 sink.append(msg)
+                self.received.arrivals[id(msg)] = arrived
             if checked and msg.points and self.follow:
                 self._start_following(topic, msg)
             if checked and msg.points:
@@ -339,6 +348,7 @@ class Rig:
                 list(self.received.gripper),
                 list(self.received.preview),
                 list(self.received.diagnostics),
+                dict(self.received.arrivals),
             )
 
     def statuses(self) -> list[dict[str, Any]]:

@@ -14,7 +14,7 @@ import time
 
 import pytest
 from helpers import scaled, wait_until
-from node_rig import Rig, stamp_of
+from node_rig import Rig
 from std_msgs.msg import Bool
 
 from relay_ros.node.deadman import DeadmanSwitch
@@ -74,7 +74,8 @@ class _Button:
 
 
 def _holds_after(rig: Rig, t: float) -> list:
-    return [m for m in rig.snapshot().arm if len(m.points) == 1 and stamp_of(m) >= t]
+    got = rig.snapshot()
+    return [m for m in got.arm if len(m.points) == 1 and got.start_of(m) >= t]
 
 
 @pytest.mark.ros
@@ -102,8 +103,10 @@ def test_the_node_commands_only_while_the_button_is_held(ros_context, tmp_path):
 
         last_true = button.release()
         hold = wait_until(lambda: _holds_after(rig, last_true), timeout=10)[0]
-        # The hold went out within the timeout and a tick of the last true.
-        assert stamp_of(hold) - last_true <= TIMEOUT_S + scaled(0.15), stamp_of(hold) - last_true
+        # The hold (stamped zero: it starts on arrival) went out within the timeout and
+        # a tick of the last true.
+        started = rig.snapshot().start_of(hold)
+        assert started - last_true <= TIMEOUT_S + scaled(0.15), started - last_true
         stale = f"dead-man switch: no true on {topic} for {TIMEOUT_S:.2f} s (deadman_timeout_s)"
         status = wait_until(lambda: (s := rig.last_status()) and s["message"] == stale and s)
         assert status["level"] == 1 and status["hold_reason"] == stale

@@ -28,7 +28,7 @@ from frame_patterns import pattern, pattern_index
 from helpers import scaled, wait_until
 from lerobot_reader import load, mae, psnr
 from lerobot_reference import check_dataset
-from node_rig import Rig, stamp_of, tfs_of
+from node_rig import Received, Rig, tfs_of
 from rclpy.node import Node
 from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_srvs.srv import SetBool, Trigger
@@ -138,19 +138,20 @@ def _hermite(p0, p1, v0, v1, span, tau):
     return p0 + v0 * tau + c2 * tau**2 + c3 * tau**3
 
 
-def _commanded(trajectories, t: float) -> np.ndarray | None:
-    """The position a controller was commanded at ``t``, from the trajectories it got,
+def _commanded(got: Received, trajectories, t: float) -> np.ndarray | None:
+    """The position a controller was commanded at ``t``, from the trajectories it got
+    (``got``: when each started: its stamp, or its arrival for a hold stamped zero),
     as the node's commanded motion interpolates them (cubic Hermite through the points
     with their velocities); None where it depends on the controller's start state or
     near a switch to the next trajectory."""
-    stamps = [stamp_of(m) for m in trajectories]
+    stamps = [got.start_of(m) for m in trajectories]
     if any(abs(s - t) < 0.05 for s in stamps):
         return None
     before = [m for m, s in zip(trajectories, stamps) if s <= t]
     if not before:
         return None
     msg = before[-1]
-    times = stamp_of(msg) + tfs_of(msg)
+    times = got.start_of(msg) + tfs_of(msg)
     points = np.array([p.positions for p in msg.points])
     velocities = np.array([p.velocities for p in msg.points])
     if t < times[0]:
@@ -301,7 +302,7 @@ def test_live_episodes_hold_what_the_node_saw_sent_and_commanded(ros_context, tm
     for episode in (first, second):
         assert not episode.data["intervention"].any()
         for i, t in enumerate(episode.data["node_time"]):
-            arm, gripper = _commanded(got.arm, t), _commanded(got.gripper, t)
+            arm, gripper = _commanded(got, got.arm, t), _commanded(got, got.gripper, t)
             if arm is None or gripper is None:
                 continue
             want = np.concatenate([arm, gripper]).astype(np.float32)
