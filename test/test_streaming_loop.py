@@ -24,12 +24,18 @@ def test_the_target_moves_from_the_first_chunk_on() -> None:
 
 
 @pytest.mark.parametrize(("latency_s", "link"), [(0.2, None), (0.08, "lte")], ids=["200ms", "lte"])
-@pytest.mark.parametrize("smoothing", ["none", "prefix"])
+@pytest.mark.parametrize("smoothing", ["none", "splice", "prefix"])
 def test_the_start_needs_one_round_trip_and_no_refusal(
     latency_s: float, link: str | None, smoothing: str
 ) -> None:
     r = run_streaming_loop(
-        LoopRun(latency_s=latency_s, link=link, smoothing=smoothing, duration_s=1.0)
+        LoopRun(
+            latency_s=latency_s,
+            link=link,
+            smoothing=smoothing,
+            server_prefix=smoothing == "prefix",
+            duration_s=1.0,
+        )
     )
     assert r.startup.refusals == 0
     assert r.startup.first_chunk_s <= r.startup.round_trip_s + 0.011
@@ -40,9 +46,9 @@ def test_the_start_needs_one_round_trip_and_no_refusal(
 def test_unchecked_runs_publish_the_jumps_the_checks_refuse() -> None:
     """The bench's reference for smoothing: without smoothing the node refuses the
     switches' jumps (holds); unchecked, the same runs publish them, refusing nothing,
-    and read far more jerk than the prefix."""
+    and read far more jerk than the splice."""
     checked = run_streaming_loop(LoopRun(smoothing="none", duration_s=3.0))
     unchecked = run_streaming_loop(LoopRun(smoothing="none", duration_s=3.0, unchecked=True))
-    prefix = run_streaming_loop(LoopRun(smoothing="prefix", duration_s=3.0))
+    splice = run_streaming_loop(LoopRun(smoothing="splice", duration_s=3.0))
     assert checked.refusals > 0 and unchecked.refusals == 0
-    assert unchecked.jerk_rms > 10 * prefix.jerk_rms
+    assert unchecked.jerk_rms > 10 * splice.jerk_rms

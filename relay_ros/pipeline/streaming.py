@@ -180,6 +180,26 @@ class StreamingCore:
         return None if self._session is None else self._session.spec
 
     @property
+    def smoothing(self) -> str | None:
+        """How chunks are joined now (the strategy in force, described), None without
+        a server (:mod:`~relay_ros.pipeline.smoothing`)."""
+        session = self._session
+        return None if session is None else session.scheduler.config.smoothing.describe()
+
+    @property
+    def execute_horizon(self) -> int | None:
+        """E for the next publication (the latency's when automatic), None without a
+        server (:mod:`~relay_ros.pipeline.adaptive_timing`)."""
+        session = self._session
+        return None if session is None else session.scheduler.execute_horizon()
+
+    @property
+    def request_lead_s(self) -> float | None:
+        """The lead of the next early request (s; 0 in sync mode), None without a server."""
+        session = self._session
+        return None if session is None else session.scheduler.request_lead()
+
+    @property
     def image_size(self) -> tuple[int, int] | None:
         """(height, width) frames are resized to; None until a server is known
         (frames before that are useless)."""
