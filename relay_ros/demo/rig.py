@@ -62,7 +62,11 @@ class RunSnapshot:
         steps: every switch (`BoundaryStep`) after ``t0`` per controller.
         chunks: every chunk published on ``~/preview``.
         latencies_s: every latency sample.
-        execute_horizon: policy_node's execute horizon.
+        execute_horizon: the execute horizon policy_node ran with at the end (the
+            latency's when automatic).
+        smoothing: how policy_node joined the chunks (its strategy, described).
+        request_lead_s: its request lead at the end (s; 0 in sync mode).
+        tracking_lag_s: the simulated arm's tracking lag (s).
         world_seed: the seed of the world the cameras drew (its time starts at ``t0``,
             at `relay_ros.world.ALIGNED_START_S`).
         first_request: when the first request went out (node clock, within 10 ms).
@@ -85,6 +89,9 @@ class RunSnapshot:
     latencies_s: list[float]
     execute_horizon: int | None
     world_seed: int
+    smoothing: str = ""
+    request_lead_s: float | None = None
+    tracking_lag_s: float = 0.0
     first_request: float | None = None
     refusals_before_first: int = 0
     link: str | None = None
@@ -413,8 +420,11 @@ class DemoRig:
             },
             chunks=self.recorder.chunks(),
             latencies_s=list(self.latencies.samples),
-            execute_horizon=self._policy_node.config.execute_horizon,
+            execute_horizon=self._policy_node.core.execute_horizon,
             world_seed=self.policy.seed,
+            smoothing=self._policy_node.core.smoothing or "",
+            request_lead_s=self._policy_node.core.request_lead_s,
+            tracking_lag_s=float(self._arm.get_parameter("tracking_time_constant_s").value),
             first_request=self._first_request,
             refusals_before_first=self._refusals_before_first,
             link=None if self.link is None else self.link.profile.describe(),

@@ -97,12 +97,27 @@ class ServerSession:
         )
 
     def describe(self, config: StreamingSettings) -> str:
-        """The log line for the connection."""
+        """The log line for the connection: the timeline, and how chunks are joined
+        (with whether the server advertises the action prefix)."""
         sched = self.scheduler.config
+        execute = (
+            f"execute automatic (latency's, {sched.timing.min_execute_horizon} to "
+            f"{sched.execute_horizon})"
+            if sched.adaptive_execute_horizon
+            else f"execute {sched.execute_horizon}"
+        )
+        lead = (
+            "lead automatic (median latency)"
+            if config.request_lead_s is None
+            else f"lead {config.request_lead_s:g} s"
+        )
+        timing = f"{execute}, {lead}" if config.request_mode == "early" else execute
+        prefix = "advertises" if self.spec.action_prefix else "does not advertise"
         return (
             f"connected: {config.model}, horizon {self.spec.action_horizon}, dt "
-            f"{1000.0 * sched.dt:.1f} ms, execute {sched.execute_horizon}, "
-            f"{config.request_mode} requests"
+            f"{1000.0 * sched.dt:.1f} ms, {timing}, {config.request_mode} requests; "
+            f"smoothing {sched.smoothing.describe()} ({config.smoothing!r}; the server "
+            f"{prefix} action_prefix)"
         )
 
 

@@ -63,7 +63,7 @@ from relay_ros.sim.link_profiles import LinkProfile, get_profile
 from relay_ros.sim.motion_measures import SwitchSummary, jerk_rms, switch_summary
 from relay_ros.sim.task import TaskMeasures, task_measures
 from relay_ros.sim.trajectory_command import TrajectoryCommand
-from relay_ros.sim.trajectory_follower import TrajectoryFollower
+from relay_ros.sim.trajectory_follower import DEFAULT_TRACKING_LAG_S, TrajectoryFollower
 from relay_ros.sim.world_camera import WorldCamera
 from relay_ros.wire.codec import packb
 from relay_ros.wire.connection import InferOutcome
@@ -73,9 +73,6 @@ __all__ = ["DEFAULT_TRACKING_LAG_S", "LoopRun", "LoopRunResult", "StartUp", "run
 
 logger = logging.getLogger(__name__)
 
-#: The simulated arm's tracking lag (first-order time constant, s): a position-controlled
-#: arm trails its command by a few tens of ms.
-DEFAULT_TRACKING_LAG_S = 0.04
 # Seeded streams: one per kind of draw (the module docstring).
 _NOISE_STREAM, _CYCLE_STREAM, _LATENCY_STREAM, _LINK_STREAM = 7, 11, 13, 17
 _WORLD_T0 = 1000.0  # world time at the first accepted chunk

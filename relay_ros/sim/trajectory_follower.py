@@ -63,9 +63,14 @@ from relay_ros.sim.trajectory_command import (
     check_command,
 )
 
-__all__ = ["FollowerConfigError", "FollowerSample", "TrajectoryFollower"]
+__all__ = ["DEFAULT_TRACKING_LAG_S", "FollowerConfigError", "FollowerSample", "TrajectoryFollower"]
 
 logger = logging.getLogger(__name__)
+
+#: The simulated arm's tracking lag (first-order time constant, s) in sim_arm and the
+#: streaming loop: a position-controlled arm trails its command by a few tens of ms.
+#: The follower itself defaults to exact tracking.
+DEFAULT_TRACKING_LAG_S = 0.04
 
 
 class FollowerConfigError(ValueError):
