@@ -149,6 +149,7 @@ class DemoRig:
         multi_threaded: Spin policy_node on a ``MultiThreadedExecutor``.
         link: An emulated network link between policy_node and the server, or None.
         node_overrides: Extra policy_node parameters, over the demo's own.
+        arm_overrides: Extra sim_arm parameters (e.g. its ``tracking_time_constant_s``).
     """
 
     def __init__(
@@ -166,6 +167,7 @@ class DemoRig:
         multi_threaded: bool,
         link: LinkProfile | None = None,
         node_overrides: Mapping[str, Any] | None = None,
+        arm_overrides: Mapping[str, Any] | None = None,
     ) -> None:
         self.model = model
         self.config = config
@@ -184,6 +186,7 @@ class DemoRig:
         self.link_profile = link
         self.link: LinkThread | None = None
         self._extra_node_params = dict(node_overrides or {})
+        self._extra_arm_params = dict(arm_overrides or {})
         self.recorder = ChunkRecorder(config.commanded_joints)
         self._first_request: float | None = None
         self._refusals_before_first = 0
@@ -239,7 +242,8 @@ class DemoRig:
             path = swapped_camera_map(self.config.camera_map, Path(self._tmp.name))
             policy["camera_map"] = str(path)
         policy.update(self._extra_node_params)
-        return {"sim_cameras": cameras, "sim_arm": dict(params["sim_arm"][0]), "policy": policy}
+        arm = {**params["sim_arm"][0], **self._extra_arm_params}
+        return {"sim_cameras": cameras, "sim_arm": arm, "policy": policy}
 
     def _start_nodes(self, params: Mapping[str, list[Any]]) -> None:
         # rclpy and the nodes load only when a run starts: relay_ros.demo imports without ROS.

@@ -46,6 +46,7 @@ def run_demo(
     fault: str | None = None,
     link: str | LinkProfile | None = None,
     node_overrides: Mapping[str, Any] | None = None,
+    arm_overrides: Mapping[str, Any] | None = None,
 ) -> DemoResult:
     """Run the whole loop once and return what happened.
 
@@ -78,6 +79,8 @@ def run_demo(
             `LinkProfile`; None connects directly over loopback.
         node_overrides: Extra policy_node parameters (e.g. ``{"image_encoding": "jpeg"}``),
             applied over the demo's own.
+        arm_overrides: Extra sim_arm parameters (e.g. ``{"tracking_time_constant_s":
+            0.0}`` for an arm that follows its command exactly; default lag 40 ms).
 
     Raises:
         DemoArgumentError: an argument is out of range.
@@ -108,6 +111,7 @@ def run_demo(
         multi_threaded=multi_threaded,
         link=profile,
         node_overrides=node_overrides,
+        arm_overrides=arm_overrides,
     )
     try:
         rig.start()

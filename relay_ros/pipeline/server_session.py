@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from relay_ros.pipeline.adaptive_timing import AdaptiveTiming
 from relay_ros.pipeline.observation import ObservationBuilder, ObservationError
 from relay_ros.pipeline.outputs import OutputController, OutputsError, load_outputs
 from relay_ros.pipeline.replies import ReplyReader
@@ -66,10 +67,11 @@ class ServerSession:
         camera_keys: Sequence[str],
         latencies: LatencyStats,
         generation: int,
+        timing: AdaptiveTiming | None = None,
     ) -> ServerSession:
         """Build the session for a server that announced ``metadata``; ``latencies``
         are the measurements the scheduler's automatic lead reads (kept across
-        sessions).
+        sessions), ``timing`` the rule it reads them with (None: the default).
 
         Raises:
             SessionError: malformed metadata, or settings the server cannot run
@@ -78,7 +80,7 @@ class ServerSession:
         """
         try:
             spec = ServerSpec.from_metadata(metadata, model=config.model)
-            sched_config = scheduler_config(config, spec)
+            sched_config = scheduler_config(config, spec, timing=timing)
             outputs = load_outputs({o.name: o.as_mapping() for o in config.outputs}, spec)
             builder = ObservationBuilder(
                 spec, camera_keys=camera_keys, state_joints=config.state_joints
@@ -128,11 +130,15 @@ class SessionSlot:
         clock: The request clock, told when a session opens (its first reply may
             carry the server's warm-up) and when one is dropped (nothing in flight).
         counts: Keeps the stall time and late drops of each dropped scheduler.
+        timing: The automatic lead and execute horizon's rule (None: the default).
     """
 
-    def __init__(self, clock: RequestClock, counts: StreamingCounts) -> None:
+    def __init__(
+        self, clock: RequestClock, counts: StreamingCounts, timing: AdaptiveTiming | None = None
+    ) -> None:
         self._clock = clock
         self._counts = counts
+        self.timing = timing
         self._generation = 0
         self.current: ServerSession | None = None
         #: Why the configuration does not fit the last server announced, or None.
@@ -161,6 +167,7 @@ class SessionSlot:
                 camera_keys=camera_keys,
                 latencies=self._clock.estimate,
                 generation=self._generation + 1,
+                timing=self.timing,
             )
         except SessionError as exc:
             self.config_error = f"configuration does not fit the server: {exc}"

@@ -18,6 +18,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, cast
 
+from relay_ros.pipeline.adaptive_timing import AdaptiveTiming
 from relay_ros.pipeline.joint_limits import JointLimit
 from relay_ros.pipeline.motion_check import MotionLimits
 from relay_ros.pipeline.safety import LIMITS_MODES, JointLimits, SafetyError
@@ -130,8 +131,11 @@ FIXED_SETTINGS: tuple[str, ...] = tuple(
 )
 
 
-def scheduler_config(cfg: StreamingSettings, spec: ServerSpec) -> SchedulerConfig:
-    """The scheduler's settings for ``cfg`` and the connected server.
+def scheduler_config(
+    cfg: StreamingSettings, spec: ServerSpec, *, timing: AdaptiveTiming | None = None
+) -> SchedulerConfig:
+    """The scheduler's settings for ``cfg`` and the connected server; ``timing``: the
+    automatic lead and execute horizon's rule (None: its defaults).
 
     ``execute_horizon`` None (the parameter's 0) lets E follow the latency in early
     mode, up to half the server's horizon (:mod:`~relay_ros.pipeline.adaptive_timing`);
@@ -164,6 +168,7 @@ def scheduler_config(cfg: StreamingSettings, spec: ServerSpec) -> SchedulerConfi
             request_lead_s=cfg.request_lead_s,
             adaptive_execute_horizon=cfg.execute_horizon is None and cfg.request_mode == "early",
             smoothing=smoothing,
+            timing=timing or AdaptiveTiming(),
             mode=cast(SchedulerMode, cfg.request_mode),  # checked by SchedulerConfig
             retry_delay_s=cfg.retry_delay_s,
             # The timer polls every tick: publish up to one tick before the switch

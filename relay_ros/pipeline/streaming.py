@@ -31,6 +31,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from relay_ros.pipeline.adaptive_timing import AdaptiveTiming
 from relay_ros.pipeline.camera_frames import CameraFrames
 from relay_ros.pipeline.camera_map import CameraEntry
 from relay_ros.pipeline.chunk_publisher import ChunkPublisher
@@ -90,6 +91,9 @@ class StreamingCore:
             (default), ``"frame"`` or ``"request"``
             (:mod:`~relay_ros.pipeline.observation_inputs`). Not a node parameter: a
             choice the benchmarks compare (docs/streaming.md).
+        timing: The rule of the automatic lead and execute horizon
+            (:mod:`~relay_ros.pipeline.adaptive_timing`); None: its defaults. Not a
+            node parameter either: the benchmarks compare rules.
     """
 
     def __init__(
@@ -106,6 +110,7 @@ class StreamingCore:
         deserialize: Callable[[bytes], Any] | None = None,
         frame_sources: Mapping[str, FrameSource] | None = None,
         observation_timing: ObservationTiming = DEFAULT_OBSERVATION_TIMING,
+        timing: AdaptiveTiming | None = None,
     ) -> None:
         check_live_settings(config)
         self._cfg = config
@@ -117,7 +122,7 @@ class StreamingCore:
         self._session_id = uuid.uuid4().hex
         self._enabled = config.autostart
         self._counts = StreamingCounts()
-        self._slot = SessionSlot(self._clock, self._counts)
+        self._slot = SessionSlot(self._clock, self._counts, timing)
         self._requests = Requester(
             config,
             self._camera_keys,
@@ -370,7 +375,11 @@ class StreamingCore:
         """
         check_change(self._cfg, config)
         session = self._session
-        sched_config = None if session is None else scheduler_config(config, session.spec)
+        sched_config = (
+            None
+            if session is None
+            else scheduler_config(config, session.spec, timing=self._slot.timing)
+        )
         old = self._cfg
         if config.dry_run and not old.dry_run:
             # Still routed to the controllers: stop them where they are.

@@ -35,7 +35,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -45,6 +45,7 @@ from relay_ros.models import family_of
 from relay_ros.node.node_config import NodeConfig, config_from_parameters
 from relay_ros.node.param_spec import flatten_parameters
 from relay_ros.paths import config_dir, config_file
+from relay_ros.pipeline.adaptive_timing import AdaptiveTiming
 from relay_ros.pipeline.camera_map import load_model_camera_map
 from relay_ros.pipeline.controller_messages import TrajectoryMessage
 from relay_ros.pipeline.frame_source import LatestFrame
@@ -104,6 +105,8 @@ class LoopRun:
         seed: World, noise and latency seed.
         duration_s: Simulated seconds measured after the first accepted chunk.
         cycle_jitter_s: Each controller cycle is up to this early or late (s).
+        timing: The rule of the node's automatic lead and execute horizon (None: its
+            default; `relay_ros.pipeline.adaptive_timing`).
         tracking_lag_s: The arm's first-order lag behind its command (s; 0: exact).
         interpolate_from_desired_state: The controllers start a new trajectory from
             their last command (True) or from the measured state (False).
@@ -129,6 +132,7 @@ class LoopRun:
     seed: int = 0
     duration_s: float = 12.0
     cycle_jitter_s: float = 0.0015
+    timing: AdaptiveTiming | None = None
     tracking_lag_s: float = DEFAULT_TRACKING_LAG_S
     interpolate_from_desired_state: bool = True
     allow_trajectory_replacement: bool = False
@@ -176,6 +180,7 @@ class LoopRunResult:
         startup: The start.
         requests: Requests sent in the run (start-up included).
         refusals: Refusals while measured (after the first chunk).
+        refusal_reasons: Why each of them was refused.
         stall_time_s: Time the arm controller had nothing left to follow.
         smoothing: What the node ran (its start-up description).
         latency_p50_s: Median observation -> reply latency the node measured (s).
@@ -195,6 +200,7 @@ class LoopRunResult:
     startup: StartUp
     requests: int
     refusals: int
+    refusal_reasons: list[str]
     stall_time_s: float
     smoothing: str
     latency_p50_s: float | None
@@ -254,6 +260,9 @@ class _Loop:
     event: bool = False
     last_roundtrip: float = 0.0
     requests: int = 0
+    inference_s: list[float] = field(default_factory=list)  # per request, its draw
+    refusals_seen: int = 0
+    refusal_reasons: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         r = self.run
@@ -321,6 +330,7 @@ class _Loop:
             perf_clock=lambda: self.now,
             frame_sources=self.sources,
             observation_timing=r.observation_timing,  # type: ignore[arg-type]
+            timing=r.timing,
         )
 
     # ------------------------------------------------------------ the world
@@ -373,6 +383,7 @@ class _Loop:
         r = self.run
         draw = self.stream(_LATENCY_STREAM, k).uniform(-r.jitter_s, r.jitter_s)
         latency = max(0.0, r.latency_s + draw)
+        self.inference_s.append(latency)
         latency += self.network_time(
             len(packb(obs)), reply.nbytes + _REPLY_OVERHEAD_BYTES, self.stream(_LINK_STREAM, k)
         )
@@ -414,6 +425,7 @@ class _Loop:
         roundtrip = self.now - flight.tag.t_obs
         self.last_roundtrip = roundtrip
         self.core.result(InferOutcome(flight.tag, reply, roundtrip, None, None, self.now), self.now)
+        self.note_refusals()
         self.event = True
 
     # ------------------------------------------------------------ the controllers
@@ -441,6 +453,16 @@ class _Loop:
             ],
         )
         follower.receive(command, self.now, t_obs=parse_t_obs(msg.frame_id))
+
+    def note_refusals(self) -> None:
+        """Keep the reason of every refusal after the first chunk (the core says why
+        the last one was refused; its count says how many came since)."""
+        count = self.core.counts["refusals"]
+        if count > self.refusals_seen:
+            if self.first_chunk is not None:
+                reason = self.core.last_refusal or ""
+                self.refusal_reasons.extend([reason] * (count - self.refusals_seen))
+            self.refusals_seen = count
 
     # ------------------------------------------------------------ the clock
     def loop(self) -> None:
@@ -471,6 +493,7 @@ class _Loop:
                 self.event = False
                 self.core.joint_state(self.joints, list(self.positions()), self.now)
                 self.core.tick(self.now)
+                self.note_refusals()
                 deadline = self.core.next_deadline(self.now)
                 wait = _IDLE_TICK_S if deadline is None else min(_IDLE_TICK_S, deadline - self.now)
                 next_tick = self.now + max(_MIN_TICK_S, wait)
@@ -506,6 +529,7 @@ def run_streaming_loop(run: LoopRun | None = None) -> LoopRunResult:
         startup=state.startup,
         requests=counts["requests"],
         refusals=counts["refusals"] - state.startup.refusals,
+        refusal_reasons=list(state.refusal_reasons),
         stall_time_s=arm.measures.metrics().stall_time_s,
         smoothing=state.core.smoothing or "none",
         latency_p50_s=state.core.latency.percentile(50),

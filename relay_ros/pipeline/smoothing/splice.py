@@ -213,7 +213,7 @@ def splice_positions(
     rate = np.diff(np.vstack((gap[:1], gap)), axis=0) / spans  # the gap's change per second
     window = _window(gap, rate, tfs, acceleration_budget, velocity_budget, window_steps, dt)
     w = fade_weights(tfs, window)[:, None]
-    out = o + w * gap
+    out = np.where(w >= 1.0, rows, o + w * gap)  # the chunk's own rows, exactly, from T
     if limits is None or within_limits(p0, v0, out, tfs, limits):
         return out
     if len(tfs) > 1 and not within_limits(
