@@ -238,11 +238,12 @@ _ROWS: tuple[ParamSpec, ...] = (
         "smoothing",
         "string",
         "auto",
-        "How a new chunk joins the running one: 'auto' (prefix when the server advertises "
-        "action_prefix, else splice), 'splice' (from the commanded position and velocity "
-        "into the new chunk, within the joint limits), 'prefix' (the server continues the "
-        "committed actions; needs the extension), 'none', or the averages 'crossfade' "
-        "(blend_steps points), 'lerobot_average', 'act_ensemble'.",
+        "How a new chunk joins the running one: 'auto' (what measured best: the splice, on "
+        "servers with and without action_prefix), 'splice' (from the commanded position, "
+        "velocity and acceleration into the new chunk, within the joint limits), 'prefix' "
+        "(the server continues the committed actions; refused unless it advertises "
+        "action_prefix), 'none', or the averages 'crossfade' (blend_steps points), "
+        "'lerobot_average', 'act_ensemble' (docs/streaming.md).",
         choices=SMOOTHING_CHOICES,
     ),
     ParamSpec(
