@@ -17,6 +17,7 @@ from relay_ros.pipeline.adaptive_timing import (
 )
 from relay_ros.pipeline.scheduler import ChunkScheduler
 from relay_ros.pipeline.scheduler_config import SchedulerConfig
+from relay_ros.server.metadata import build_metadata
 
 DT = 0.02
 RULE = AdaptiveTiming()
@@ -117,3 +118,16 @@ def test_the_core_adapts_and_a_value_the_user_sets_wins_live() -> None:
     sync.connect()
     sync.run_until(lambda: len(sync.chunks()) >= 2)
     assert sync.core.execute_horizon == 25 and sync.core.request_lead_s == 0.0
+
+
+def test_the_prefix_keeps_half_the_horizon_its_server_sizes_the_soft_region_from() -> None:
+    rig = CoreRig(
+        latency_s=0.1,
+        metadata=build_metadata("pi05", action_prefix=True),
+        overrides={"smoothing": "prefix"},
+    )
+    rig.connect()
+    rig.run_until(lambda: len(rig.observations) >= 4)
+    assert rig.core.execute_horizon == 25
+    assert rig.observations[-1]["execute_horizon"] == 25
+    assert rig.core.request_lead_s == pytest.approx(0.1, abs=0.011)  # the lead still adapts

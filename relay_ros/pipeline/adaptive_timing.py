@@ -14,18 +14,23 @@ request -> reply, each connection's warm-up reply left out):
   replies come a little after the switch and are published on arrival, while the
   robot follows the rest of the running chunk (early mode publishes all of it);
   the observation is younger by the spread the p95 lead waited for;
-- **E** = ``ceil(factor * median latency / dt)`` actions (:func:`adaptive_execute_horizon`),
+- **E** = ``ceil(factor * median latency / dt)`` actions, ``factor`` 1.5
+  (:func:`adaptive_execute_horizon`),
   at least ``minimum`` and at most the cap (the server's ``H / 2``, or the
   ``execute_horizon`` the user set as the ceiling). One request is in flight at a
   time, so a new chunk can come at most once per latency; an executed part about as
   long as that keeps the pipeline full (the next request goes out as soon as the
-  last chunk is published) and the observation age near ``1.5 x`` the latency.
+  last chunk is published) and the observation age within about twice its physical
+  bound (the latency plus one control period).
 
 Both are bounded (the lead by ``(H-1)*dt - min_lead_s``, the scheduler's cap; E by
 ``[minimum, cap]``) and re-read at every request and publication, so they follow a
 link that gets slower or faster. A value the user sets wins (``request_lead_s``
-seconds, ``execute_horizon`` > 0), live too (``ros2 param set``). The constants are
-chosen by ``bench/motion.py`` (docs/streaming.md, docs/benchmarks.md).
+seconds, ``execute_horizon`` > 0), live too (``ros2 param set``). E stays at the cap
+in sync mode (openpi's broker) and with the server's prefix (the server sizes its
+soft region from E: at E = 6 the reference server's cross-fade is 3 rows, and the
+prefix read 1,718 rad/s^3 of jerk against 254 at E = 25). The constants are chosen by
+``bench/motion.py`` (docs/streaming.md, docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -139,8 +139,9 @@ def scheduler_config(
 
     ``execute_horizon`` None (the parameter's 0) lets E follow the latency in early
     mode, up to half the server's horizon (:mod:`~relay_ros.pipeline.adaptive_timing`);
-    sync requests, openpi's broker, run E = H/2. The smoothing is ``cfg.smoothing``
-    for this server (:func:`~relay_ros.pipeline.smoothing.make_smoothing`).
+    sync requests, openpi's broker, run E = H/2, and so does the server's prefix,
+    whose soft region the server sizes from E (a short one kinks). The smoothing is
+    ``cfg.smoothing`` for this server (:func:`~relay_ros.pipeline.smoothing.make_smoothing`).
 
     Raises:
         StreamingConfigError: no control rate known, values the server's horizon
@@ -166,7 +167,11 @@ def scheduler_config(
             horizon=spec.action_horizon,
             execute_horizon=execute,
             request_lead_s=cfg.request_lead_s,
-            adaptive_execute_horizon=cfg.execute_horizon is None and cfg.request_mode == "early",
+            adaptive_execute_horizon=(
+                cfg.execute_horizon is None
+                and cfg.request_mode == "early"
+                and not smoothing.needs_prefix
+            ),
             smoothing=smoothing,
             timing=timing or AdaptiveTiming(),
             mode=cast(SchedulerMode, cfg.request_mode),  # checked by SchedulerConfig

@@ -64,9 +64,8 @@ def auto_smoothing_name(server_prefix: bool) -> str:
     """What ``auto`` runs on a server that does (``server_prefix``) or does not
     advertise ``action_prefix``: ``splice`` on both. On the prefix server of
     ``bench/motion.py`` the splice with the automatic execute horizon tracks better
-    than the prefix (which keeps the robot on the committed plan, and whose
-    reference cross-fade kinks when E is short) at 80 and 200 ms on 10 seeds; the
-    prefix is smoother (docs/streaming.md)."""
+    than the prefix (which keeps the robot on the committed plan) at 80 and 200 ms on
+    10 seeds, and ties behind ``lte``; the prefix is smoother (docs/streaming.md)."""
     return Splice.name
 
 
