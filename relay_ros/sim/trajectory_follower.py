@@ -230,6 +230,21 @@ class TrajectoryFollower:
         return self._joint_names
 
     @property
+    def tracking_time_constant_s(self) -> float:
+        """The arm's first-order lag behind its command (s; 0: exact)."""
+        return self._tau
+
+    @property
+    def interpolate_from_desired_state(self) -> bool:
+        """A new trajectory starts from the last command (else the measured state)."""
+        return self._from_desired
+
+    @property
+    def allow_trajectory_replacement(self) -> bool:
+        """A new trajectory is spliced into the running one (ros2_controllers 2026)."""
+        return self._replacement
+
+    @property
     def positions(self) -> np.ndarray:
         """Followed joint positions at the last update (a copy)."""
         with self._lock:
