@@ -38,7 +38,9 @@ from relay_ros.pipeline.camera_map import CameraEntry
 from relay_ros.pipeline.clock_jump import ClockJumps, restart_timeline
 from relay_ros.pipeline.command_switches import CommandSwitches
 from relay_ros.pipeline.frame_source import FrameSource
-from relay_ros.pipeline.gate import Decision, Gate, Hold, Publish, Refuse, TrajectoryMessage
+from relay_ros.pipeline.gate.decisions import Decision, Hold, Publish, Refuse
+from relay_ros.pipeline.gate.gate import Gate
+from relay_ros.pipeline.gate.messages import TrajectoryMessage
 from relay_ros.pipeline.observation_inputs import DEFAULT_OBSERVATION_TIMING, ObservationTiming
 from relay_ros.pipeline.observation_request import Requester, RequestTag
 from relay_ros.pipeline.reply_handling import ReplyHandler

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -38,13 +38,9 @@ from relay_ros.pipeline.gate.decisions import Hold, Publish, Refuse
 from relay_ros.pipeline.gate.messages import TrajectoryMessage, chunk_messages, hold_messages
 from relay_ros.pipeline.gate.motion import MotionLimits
 from relay_ros.pipeline.gate.stops import HOLD_DELIVERY_S, StopPlan, hold_starts, plan_stop
-
-if TYPE_CHECKING:
-    # Annotations only: the scheduler imports the smoothing strategies, which import
-    # this package's motion check; importing them here at run time would be a cycle.
-    from relay_ros.pipeline.scheduler import ChunkScheduler
-    from relay_ros.pipeline.server_session import ServerSession
-    from relay_ros.pipeline.settings import StreamingSettings
+from relay_ros.pipeline.scheduler import ChunkScheduler
+from relay_ros.pipeline.server_session import ServerSession
+from relay_ros.pipeline.settings import StreamingSettings
 
 __all__ = ["CLAMP_WARNING_PERIOD_S", "Gate", "HoldResult", "controller_model"]
 
