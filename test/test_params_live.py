@@ -272,19 +272,19 @@ def _switch_jumps(messages: list) -> list[float]:
     return jumps
 
 
-def test_blend_steps_smooth_the_switch(live):
+def test_smoothing_changes_live(live):
     # A still arm (follow=False) makes each chunk start 0.05 rad behind the last: a
     # 2.5 rad/s step the shipped limits refuse; raised so the jumps can be measured.
     rig_options = {
-        "overrides": {**TIMELINE, **velocity_overrides(PI_JOINTS, 10.0)},
+        "overrides": {**TIMELINE, **velocity_overrides(PI_JOINTS, 10.0), "smoothing": "none"},
         "follow": False,
     }
     before, after, _ = _before_and_after(
-        live, _switch_jumps, (4, 3), rig_options=rig_options, blend_steps=10
+        live, _switch_jumps, (4, 3), rig_options=rig_options, smoothing="splice"
     )
     # Each chunk starts again from the state: 25 actions * 0.002 rad behind the old one.
     assert min(before) > 0.03
-    # Cross-faded over 10 points, the first point moves only 1/11 of the way.
+    # Spliced: the first point leaves the old trajectory by a small share of the gap.
     assert max(after) < 0.01
 
 
@@ -380,6 +380,9 @@ REFUSED = [
     ("max_joint_step", 0.0, "max_joint_step"),
     ("request_lead_s", "soon", "parameter 'request_lead_s' is 'soon'; expected 'auto'"),
     ("request_lead_s", 11.0, "expected 'auto' or seconds from 0 to 10"),
+    ("smoothing", "spline", "parameter 'smoothing' is 'spline'; expected one of"),
+    ("smoothing", "prefix", "needs a server that advertises the action_prefix extension"),
+    ("blend_steps", 5, "blend_steps 5 is the length of smoothing 'crossfade'"),
     ("dry_run", "yes", "type"),
     ("seed", -3, "seed"),
 ]

@@ -57,7 +57,8 @@ def test_chunks_go_to_each_controller_with_timing_and_velocities() -> None:
 
 
 def test_first_chunk_joins_the_still_arm_then_stale_actions_are_dropped() -> None:
-    rig = streaming_rig(latency_s=0.15, follow=False)
+    # No smoothing: the published rows are the chunk's own.
+    rig = streaming_rig(latency_s=0.15, follow=False, overrides={"smoothing": "none"})
     rig.run_until(lambda: len(rig.chunks()) >= 2)
     first, second = rig.chunks()[:2]
     # The reply takes 150 ms; the first point must be at least one period (20 ms)
@@ -341,7 +342,14 @@ def test_apply_config_takes_effect_at_once() -> None:
     rig = streaming_rig()
     rig.run_until(lambda: len(rig.chunks()) >= 2)
     changed = dataclasses.replace(
-        rig.config, prompt="wave", seed=7, execute_horizon=10, blend_steps=3, sensor_timeout_s=0.2
+        rig.config,
+        prompt="wave",
+        seed=7,
+        execute_horizon=10,
+        request_lead_s=0.1,
+        smoothing="crossfade",
+        blend_steps=3,
+        sensor_timeout_s=0.2,
     )
     rig.core.apply_config(changed, rig.now)
     assert rig.core.config is changed and rig.core.prompt == "wave"

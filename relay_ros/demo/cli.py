@@ -122,9 +122,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--smoothing",
         choices=SMOOTHINGS,
-        default="prefix",
-        help="chunk boundaries: none, blend (policy_node blend_steps) or prefix (the server "
-        "continues the committed actions, real-time chunking); default %(default)s",
+        default="auto",
+        help="policy_node's smoothing: auto (its choice, the splice), splice, none, prefix "
+        "(the server continues the committed actions, real-time chunking; turns on "
+        "--action-prefix), or the averages crossfade, lerobot_average, act_ensemble; "
+        "default %(default)s",
+    )
+    p.add_argument(
+        "--action-prefix",
+        action="store_true",
+        help="the reference server advertises the action_prefix extension; by default it "
+        "does not, like the seeds' server a robot team has",
     )
     p.add_argument(
         "--fault",
@@ -214,6 +222,7 @@ def _main(argv: Sequence[str] | None) -> int:
         kind=args.policy,
         chunk_noise=args.chunk_noise,
         smoothing=args.smoothing,
+        server_prefix=True if args.action_prefix else None,
         seed=args.seed,
         layout=args.layout,
         lora=args.lora,

@@ -82,8 +82,7 @@ def demo_node_parameters(
     the middle of the joint limits when zero is outside them or within a tenth of
     their range from one; policy_node uses the
     params file with ``policy_url`` pointing at the local server, ``request_mode`` and
-    ``blend_steps`` (from the policy's smoothing); the cameras draw the world of the
-    policy's ``seed``.
+    the policy's ``smoothing``; the cameras draw the world of the policy's ``seed``.
 
     Args:
         model: A model ID of `relay_ros.models`.
@@ -151,7 +150,7 @@ def demo_node_parameters(
     policy_overrides = {
         "policy_url": f"ws://{url_host}:{port}/{model}",
         "request_mode": request_mode,
-        "blend_steps": policy.blend_steps(model, config.execute_horizon),
+        "smoothing": policy.smoothing,
     }
     if policy.lora:
         policy_overrides["lora"] = policy.lora

@@ -118,6 +118,7 @@ class NodeConfig:
     execute_horizon: int | None
     request_lead_s: float | None
     request_mode: str
+    smoothing: str
     blend_steps: int
     dry_run: bool
     max_joint_step: float

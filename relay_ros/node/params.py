@@ -37,6 +37,7 @@ from relay_ros.node.limit_params import (
 from relay_ros.node.param_spec import ParameterError, ParamSpec
 from relay_ros.node.thread_priority import MAX_PRIORITY
 from relay_ros.pipeline.settings import LIVE_SETTINGS
+from relay_ros.pipeline.smoothing import SMOOTHING_CHOICES
 
 __all__ = [
     "LIVE_PARAMETERS",
@@ -266,7 +267,9 @@ _ROWS: tuple[ParamSpec, ...] = (
         "int",
         0,
         "Actions of each chunk executed before the next chunk takes over (at most the "
-        "server's action_horizon). 0: half the server's action_horizon.",
+        "server's action_horizon). 0: automatic, from the measured latency (about one "
+        "latency's worth of actions, 4 to half the server's action_horizon; "
+        "docs/streaming.md).",
         minimum=0,
         maximum=1000,
         convert=_zero_is_none,
@@ -276,7 +279,7 @@ _ROWS: tuple[ParamSpec, ...] = (
         "string_or_double",
         "auto",
         "How long before the switch time the next observation is sent (seconds, 0 to 10), "
-        "or 'auto': p95 of measured latency plus a margin.",
+        "or 'auto': the median measured latency (docs/streaming.md).",
         convert=_lead,
     ),
     ParamSpec(
@@ -288,10 +291,23 @@ _ROWS: tuple[ParamSpec, ...] = (
         choices=("early", "sync"),
     ),
     ParamSpec(
+        "smoothing",
+        "string",
+        "auto",
+        "How a new chunk joins the running one: 'auto' (what measured best: the splice, on "
+        "servers with and without action_prefix), 'splice' (from the commanded position, "
+        "velocity and acceleration into the new chunk, within the joint limits), 'prefix' "
+        "(the server continues the committed actions; refused unless it advertises "
+        "action_prefix), 'none', or the averages 'crossfade' (blend_steps points), "
+        "'lerobot_average', 'act_ensemble' (docs/streaming.md).",
+        choices=SMOOTHING_CHOICES,
+    ),
+    ParamSpec(
         "blend_steps",
         "int",
         0,
-        "Actions over which a new chunk is cross-faded from the old one (0 = off).",
+        "Points over which smoothing 'crossfade' fades from the old chunk to the new "
+        "(0: half the execute horizon); only with smoothing 'crossfade'.",
         minimum=0,
         maximum=1000,
     ),

@@ -12,8 +12,10 @@ connection state. The level says what a robot team acts on:
 - OK ("streaming"): the controllers have points ahead.
 
 The values carry the latency percentiles, the stall time, the counters, the last
-refusal, the pipeline timing and the per-request latency split (upload, server,
-download, total, request bytes), as strings (``diagnostic_msgs/KeyValue``).
+refusal, the smoothing in force with the execute horizon and request lead it runs
+with (the latency's when automatic), the pipeline timing and the per-request
+latency split (upload, server, download, total, request bytes), as strings
+(``diagnostic_msgs/KeyValue``).
 """
 
 from __future__ import annotations
@@ -87,6 +89,9 @@ def assess(
         "last_refusal": core.last_refusal or "",
         "last_clamp": core.last_clamp or "",
         "hold_reason": hold or "",
+        "smoothing": core.smoothing or "",
+        "execute_horizon": "" if (execute := core.execute_horizon) is None else str(execute),
+        "request_lead_ms": _ms(core.request_lead_s, 1),
         **{key: str(value) for key, value in core.counts.items()},
     }
     for name, stats in core.pipeline_timing.items():

@@ -6,7 +6,8 @@ an observation from fresh, complete inputs only
 (:mod:`~relay_ros.pipeline.observation_inputs`; else an
 :class:`~relay_ros.pipeline.observation_inputs.InputProblem` for the core to hold
 on), builds it (:func:`build_observation`, with the ``action_prefix`` keys of
-:mod:`~relay_ros.pipeline.action_prefix` when the server takes them) and hands it to
+:mod:`~relay_ros.pipeline.action_prefix` when the smoothing in force is the server's
+prefix) and hands it to
 the connection with a :class:`RequestTag`, which comes back with the reply so that a
 reply from before a reconnect or an episode reset is never executed.
 """
@@ -97,8 +98,8 @@ def build_observation(
     requested_at: float,
 ) -> tuple[dict[str, Any], int]:
     """The observation of ``snapshot`` for ``session``'s model, and how many of the
-    scheduler's committed steps it carries as ``action_prefix`` (0 when the server
-    takes no prefix).
+    scheduler's committed steps it carries as ``action_prefix`` (0 when the smoothing
+    in force is not the server's prefix).
 
     ``joint_names`` orders ``snapshot.state`` (the inputs' watched joints, state
     joints first); the prefix starts from the commanded joints' positions in it.
@@ -112,7 +113,7 @@ def build_observation(
         sampling_params=sampling_params(settings.lora, settings.lora_scale),
         observation_time=snapshot.t_obs,
     )
-    if not session.spec.action_prefix:
+    if not session.scheduler.config.smoothing.needs_prefix:
         return observation, 0
     order = {name: i for i, name in enumerate(joint_names)}
     commanded = np.array([snapshot.state[order[j]] for j in settings.commanded_joints])

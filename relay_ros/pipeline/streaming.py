@@ -32,12 +32,15 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from relay_ros.pipeline.adaptive_timing import AdaptiveTiming
 from relay_ros.pipeline.camera_frames import CameraFrames
 from relay_ros.pipeline.camera_map import CameraEntry
 from relay_ros.pipeline.clock_jump import ClockJumps, restart_timeline
 from relay_ros.pipeline.command_switches import CommandSwitches
 from relay_ros.pipeline.frame_source import FrameSource
-from relay_ros.pipeline.gate import Decision, Gate, Hold, Publish, Refuse, TrajectoryMessage
+from relay_ros.pipeline.gate.decisions import Decision, Hold, Publish, Refuse
+from relay_ros.pipeline.gate.gate import Gate
+from relay_ros.pipeline.gate.messages import TrajectoryMessage
 from relay_ros.pipeline.observation_inputs import DEFAULT_OBSERVATION_TIMING, ObservationTiming
 from relay_ros.pipeline.observation_request import Requester, RequestTag
 from relay_ros.pipeline.reply_handling import ReplyHandler
@@ -104,6 +107,9 @@ class StreamingCore:
             core commands as soon as it can.
         joint_states_topic: The joint states' resolved topic, named in every hold
             reason about them (camera reasons name the topics of ``cameras``).
+        timing: The rule of the automatic lead and execute horizon
+            (:mod:`~relay_ros.pipeline.adaptive_timing`); None: its defaults. Not a
+            node parameter either: the benchmarks compare rules.
     """
 
     def __init__(
@@ -122,6 +128,7 @@ class StreamingCore:
         observation_timing: ObservationTiming = DEFAULT_OBSERVATION_TIMING,
         stopped: Mapping[str, str] | None = None,
         joint_states_topic: str | None = None,
+        timing: AdaptiveTiming | None = None,
     ) -> None:
         check_live_settings(config)
         self._cfg = config
@@ -136,7 +143,7 @@ class StreamingCore:
         for switch, reason in (stopped or {}).items():
             self._switches.set(switch, reason)
         self._counts = StreamingCounts()
-        self._slot = SessionSlot(self._clock, self._counts)
+        self._slot = SessionSlot(self._clock, self._counts, timing)
         self._requests = Requester(
             config,
             self._camera_keys,
@@ -193,6 +200,26 @@ class StreamingCore:
         """The server connected to, None before the first connect or after a
         disconnect or a configuration that does not fit it."""
         return None if self._session is None else self._session.spec
+
+    @property
+    def smoothing(self) -> str | None:
+        """How chunks are joined now (the strategy in force, described), None without
+        a server (:mod:`~relay_ros.pipeline.smoothing`)."""
+        session = self._session
+        return None if session is None else session.scheduler.config.smoothing.describe()
+
+    @property
+    def execute_horizon(self) -> int | None:
+        """E for the next publication (the latency's when automatic), None without a
+        server (:mod:`~relay_ros.pipeline.adaptive_timing`)."""
+        session = self._session
+        return None if session is None else session.scheduler.execute_horizon()
+
+    @property
+    def request_lead_s(self) -> float | None:
+        """The lead of the next early request (s; 0 in sync mode), None without a server."""
+        session = self._session
+        return None if session is None else session.scheduler.request_lead()
 
     @property
     def image_size(self) -> tuple[int, int] | None:
@@ -406,7 +433,11 @@ class StreamingCore:
         """
         check_change(self._cfg, config)
         session = self._session
-        sched_config = None if session is None else scheduler_config(config, session.spec)
+        sched_config = (
+            None
+            if session is None
+            else scheduler_config(config, session.spec, timing=self._slot.timing)
+        )
         if session is not None:
             check_lora(config.lora, session.spec)
         old = self._cfg

@@ -18,6 +18,7 @@ the controller's lock, the reads from any thread.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import deque
 from dataclasses import asdict, dataclass, field
@@ -138,6 +139,8 @@ class FollowerHistory:
         commanded: (N, D) commanded positions.
         positions: (N, D) followed positions.
         switch_times: (M,) times at which a new trajectory took over.
+        ages: (N,) action age at each cycle, ``now - t_obs`` of the trajectory it
+            executed (s); NaN where unknown (a hold, nothing yet).
     """
 
     joint_names: tuple[str, ...]
@@ -145,6 +148,7 @@ class FollowerHistory:
     commanded: np.ndarray
     positions: np.ndarray
     switch_times: np.ndarray
+    ages: np.ndarray
 
 
 class ControllerMeasures:
@@ -267,13 +271,13 @@ class ControllerMeasures:
         of the trajectory it executed (None: unknown or none); ``holding``: past its end."""
         with self._lock:
             self._holding = holding
+            age = math.nan if t_obs is None else now - t_obs
             if self._measure_since is not None and t_obs is not None:
-                age = now - t_obs
                 self._age_count += 1
                 self._age_sum += age
                 self._age_max = age if self._age_max is None else max(self._age_max, age)
                 self._ages.append(age)
-            self._history.append((now, commanded.copy(), followed.copy()))
+            self._history.append((now, commanded.copy(), followed.copy(), age))
 
     # ------------------------------------------------------------------ reads
 
@@ -329,6 +333,7 @@ class ControllerMeasures:
                 commanded=commanded,
                 positions=positions,
                 switch_times=np.asarray(self._switch_times, dtype=np.float64),
+                ages=np.fromiter((h[3] for h in self._history), dtype=np.float64, count=n),
             )
 
     def reset(self) -> None:
@@ -357,7 +362,7 @@ class ControllerMeasures:
         self._age_sum = 0.0
         self._age_max: float | None = None
         self._ages: deque[float] = deque(maxlen=_MAX_AGE_SAMPLES)
-        self._history: deque[tuple[float, np.ndarray, np.ndarray]] = deque(
+        self._history: deque[tuple[float, np.ndarray, np.ndarray, float]] = deque(
             maxlen=self._history_length
         )
         self._switch_times: deque[float] = deque(maxlen=_MAX_BOUNDARY_RECORDS)

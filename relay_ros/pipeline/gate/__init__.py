@@ -12,21 +12,8 @@ One place, modelled on the controller the user runs (docs/node.md, "Safety"):
 - :mod:`~relay_ros.pipeline.gate.motion`: the motion check both pass (position,
   velocity, acceleration on every segment the controller interpolates);
 - :mod:`~relay_ros.pipeline.gate.messages`: the ``JointTrajectory`` contents.
+
+Import from the modules: this file imports none of them, so the smoothing
+strategies (below the scheduler) can use the motion check without loading the gate,
+which builds on the scheduler.
 """
-
-from relay_ros.pipeline.gate.controller import CommandedMotion, ControllerModel
-from relay_ros.pipeline.gate.decisions import Decision, Hold, Publish, Refuse
-from relay_ros.pipeline.gate.gate import Gate, HoldResult
-from relay_ros.pipeline.gate.messages import TrajectoryMessage
-
-__all__ = [
-    "CommandedMotion",
-    "ControllerModel",
-    "Decision",
-    "Gate",
-    "Hold",
-    "HoldResult",
-    "Publish",
-    "Refuse",
-    "TrajectoryMessage",
-]
