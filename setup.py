@@ -14,10 +14,13 @@ setup(
         ("share/ament_index/resource_index/packages", ["resource/" + package_name]),
         ("share/" + package_name, ["package.xml"]),
         ("share/" + package_name + "/launch", glob("launch/*.launch.py")),
+        # python3 $(ros2 pkg prefix relay_ros)/share/relay_ros/examples/demo.py pi05
+        ("share/" + package_name + "/examples", glob("examples/*.py")),
         (
             "share/" + package_name + "/config",
             glob("config/*.yaml") + glob("config/*.xml") + glob("config/*.urdf"),
         ),
+        ("share/" + package_name + "/config/layouts", glob("config/layouts/*.yaml")),
     ],
     python_requires=">=3.10",
     install_requires=[
@@ -28,6 +31,10 @@ setup(
         "pyyaml>=6",
         "python-dotenv>=1.0",
         "rosbags>=0.10",
+        # Recording (relay_ros/recording): no rosdep key exists for PyAV or pyarrow, so
+        # pip installs them from here (docs/ros_install.md).
+        "pyarrow>=15",
+        "av>=14",
         # OpenCV (cv2) and matplotlib are not listed: on a ROS install they come from
         # rosdep (python3-opencv, python3-matplotlib) and a pip copy of OpenCV would
         # shadow the one cv_bridge is built against; in .venv requirements/ installs them.

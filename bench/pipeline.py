@@ -75,6 +75,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -400,7 +401,7 @@ class DiagnosticsListener:
 
     def _on_diagnostics(self, msg: Any) -> None:
         for status in msg.status:
-            if status.name == f"/{NODE_NAME}: policy":
+            if status.name == f"/{NODE_NAME}: policy":  # not its recording's status
                 with self._lock:
                     self._latest = {kv.key: kv.value for kv in status.values}
                     self._latest["message"] = status.message
@@ -701,6 +702,98 @@ def format_table(results: Sequence[ScenarioResult]) -> str:
     return "\n".join(rows) + "\n\n" + "\n".join(notes)
 
 
+# --------------------------------------------------------------------------- harness
+
+
+def prepare_environment(args: argparse.Namespace) -> tuple[int, Path, str]:
+    """A private ROS domain on localhost, SIGTERM like Ctrl-C, a temp directory and the
+    Fast DDS profile: ``(domain, tmp, transport description)``."""
+    domain = args.domain_id if args.domain_id is not None else random.choice(DOMAIN_IDS)
+    os.environ["ROS_DOMAIN_ID"] = str(domain)
+    os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
+    os.environ["RCUTILS_LOGGING_USE_STDOUT"] = "0"
+    signal.signal(signal.SIGTERM, _interrupt)
+    # Also when started in the background, where SIGINT is inherited as ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    tmp = Path(tempfile.mkdtemp(prefix="relay_pipeline_"))
+    if args.fastdds_defaults:
+        transport = "Fast DDS default transports"
+    elif "FASTRTPS_DEFAULT_PROFILES_FILE" in os.environ:
+        transport = f"Fast DDS profile {os.environ['FASTRTPS_DEFAULT_PROFILES_FILE']}"
+    else:
+        (tmp / "fastdds.xml").write_text(FASTDDS_PROFILE)
+        os.environ["FASTRTPS_DEFAULT_PROFILES_FILE"] = str(tmp / "fastdds.xml")
+        transport = "Fast DDS shared memory with 16 MiB segments"
+    return domain, tmp, transport
+
+
+def parse_node_params(items: Sequence[str]) -> dict[str, Any]:
+    """``--node-param NAME:=VALUE`` items as a dict (YAML values)."""
+    node_params: dict[str, Any] = {}
+    for item in items:
+        name, sep, value = item.partition(":=")
+        if not sep or not name:
+            raise SystemExit(f"--node-param {item!r}: expected NAME:=VALUE, e.g. tick_hz:=50")
+        node_params[name] = yaml.safe_load(value)
+    return node_params
+
+
+def start_server_and_arm(tmp: Path, children: list[Child], args: argparse.Namespace) -> int:
+    """The reference server and the simulated arm (appended to ``children``); the port."""
+    port_file = tmp / "port"
+    server = Child(
+        "policy server",
+        [sys.executable, "-m", "relay_ros.server", "--host", "127.0.0.1", "--port", "0"]
+        + ["--port-file", str(port_file), "--model", "pi05", "--idle-timeout-s", "0"]
+        + ["--latency-ms", f"{args.server_latency_ms:g}", "--jitter-ms", "0"]
+        + ["--log-level", "WARNING"],
+        tmp / "server.log",
+    )
+    children.append(server)
+    arm = Child(
+        "sim_arm",
+        [sys.executable, "-m", "relay_ros.sim.arm_node", "--ros-args", "--params-file"]
+        + [
+            str(
+                write_params(
+                    tmp / "sim_arm.yaml",
+                    {
+                        "controller_names": ["arm_controller", "gripper_controller"],
+                        "controllers.arm_controller.joints": [f"joint{i}" for i in range(1, 7)],
+                        "joint_states_topic": f"{TOPIC_PREFIX}/joint_states",
+                        "metrics_rate_hz": 0.0,
+                        "joint_states_rate_hz": args.joint_states_hz,
+                    },
+                )
+            )
+        ],
+        tmp / "sim_arm.log",
+    )
+    children.append(arm)
+    deadline = time.monotonic() + 30.0
+    while not (port_file.exists() and port_file.read_text().strip()):
+        if not server.alive() or time.monotonic() > deadline:
+            raise BenchError(f"the policy server did not start:\n{server.log_tail()}")
+        time.sleep(0.05)
+    port = int(port_file.read_text().strip())
+    progress(f"server pid {server.pid} on port {port}, sim_arm pid {arm.pid}")
+    return port
+
+
+def stop_all(
+    children: list[Child], listener: DiagnosticsListener | None, tmp: Path, *, keep_logs: bool
+) -> None:
+    """Stop every child (newest first) and the listener; remove ``tmp`` unless kept."""
+    for child in reversed(children):
+        child.stop()
+    if listener is not None:
+        listener.close()
+    if keep_logs:
+        progress(f"logs kept in {tmp}")
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -807,30 +900,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.execute_horizon < 1:
         raise SystemExit(f"--execute-horizon {args.execute_horizon}: expected >= 1")
 
-    domain = args.domain_id if args.domain_id is not None else random.choice(DOMAIN_IDS)
-    os.environ["ROS_DOMAIN_ID"] = str(domain)
-    os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
-    os.environ["RCUTILS_LOGGING_USE_STDOUT"] = "0"
-    signal.signal(signal.SIGTERM, _interrupt)
-    # Also when started in the background, where SIGINT is inherited as ignored.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-
-    tmp_dir = tempfile.mkdtemp(prefix="relay_pipeline_")
-    tmp = Path(tmp_dir)
-    if args.fastdds_defaults:
-        transport = "Fast DDS default transports"
-    elif "FASTRTPS_DEFAULT_PROFILES_FILE" in os.environ:
-        transport = f"Fast DDS profile {os.environ['FASTRTPS_DEFAULT_PROFILES_FILE']}"
-    else:
-        (tmp / "fastdds.xml").write_text(FASTDDS_PROFILE)
-        os.environ["FASTRTPS_DEFAULT_PROFILES_FILE"] = str(tmp / "fastdds.xml")
-        transport = "Fast DDS shared memory with 16 MiB segments"
-    node_params: dict[str, Any] = {}
-    for item in args.node_param:
-        name, sep, value = item.partition(":=")
-        if not sep or not name:
-            raise SystemExit(f"--node-param {item!r}: expected NAME:=VALUE, e.g. tick_hz:=50")
-        node_params[name] = yaml.safe_load(value)
+    domain, tmp, transport = prepare_environment(args)
+    node_params = parse_node_params(args.node_param)
     node_flags: list[str] = []
     if args.switch_interval_ms is not None:
         node_flags += ["--switch-interval-ms", f"{args.switch_interval_ms:g}"]
@@ -846,43 +917,7 @@ def main(argv: list[str] | None = None) -> int:
             + (f"; node parameters {node_params}" if node_params else "")
             + (f"; what-if {' '.join(node_flags)}" if node_flags else "")
         )
-        port_file = tmp / "port"
-        server = Child(
-            "policy server",
-            [sys.executable, "-m", "relay_ros.server", "--host", "127.0.0.1", "--port", "0"]
-            + ["--port-file", str(port_file), "--model", "pi05", "--idle-timeout-s", "0"]
-            + ["--latency-ms", f"{args.server_latency_ms:g}", "--jitter-ms", "0"]
-            + ["--log-level", "WARNING"],
-            tmp / "server.log",
-        )
-        children.append(server)
-        arm = Child(
-            "sim_arm",
-            [sys.executable, "-m", "relay_ros.sim.arm_node", "--ros-args", "--params-file"]
-            + [
-                str(
-                    write_params(
-                        tmp / "sim_arm.yaml",
-                        {
-                            "controller_names": ["arm_controller", "gripper_controller"],
-                            "controllers.arm_controller.joints": [f"joint{i}" for i in range(1, 7)],
-                            "joint_states_topic": f"{TOPIC_PREFIX}/joint_states",
-                            "metrics_rate_hz": 0.0,
-                            "joint_states_rate_hz": args.joint_states_hz,
-                        },
-                    )
-                )
-            ],
-            tmp / "sim_arm.log",
-        )
-        children.append(arm)
-        deadline = time.monotonic() + 30.0
-        while not (port_file.exists() and port_file.read_text().strip()):
-            if not server.alive() or time.monotonic() > deadline:
-                raise BenchError(f"the policy server did not start:\n{server.log_tail()}")
-            time.sleep(0.05)
-        port = int(port_file.read_text().strip())
-        progress(f"server pid {server.pid} on port {port}, sim_arm pid {arm.pid}")
+        port = start_server_and_arm(tmp, children, args)
         listener = DiagnosticsListener()
 
         for scenario in args.scenarios:
@@ -906,16 +941,7 @@ def main(argv: list[str] | None = None) -> int:
         progress("interrupted; stopping every process")
         return 130
     finally:
-        for child in reversed(children):
-            child.stop()
-        if listener is not None:
-            listener.close()
-        if args.keep_logs:
-            progress(f"logs kept in {tmp}")
-        else:
-            for path in tmp.iterdir():
-                path.unlink()
-            tmp.rmdir()
+        stop_all(children, listener, tmp, keep_logs=args.keep_logs)
 
     print()
     print(

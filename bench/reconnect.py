@@ -309,8 +309,8 @@ def run_trajectory_level(label: str, probe: bool, downs: Sequence[float]) -> Ser
             node = rig._policy_node  # noqa: SLF001 - the bench reads the node's counters
             for index, down_s in enumerate(downs):
                 time.sleep(1.0)  # streaming steadily before the kill
-                attempts = node._connection.connect_attempts  # noqa: SLF001
-                probes = node._connection.probes  # noqa: SLF001
+                attempts = node.connection.connect_attempts
+                probes = node.connection.probes
                 killed_at = server.kill()
                 time.sleep(down_s)
                 server.start()
@@ -320,8 +320,8 @@ def run_trajectory_level(label: str, probe: bool, downs: Sequence[float]) -> Ser
                     series.waits_s.append(got - server.back_at)
                 else:
                     series.failures += 1
-                series.attempts += node._connection.connect_attempts - attempts  # noqa: SLF001
-                series.probes += node._connection.probes - probes  # noqa: SLF001
+                series.attempts += node.connection.connect_attempts - attempts
+                series.probes += node.connection.probes - probes
                 progress(
                     f"  {label} restart {index + 1}/{len(downs)}: down {down_s:.2f} s, "
                     + (

@@ -6,7 +6,8 @@ work and prints its result; new subcommands add a ``_add_<name>`` parser and a
 
 Exit codes: 0 success; 1 the command ran but its result fails the check
 (``replay``: nothing was commanded, or a chunk was refused without
-``--allow-refusals``); 2 usage or input error (one line on stderr, no
+``--allow-refusals``; ``status --once``: no policy_node answered, or one is at ERROR
+or STALE); 2 usage or input error (one line on stderr, no
 traceback); 130 interrupted.
 """
 
@@ -16,6 +17,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from relay_ros.bag.reader import BagError
 from relay_ros.bag.replay import ReplayError, ReplayProgress, parse_param_override, replay
@@ -160,13 +162,159 @@ def _run_replay(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
+def _add_status(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = sub.add_parser(
+        "status",
+        help="every policy_node on the ROS domain: lifecycle state, server, chunks, latency",
+        description=(
+            "Show every policy_node on this ROS domain (ROS_DOMAIN_ID) from /diagnostics: "
+            "lifecycle state, level, policy server, chunks, latency p50, age of the last "
+            "observation and why it holds. Live (redrawn every second, Ctrl-C to quit) or "
+            "--once. Needs no ros2 command line. See docs/node.md."
+        ),
+    )
+    parser.add_argument(
+        "--once",
+        action="store_true",
+        help=(
+            "listen --wait seconds, print once and exit: 0 when policy_nodes answered and "
+            "none is at ERROR or STALE, else 1"
+        ),
+    )
+    parser.add_argument("--json", action="store_true", help="with --once: JSON instead of a table")
+    parser.add_argument(
+        "--wait",
+        type=float,
+        default=2.5,
+        help="with --once: seconds to listen (default 2.5: every node publishes at 1 Hz)",
+    )
+    return parser
+
+
+def _add_export(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = sub.add_parser(
+        "export",
+        help="turn a bag (teleoperated demonstrations) into a LeRobot v3.0 dataset episode",
+        description=(
+            "Export a rosbag2 bag (mcap or sqlite3) as one episode of a LeRobot v3.0 dataset, "
+            "through the code policy_node records with: the cameras of the camera map as the "
+            "model is sent them, the state and the measured positions of the commanded joints "
+            "as action, every frame labelled as intervention. OUT is created, or appended to "
+            "when it holds episodes of the same layout. See docs/recording.md."
+        ),
+    )
+    parser.add_argument("bag", type=Path, help="bag directory, or one .mcap/.db3 file")
+    parser.add_argument("output", type=Path, metavar="OUT", help="dataset directory")
+    parser.add_argument(
+        "--params-file",
+        type=Path,
+        help="policy_node parameters (default: the package's config/<model>.yaml); "
+        "record_fps, record_video_codec and record_robot_type apply",
+    )
+    parser.add_argument(
+        "--camera-map", type=Path, help="camera map YAML (default: the params file's)"
+    )
+    parser.add_argument("--model", choices=MODEL_IDS, help="model (default: the params file's)")
+    parser.add_argument(
+        "--image-size",
+        type=_image_size,
+        metavar="HxW",
+        help="size of the stored frames, e.g. 224x224 (default: the model's image_size)",
+    )
+    parser.add_argument(
+        "-p",
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME:=VALUE",
+        help="override a node parameter of the params file (ROS style, YAML value), e.g. "
+        "prompt:='fold the towel' or record_fps:=30; repeatable",
+    )
+    return parser
+
+
+def _run_status(args: argparse.Namespace) -> int:
+    if not (args.wait > 0 and args.wait < 3600):
+        raise _Failure(f"--wait {args.wait} must be seconds > 0 (and under an hour)")
+    if args.json and not args.once:
+        raise _Failure("--json prints once: add --once")
+    # Imported here: rclpy only for this command.
+    from relay_ros.node.status import run_status
+
+    try:
+        return run_status(once=args.once, json_output=args.json, wait_s=args.wait, out=sys.stdout)
+    except KeyboardInterrupt:
+        if args.once:
+            raise
+        return 0  # the way to quit the live view
+
+
+def _image_size(text: str) -> tuple[int, int]:
+    height, sep, width = text.lower().partition("x")
+    try:
+        size = (int(height), int(width))
+    except ValueError:
+        size = (0, 0)
+    if not sep or min(size) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not HEIGHTxWIDTH, e.g. 224x224")
+    return size
+
+
+def _print_export_progress(progress: Any) -> None:
+    fraction = progress.bag_s / progress.duration_s if progress.duration_s > 0 else 1.0
+    sys.stderr.write(
+        f"[{fraction * 100:5.1f}%] bag {progress.bag_s:7.2f} / {progress.duration_s:.2f} s "
+        f"| frames {progress.frames:5d}\n"
+    )
+    sys.stderr.flush()
+
+
+def _run_export(args: argparse.Namespace) -> int:
+    # Imported here: PyAV and pyarrow are needed by export only (and take ~0.3 s).
+    try:
+        from relay_ros.bag.export import ExportError, export
+    except ImportError as exc:
+        raise _Failure(
+            f'export needs PyAV and pyarrow ({exc}); install them: python3 -m pip install "av>=14" '
+            '"pyarrow>=15"'
+        ) from None
+    try:
+        overrides = dict(parse_param_override(text) for text in args.param)
+        result = export(
+            args.bag,
+            args.output,
+            params_file=args.params_file,
+            camera_map=args.camera_map,
+            model=args.model,
+            overrides=overrides,
+            image_size=args.image_size,
+            progress=_print_export_progress,
+        )
+    except (ExportError, ReplayError, ConfigNotFoundError) as exc:
+        raise _Failure(str(exc)) from None
+    skipped = (
+        f", {result.frames_skipped} frame(s) not taken: {result.skip_reasons}"
+        if result.frames_skipped
+        else ""
+    )
+    sys.stdout.write(
+        f"episode {result.episode}: {result.frames} frames{skipped}\n"
+        f"dataset: {result.dataset} ({result.episodes_total} episode(s))\n"
+    )
+    return 0
+
+
 _COMMANDS: dict[
     str,
     tuple[
         Callable[[argparse._SubParsersAction], argparse.ArgumentParser],
         Callable[[argparse.Namespace], int],
     ],
-] = {"replay": (_add_replay, _run_replay)}
+] = {
+    "replay": (_add_replay, _run_replay),
+    "status": (_add_status, _run_status),
+    "export": (_add_export, _run_export),
+}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -2,8 +2,9 @@
 
 A model ID (``pi05``, ``pi0``, ``groot``) names a checkpoint served on ``/{model}``.
 Everything that differs between models and is known before a server answers lives
-in its :class:`ModelSpec`: its family (which wire format it speaks), the camera keys
-a π0-family server accepts, and the metadata the reference server announces for it.
+in its :class:`ModelSpec`: its family (the name of the wire format it speaks, an
+object of :mod:`relay_ros.formats`), the camera keys a π0-family server accepts, and
+the metadata the reference server announces for it.
 Whatever a server announces itself (horizon, image size, GR00T groups) is read from
 its metadata (:class:`relay_ros.pipeline.server_spec.ServerSpec`).
 
@@ -21,26 +22,16 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal, overload
+from typing import Any, overload
 
 __all__ = [
-    "FAMILIES",
     "MODEL_IDS",
-    "Family",
     "ModelSpec",
     "UnknownModelError",
-    "family_of",
     "get_model",
     "register_model",
     "unregister_model",
 ]
-
-Family = Literal["pi", "groot"]
-
-#: Wire formats: ``pi`` (openpi π0/π0.5: ``images`` + flat padded ``state``, an
-#: (H, action_dim) reply) and ``groot`` (``video`` + state groups, a reply per
-#: action group).
-FAMILIES: tuple[str, ...] = ("pi", "groot")
 
 #: Camera keys of the openpi π0/π0.5 checkpoints, base camera first.
 _PI_CAMERA_KEYS = ("base_0_rgb", "left_wrist_0_rgb", "right_wrist_0_rgb")
@@ -56,18 +47,21 @@ class ModelSpec:
 
     Attributes:
         id: The model ID, the ``{model}`` of ``WALLE_URL`` and the server path.
-        family: ``"pi"`` or ``"groot"`` (see :data:`FAMILIES`).
+        family: The name of its wire format in ``relay_ros.formats.FORMATS``
+            (``"pi"``, ``"groot"``); an unknown name is refused where the format is
+            looked up.
         description: One line for help texts.
-        camera_keys: π0 family: the camera keys the server accepts. GR00T: empty,
-            the keys are the embodiment's ``video_keys`` from the metadata.
+        camera_keys: π0 family: the camera keys the server accepts (empty: the
+            openpi three). GR00T: empty, the keys are the embodiment's
+            ``video_keys`` from the metadata.
         max_cameras: π0 family: most cameras per observation before the metadata
-            says otherwise. GR00T: None (every video key, no more).
+            says otherwise (None: one per camera key). GR00T: None (every video key).
         server_metadata: What the reference server announces for this model
             besides the protocol fields (GR00T adds its embodiment's groups).
     """
 
     id: str
-    family: Family
+    family: str
     description: str
     camera_keys: tuple[str, ...] = ()
     max_cameras: int | None = None
@@ -76,14 +70,8 @@ class ModelSpec:
     def __post_init__(self) -> None:
         if not isinstance(self.id, str) or not self.id or "/" in self.id:
             raise ValueError(f"model id {self.id!r} must be a non-empty string without '/'")
-        if self.family not in FAMILIES:
-            raise ValueError(
-                f"model {self.id!r}: family {self.family!r} is not one of {list(FAMILIES)}"
-            )
-        if self.family == "pi" and (not self.camera_keys or not self.max_cameras):
-            raise ValueError(
-                f"model {self.id!r}: a pi-family model needs camera_keys and max_cameras"
-            )
+        if not isinstance(self.family, str) or not self.family:
+            raise ValueError(f"model {self.id!r}: family {self.family!r} must name a wire format")
         object.__setattr__(self, "camera_keys", tuple(self.camera_keys))
         object.__setattr__(self, "server_metadata", MappingProxyType(dict(self.server_metadata)))
 
@@ -170,11 +158,6 @@ def get_model(model_id: str) -> ModelSpec:
         return _REGISTRY[model_id]
     except (KeyError, TypeError):
         raise UnknownModelError(f"model {model_id!r} is not one of {list(_REGISTRY)}") from None
-
-
-def family_of(model_id: str) -> Family:
-    """``"pi"`` or ``"groot"`` for a registered model ID (raises UnknownModelError)."""
-    return get_model(model_id).family
 
 
 def register_model(spec: ModelSpec) -> None:

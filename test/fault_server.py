@@ -56,7 +56,7 @@ import numpy as np
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
-from relay_ros.server.embodiment import load_embodiment
+from relay_ros.formats.embodiment import load_embodiment
 from relay_ros.server.metadata import build_metadata
 from relay_ros.wire.codec import packb, unpackb
 

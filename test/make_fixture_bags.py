@@ -44,6 +44,7 @@ __all__ = [
     "JOINT_TOPIC",
     "START_NS",
     "TOPIC_TYPES",
+    "URDF_TOPIC",
     "WRIST_TOPIC",
     "joint_positions",
     "make_bags",
@@ -54,6 +55,7 @@ __all__ = [
 BASE_TOPIC = "/camera/base/image_raw"
 WRIST_TOPIC = "/camera/wrist/image_raw/compressed"
 JOINT_TOPIC = "/joint_states"
+URDF_TOPIC = "/robot_description"
 TOPIC_TYPES = {
     BASE_TOPIC: "sensor_msgs/msg/Image",
     WRIST_TOPIC: "sensor_msgs/msg/CompressedImage",
@@ -196,6 +198,7 @@ def make_bags(
     seed: int = 0,
     storages: tuple[str, ...] = ("mcap", "sqlite3"),
     version: int = 8,
+    urdf: str | None = None,
 ) -> dict[str, Path]:
     """Write one fixture bag per storage into ``out_dir``.
 
@@ -209,6 +212,8 @@ def make_bags(
         seed: Seed for the timing jitter and the camera scenes.
         storages: Storage formats to write, from ``("mcap", "sqlite3")``.
         version: rosbag2 metadata version (8 is readable by Humble).
+        urdf: Record this URDF on ``/robot_description`` (std_msgs/String,
+            transient-local as robot_state_publisher offers it) at the bag's start.
 
     Returns:
         The bag directory per storage.
@@ -231,6 +236,14 @@ def make_bags(
                 )
             for topic, msgtype in TOPIC_TYPES.items():
                 writer.add_topic(topic, msgtype, qos=[_QOS[topic]])
+            if urdf is not None:
+                latched = RecordedQos(reliability="reliable", durability="transient_local", depth=1)
+                writer.add_topic(URDF_TOPIC, "std_msgs/msg/String", qos=[latched])
+                string_t = writer.typestore.types["std_msgs/msg/String"]
+                text = bytes(
+                    writer.typestore.serialize_cdr(string_t(data=urdf), "std_msgs/msg/String")
+                )
+                writer.write(URDF_TOPIC, START_NS, text)
             for stamp, topic, data in messages:
                 writer.write(topic, stamp, data)
         bags[storage] = path

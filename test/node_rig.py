@@ -23,7 +23,8 @@ import cv2
 import numpy as np
 import yaml
 from diagnostic_msgs.msg import DiagnosticArray
-from helpers import scaled
+from helpers import scaled, wait_until
+from lifecycle_msgs.srv import ChangeState, GetState
 from rclpy.executors import Executor, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -146,6 +147,13 @@ class Received:
     gripper: list[JointTrajectory] = field(default_factory=list)
     preview: list[JointTrajectory] = field(default_factory=list)
     diagnostics: list[DiagnosticArray] = field(default_factory=list)
+    #: id() of each recorded trajectory -> when it arrived (node clock, s): a hold is
+    #: stamped zero and starts on arrival, so its arrival is its start.
+    arrivals: dict[int, float] = field(default_factory=dict)
+
+    def start_of(self, msg: JointTrajectory) -> float:
+        """When the controller starts ``msg``: its stamp, or its arrival for a zero stamp."""
+        return stamp_of(msg) or self.arrivals[id(msg)]
 
 
 class Rig:
@@ -177,6 +185,8 @@ class Rig:
         self.joints = list(joints)
         self.state = np.array(state if state is not None else [0.1] * len(joints), dtype=float)
         self.cameras_on = True
+        # True: the raw camera sends 16UC1 depth frames (an encoding the node refuses).
+        self.depth_camera = False
         self.joint_states_on = True
         # Added to the published joint states (not to the arm), given the sample's number:
         # a glitching encoder or bus.
@@ -234,11 +244,17 @@ class Rig:
             parameter_overrides=[Parameter(k, value=v) for k, v in params.items()],
         )
         # Every trajectory a controller receives is checked against the robot's velocity
-        # limits (not ones a test raised) as the controller would run it; conftest.py
-        # judges the checker when the test ends.
+        # limits (not ones a test raised) as the controller the node is configured for
+        # would run it; conftest.py judges the checker when the test ends.
         self._state_time = -math.inf  # when self.state was last brought up to date
+        configured = None if self.node.lifecycle_state == "unconfigured" else self.node.config
         self.checker = VelocityChecker(
-            robot_velocity_limits(model), self._measured, name=self.node_name
+            robot_velocity_limits(model),
+            self._measured,
+            name=self.node_name,
+            from_desired_state=(
+                True if configured is None else bool(configured.interpolate_from_desired_state)
+            ),
         )
         # On the node's clock (the arm follows the trajectories' stamps).
         sim_time = [Parameter("use_sim_time", value=True)] if params.get("use_sim_time") else []
@@ -271,8 +287,10 @@ class Rig:
 
     def _subscribe(self, topic: str, sink: list, *, checked: bool = False) -> None:
         def record(msg: JointTrajectory) -> None:
+            arrived = self.feeder.get_clock().now().nanoseconds * 1e-9
             with self._lock:
                 sink.append(msg)
+                self.received.arrivals[id(msg)] = arrived
             if checked and msg.points and self.follow:
                 self._start_following(topic, msg)
             if checked and msg.points:
@@ -284,8 +302,15 @@ class Rig:
                     ],
                     dtype=float,
                 )
+                now = self.feeder.get_clock().now().nanoseconds * 1e-9
                 self.checker.add(
-                    topic, list(msg.joint_names), stamp_of(msg), tfs_of(msg), positions, velocities
+                    topic,
+                    list(msg.joint_names),
+                    stamp_of(msg),
+                    tfs_of(msg),
+                    positions,
+                    velocities,
+                    received=now,
                 )
 
         self.feeder.create_subscription(JointTrajectory, topic, record, 10)
@@ -300,7 +325,13 @@ class Rig:
             return
         stamp = self.feeder.get_clock().now().to_msg()
         h, w, _ = self._frame.shape
-        image = Image(height=h, width=w, encoding="rgb8", step=w * 3, data=self._frame.tobytes())
+        if self.depth_camera:
+            depth = np.full((h, w), 1000, dtype=np.uint16).tobytes()
+            image = Image(height=h, width=w, encoding="16UC1", step=w * 2, data=depth)
+        else:
+            image = Image(
+                height=h, width=w, encoding="rgb8", step=w * 3, data=self._frame.tobytes()
+            )
         image.header.stamp = stamp
         self._image_pub.publish(image)
         jpeg = CompressedImage(format="jpeg", data=self.jpeg)
@@ -310,7 +341,7 @@ class Rig:
     def _start_following(self, topic: str, msg: JointTrajectory) -> None:
         index = [self.joints.index(j) for j in msg.joint_names]
         now = self.feeder.get_clock().now().nanoseconds * 1e-9
-        point_times = stamp_of(msg) + tfs_of(msg)
+        point_times = (stamp_of(msg) or now) + tfs_of(msg)  # a zero stamp starts on arrival
         ahead = point_times > now
         if not ahead.any():
             return  # it ends in the past (a late message, a clock jump): JTC rejects it
@@ -344,10 +375,11 @@ class Rig:
                     self.state[joint] = np.interp(now, times, points[:, column])
 
     def _publish_joints(self) -> None:
-        if not self.joint_states_on:
-            return
+        # The arm follows its trajectories whether or not its joint states are sent.
         if self.follow:
             self._follow_now()
+        if not self.joint_states_on:
+            return
         now = self.feeder.get_clock().now()
         if self.joint_sample_period is None:
             self._publish_sample(now.to_msg())
@@ -369,6 +401,28 @@ class Rig:
         msg.header.stamp = stamp
         self._joint_pub.publish(msg)
 
+    def _call(self, service_type: Any, name: str, request: Any) -> Any:
+        """Call the node's service ``~/name`` from the feeder; its response."""
+        client = self.feeder.create_client(service_type, f"/{self.node_name}/{name}")
+        try:
+            assert client.wait_for_service(timeout_sec=scaled(10.0)), name
+            future = client.call_async(request)
+            return wait_until(lambda: future.done() and future.result(), timeout=15)
+        finally:
+            self.feeder.destroy_client(client)
+
+    def change_state(self, transition: str) -> bool:
+        """Ask the node's real ``~/change_state`` service (lifecycle_msgs/srv/ChangeState)
+        for ``transition`` by label (``configure``, ``activate``, ...); whether it
+        succeeded."""
+        request = ChangeState.Request()
+        request.transition.label = transition
+        return bool(self._call(ChangeState, "change_state", request).success)
+
+    def get_state(self) -> str:
+        """The node's lifecycle state through its real ``~/get_state`` service."""
+        return str(self._call(GetState, "get_state", GetState.Request()).current_state.label)
+
     def publish_prompt(self, text: str) -> None:
         self._prompt_pub.publish(String(data=text))
 
@@ -379,6 +433,7 @@ class Rig:
                 list(self.received.gripper),
                 list(self.received.preview),
                 list(self.received.diagnostics),
+                dict(self.received.arrivals),
             )
 
     def statuses(self) -> list[dict[str, Any]]:

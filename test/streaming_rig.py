@@ -19,17 +19,17 @@ import numpy as np
 from trajectory_checker import VelocityChecker, robot_velocity_limits
 
 from relay_ros.demo.models import load_model_config
-from relay_ros.models import family_of
+from relay_ros.formats import format_for
+from relay_ros.formats.embodiment import load_embodiment
 from relay_ros.node.node_config import NodeConfig
 from relay_ros.paths import config_dir
 from relay_ros.pipeline.camera_map import load_model_camera_map
-from relay_ros.pipeline.controller_messages import TrajectoryMessage
 from relay_ros.pipeline.frame_source import ArrivedFrame, LatestFrame
+from relay_ros.pipeline.gate.messages import TrajectoryMessage
 from relay_ros.pipeline.health import assess
 from relay_ros.pipeline.observation_request import RequestTag
 from relay_ros.pipeline.state import TRUST_AFTER_SAMPLES
 from relay_ros.pipeline.streaming import StreamingCore
-from relay_ros.server.embodiment import load_embodiment
 from relay_ros.server.metadata import build_metadata
 from relay_ros.wire.connection import InferOutcome
 
@@ -143,13 +143,15 @@ class CoreRig:
     # keeps the request times independent of the ticking; test_observation_timing.py
     # tests the others.
     observation_timing: str = "request"
+    # Switches that stop the core from the start (StreamingCore's ``stopped``).
+    stopped: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         base = load_model_config(self.model)
         self.config: NodeConfig = dataclasses.replace(base, **self.overrides)
         cameras = load_model_camera_map(config_dir() / f"{self.model}_cameras.yaml", self.model)
         self.camera_keys = [c.key for c in cameras]
-        groot = family_of(self.model) == "groot"
+        groot = format_for(self.model).needs_embodiment  # GR00T: the so100 joints
         self.joints = list(GROOT_JOINTS if groot else PI_JOINTS)
         self.state = np.full(len(self.joints), 0.1)
         if self.metadata is None:
@@ -175,7 +177,7 @@ class CoreRig:
         self.ticks = 0
         self._event = False
         self._last_tick = -math.inf
-        self._following: dict[str, tuple[list[int], np.ndarray, Any]] = {}
+        self._following: dict[str, tuple[list[int], np.ndarray, float, Any]] = {}
         self.sources = {key: _TimedSource(self, key) for key in self.camera_keys}
         # Every trajectory sent to a controller is checked against the robot's velocity
         # limits (not ones a test raised); conftest.py judges it when the test ends. The
@@ -184,6 +186,7 @@ class CoreRig:
             robot_velocity_limits(self.model),
             lambda: (dict(zip(self.joints, self.state.tolist())), self.now),
             name=f"CoreRig({self.model})",
+            from_desired_state=bool(self.config.interpolate_from_desired_state),
         )
         self.core = StreamingCore(
             self.config,
@@ -194,6 +197,7 @@ class CoreRig:
             log=self.log,
             perf_clock=lambda: self.now + self.perf_extra,
             frame_sources=self.sources if self.on_demand else None,
+            stopped=self.stopped,
             **(
                 {}
                 if self.observation_timing is None
@@ -208,17 +212,24 @@ class CoreRig:
         if msg.output is not None:
             p = msg.points
             self.checker.add(
-                msg.output, msg.joint_names, p.stamp, p.time_from_start, p.positions, p.velocities
+                msg.output,
+                msg.joint_names,
+                p.stamp,
+                p.time_from_start,
+                p.positions,
+                p.velocities,
+                received=self.now,
             )
         if self.follow and msg.output is not None:
             index = [self.joints.index(j) for j in msg.joint_names]
-            self._following[msg.output] = (index, self.state[index].copy(), msg.points)
+            stamp = msg.points.stamp or self.now  # a zero stamp starts on arrival
+            self._following[msg.output] = (index, self.state[index].copy(), stamp, msg.points)
 
     def _follow(self) -> None:
         """As joint_trajectory_controller: from the position at arrival to the first
         point, then linear between points, the last one held."""
-        for index, start, points in self._following.values():
-            times = np.concatenate(([points.stamp], points.stamp + points.time_from_start))
+        for index, start, stamp, points in self._following.values():
+            times = np.concatenate(([stamp], stamp + points.time_from_start))
             positions = np.vstack((start[None, :], points.positions))
             for column, joint in enumerate(index):
                 self.state[joint] = np.interp(self.now, times, positions[:, column])

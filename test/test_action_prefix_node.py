@@ -1,16 +1,21 @@
 """policy_node's side of the action_prefix extension, on StreamingCore's synthetic clock:
-the keys go out only when the server advertises them, carry what the controller will
-follow, and a server that honours them makes consecutive chunks join."""
+the keys go out only with smoothing 'prefix' (refused on a server that does not
+advertise them), carry what the controller will follow, and a server that honours
+them makes consecutive chunks join."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
+import pytest
 from streaming_rig import CoreRig  # test/ helper
 
+from relay_ros.formats.embodiment import load_embodiment
+from relay_ros.pipeline.interpolation import finite_difference_velocities, hermite_state
+from relay_ros.pipeline.settings import StreamingConfigError
 from relay_ros.server.action_prefix import apply_prefix
-from relay_ros.server.embodiment import load_embodiment
 from relay_ros.server.metadata import build_metadata
 
 H = 50
@@ -54,15 +59,31 @@ def boundary_jumps(rig: CoreRig) -> list[float]:
     return jumps
 
 
-def test_prefix_is_sent_only_when_the_server_advertises_it() -> None:
-    plain = CoreRig()
-    plain.connect()
-    plain.run_until(lambda: len(plain.chunks()) >= 3)
-    assert all(
-        "action_prefix" not in obs and "committed_steps" not in obs for obs in plain.observations
-    )
+PREFIX = {"smoothing": "prefix", "execute_horizon": 25}
 
-    rig = CoreRig(metadata=build_metadata("pi05", action_prefix=True))
+
+def test_prefix_is_sent_only_with_smoothing_prefix_on_a_server_that_advertises_it() -> None:
+    for metadata in (None, build_metadata("pi05", action_prefix=True)):  # auto: splice
+        plain = CoreRig(metadata=metadata)
+        plain.connect()
+        plain.run_until(lambda rig=plain: len(rig.chunks()) >= 3)
+        assert all(
+            "action_prefix" not in obs and "committed_steps" not in obs
+            for obs in plain.observations
+        )
+    # Asked for on a server without the extension: refused at connect, with the reason.
+    refused = CoreRig(overrides=PREFIX)
+    refused.connect()
+    assert refused.core.server is None
+    assert "needs a server that advertises the action_prefix extension" in (
+        refused.core.config_error or ""
+    )
+    live = CoreRig()
+    live.connect()
+    with pytest.raises(StreamingConfigError, match="action_prefix extension"):
+        live.core.apply_config(dataclasses.replace(live.config, smoothing="prefix"), live.now)
+
+    rig = CoreRig(metadata=build_metadata("pi05", action_prefix=True), overrides=PREFIX)
     rig.connect()
     rig.run_until(lambda: len(rig.chunks()) >= 3)
     first, *later = rig.observations
@@ -92,7 +113,7 @@ class RecordingRig(CoreRig):
 
 
 def test_prefix_rows_are_what_the_controller_follows() -> None:
-    rig = RecordingRig(metadata=build_metadata("pi05", action_prefix=True))
+    rig = RecordingRig(metadata=build_metadata("pi05", action_prefix=True), overrides=PREFIX)
     rig.connect()
     rig.run_until(lambda: len(rig.observations) >= 5)
     dt = 1.0 / 50.0
@@ -105,7 +126,9 @@ def test_prefix_rows_are_what_the_controller_follows() -> None:
             t = t_obs + i * dt
             if t < times[0]:  # before its first point the command is still moving there
                 continue
-            expected = [np.interp(t, times, positions[:, j]) for j in range(7)]
+            # Cubic between points, through the velocities the node publishes.
+            velocities = finite_difference_velocities(positions, times)
+            expected = hermite_state(times, positions, velocities, t)[0]
             np.testing.assert_allclose(prefix[i, :7], expected, atol=1e-5)
             checked += 1
     assert checked >= 6
@@ -115,24 +138,29 @@ def test_a_server_that_honours_the_prefix_makes_chunks_join() -> None:
     # Joints that stand still (follow=False) under a policy that changes its mind by
     # 0.02 rad: without the prefix that is a 1 rad/s step at each switch (within the
     # robot's 2 rad/s, cubic overshoot included, so nothing is refused).
-    none = CoreRig(policy=disagreeing_policy(honour_prefix=False), follow=False)
+    none = CoreRig(
+        policy=disagreeing_policy(honour_prefix=False),
+        follow=False,
+        overrides={"smoothing": "none"},
+    )
     none.connect()
     none.run_until(lambda: len(none.chunks()) >= 6)
     prefix = CoreRig(
         metadata=build_metadata("pi05", action_prefix=True),
         policy=disagreeing_policy(honour_prefix=True),
+        overrides=PREFIX,
     )
     prefix.connect()
     prefix.run_until(lambda: len(prefix.chunks()) >= 6)
-    # Without the prefix each switch jumps by about the disagreement (0.02 rad) ...
-    assert min(boundary_jumps(none)[1:]) > 0.015
+    # Without the prefix each switch jumps by about the disagreement (0.01 to 0.03 rad) ...
+    assert min(boundary_jumps(none)[1:]) > 0.0075
     # ... with it, the new chunk continues the old one (steps are 0.002 rad).
     assert max(boundary_jumps(prefix)) < 0.005
 
 
 def test_groot_prefix_has_the_flat_action_width() -> None:
     metadata = build_metadata("groot", embodiment=load_embodiment("so100"), action_prefix=True)
-    rig = CoreRig(model="groot", metadata=metadata)
+    rig = CoreRig(model="groot", metadata=metadata, overrides={"smoothing": "prefix"})
     rig.connect()
     rig.run_until(lambda: len(rig.observations) >= 3)
     prefix = rig.observations[-1]["action_prefix"]

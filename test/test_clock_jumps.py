@@ -57,7 +57,10 @@ def test_clock_jumps_restart_the_schedule_hold_and_warn(ros_context, tmp_path):
         rig = Rig(
             ros_context,
             server.url_template,
-            overrides={"use_sim_time": True},
+            # A fixed execute horizon (a request every 0.5 s): with the automatic one a
+            # request is nearly always in flight at the jump, the crash of issue 26's
+            # fault 1, which its own test covers.
+            overrides={"use_sim_time": True, "execute_horizon": 25},
             tmp_path=tmp_path,
         )
         rig.executor.add_node(clock.node)
@@ -94,5 +97,38 @@ def test_clock_jumps_restart_the_schedule_hold_and_warn(ros_context, tmp_path):
                 # The jump is never stall time: 100 s (or the 10 s of nothing) would be.
                 assert float(resumed["stall_time_s"]) - stalled < 5.0, resumed["stall_time_s"]
             core: StreamingCore = rig.node.core
+            assert core.counts["clock_jumps"] >= 2
+        clock.node.destroy_node()
+
+
+@pytest.mark.slow
+def test_a_clock_jump_with_a_request_in_flight_drops_its_reply(ros_context, tmp_path):
+    """Issue 26, fault 1: /clock forward 100 s or back 10 s while a request is in
+    flight (a 0.6 s server) crashed policy_node's tick (SchedulerStateError,
+    StatsError: latency -9.68 s). The reply from before the jump is dropped and
+    counted; the node keeps streaming and no latency is negative."""
+    clock = SimClock(ros_context)
+    with run_server_in_thread(ServerOptions(models=("pi05",), latency_ms=600.0)) as server:
+        rig = Rig(
+            ros_context,
+            server.url_template,
+            overrides={"use_sim_time": True, "execute_horizon": 45},
+            tmp_path=tmp_path,
+        )
+        rig.executor.add_node(clock.node)
+        with rig:
+            core: StreamingCore = rig.node.core
+            wait_until(lambda: _chunks(rig) >= 2, timeout=30)
+            for jump in (100.0, -10.0):
+                requests = core.counts["requests"]
+                dropped = core.counts["replies_before_clock_jump"]
+                wait_until(lambda r=requests: core.counts["requests"] > r, timeout=15)
+                clock.jump(jump)  # well inside the new request's 0.6 s
+                wait_until(
+                    lambda d=dropped: core.counts["replies_before_clock_jump"] > d, timeout=15
+                )
+                chunks = _chunks(rig)
+                wait_until(lambda c=chunks: _chunks(rig) >= c + 2, timeout=15)
+            assert core.latency.percentile(0) >= 0.0
             assert core.counts["clock_jumps"] >= 2
         clock.node.destroy_node()

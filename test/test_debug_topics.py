@@ -8,12 +8,13 @@ from typing import Any
 import numpy as np
 import pytest
 
+from relay_ros.formats import format_for
+from relay_ros.formats.groot import GROOT
+from relay_ros.formats.pi import PI
 from relay_ros.node.debug_topics import (
     debug_topic_name,
     frame_to_rgb,
     image_fields,
-    observation_frames,
-    observation_state,
 )
 from relay_ros.sim.scene import encode_jpeg
 
@@ -28,12 +29,18 @@ def test_topic_names_and_image_fields() -> None:
     assert fields.data == frame.tobytes()
     decoded = frame_to_rgb(encode_jpeg(frame))
     assert decoded.shape == (4, 5, 3) and abs(int(decoded[..., 0].mean()) - 200) < 10
-    assert observation_frames({"video": {"v": 1}}) == {"v": 1}
-    assert observation_frames({"images": {"a": 2}}) == {"a": 2}
-    padded = {"state": np.array([0.5, 1.5, 0.0, 0.0], np.float32)}
-    assert observation_state(padded, 2) == [0.5, 1.5]
+    # Each wire format reads its own observations back.
+    video = {"video": {"v": frame[None]}, "state": {}}
+    assert GROOT.observed(video)[0]["v"].shape == (4, 5, 3)
+    assert PI.observed({"images": {"a": 2}, "state": [0.5]}) == ({"a": 2}, [0.5])
+    padded = {"images": {}, "state": np.array([0.5, 1.5, 0.0, 0.0], np.float32)}
+    assert PI.observed(padded)[1] == [0.5, 1.5, 0.0, 0.0]
     groups = {"state": {"state.arm": np.array([[1.0, 2.0]]), "state.gripper": np.array([[3.0]])}}
-    assert observation_state(groups) == [1.0, 2.0, 3.0]
+    assert GROOT.observed(groups)[1] == [1.0, 2.0, 3.0]
+    aloha = format_for("pi05", "aloha")
+    chw = {"images": {"cam_high": np.zeros((3, 4, 5), np.uint8)}, "state": np.arange(14.0)}
+    frames, state = aloha.observed(chw)
+    assert frames["cam_high"].shape == (4, 5, 3) and state == list(np.arange(14.0))
     with pytest.raises(ValueError, match=r"frame of shape \(4, 5\); expected \(H, W, 3\)"):
         image_fields(np.zeros((4, 5)))
 
@@ -52,7 +59,9 @@ def test_published_to_real_subscribers_only_while_subscribed(ros_context: Any) -
     executor.add_node(node)
     executor.add_node(listener)
     try:
-        topics = ObservationTopics(node, ["base_0_rgb", "left_wrist_0_rgb"], ["j1", "j2"])
+        topics = ObservationTopics(
+            node, ["base_0_rgb", "left_wrist_0_rgb"], ["j1", "j2"], wire_format=PI
+        )
         frame = np.arange(224 * 224 * 3, dtype=np.uint32).astype(np.uint8).reshape(224, 224, 3)
         observation = {
             "images": {"base_0_rgb": frame, "left_wrist_0_rgb": encode_jpeg(frame)},

@@ -39,8 +39,10 @@ from relay_ros.demo import (
     server_command,
     stall_intervals,
 )
-from relay_ros.demo.policy_settings import DemoPolicy
+from relay_ros.demo.plot import zoomed_switch
+from relay_ros.demo.policy_settings import SMOOTHINGS, DemoPolicy
 from relay_ros.node.param_spec import flatten_parameters
+from relay_ros.sim.controller_measures import BoundaryStep
 from relay_ros.sim.motion_measures import SwitchSummary
 from relay_ros.sim.task import TaskMeasures
 
@@ -135,6 +137,15 @@ def _result(mode: str, *, stall: float, latencies_ms: list[float]) -> DemoResult
         startup_s=0.0834,
         first_point_distance=0.0012,
         switches=SwitchSummary(9, 2, 0.004, 0.001, 0.002, 0.15, 0.3),
+        smoothing="splice (fade adds <= 5 rad/s^2)",
+        request_lead_s=0.081,
+        tracking_lag_s=0.04,
+        ages=0.1 + (times % period),
+        steps=[
+            BoundaryStep(t, 0.01, 0.02, 0.5, t + 0.02, 0.001 * k, 0.1, 0.004, False)
+            for k, t in enumerate((0.4, 0.8, 1.2))
+        ],
+        task_joints=("joint1",),
     )
 
 
@@ -195,7 +206,16 @@ def test_run_demo_argument_errors():
     assert str(info.value) == "fault 'swap-wires' is not one of ['swap-cameras', 'swap-red-blue']"
     for kwargs, message in [
         ({"kind": "random"}, "policy 'random' is not one of ['visual', 'flow']"),
-        ({"smoothing": "spline"}, "smoothing 'spline' is not one of ['none', 'blend', 'prefix']"),
+        (
+            {"smoothing": "spline"},
+            "smoothing 'spline' is not one of ['auto', 'none', 'splice', 'prefix', 'crossfade', "
+            "'lerobot_average', 'act_ensemble']",
+        ),
+        (
+            {"smoothing": "prefix", "server_prefix": False},
+            "smoothing 'prefix' needs a server that advertises action_prefix; leave "
+            "server_prefix unset or True",
+        ),
         ({"chunk_noise": -1.0}, "chunk_noise -1.0 is not a finite number >= 0"),
         ({"seed": -2}, "seed -2 is not an integer >= 0"),
     ]:
@@ -204,20 +224,15 @@ def test_run_demo_argument_errors():
         assert str(info.value) == message
 
 
-def test_demo_policy_blend_steps_are_the_server_soft_window():
-    from relay_ros.demo.models import load_model_config
-    from relay_ros.models import MODEL_IDS, get_model
-    from relay_ros.server.action_prefix import soft_steps
+def test_demo_policy_offers_the_nodes_smoothings_on_the_seeds_server():
+    from relay_ros.pipeline.smoothing import SMOOTHING_CHOICES
 
-    blend = DemoPolicy(smoothing="blend")
-    for model in MODEL_IDS:
-        horizon = get_model(model).server_metadata["action_horizon"]
-        execute = load_model_config(model).execute_horizon
-        assert blend.blend_steps(model, execute) == soft_steps(execute, horizon)
-    assert blend.blend_steps("pi05", 25) == 12
-    assert blend.blend_steps("pi05", None) == 12  # half of half of H = 50
-    assert blend.blend_steps("groot", 8) == 4
-    assert DemoPolicy(smoothing="prefix").blend_steps("pi05", 25) == 0
+    assert SMOOTHINGS == SMOOTHING_CHOICES
+    default = DemoPolicy()
+    assert default.smoothing == "auto" and not default.advertises_prefix  # as the seeds'
+    assert DemoPolicy(smoothing="prefix").advertises_prefix  # it needs the extension
+    assert DemoPolicy(smoothing="splice", server_prefix=True).advertises_prefix
+    assert "server without action_prefix (as the seeds')" in default.label()
 
 
 # --------------------------------------------------------------------------- what starts
@@ -238,11 +253,11 @@ def test_node_parameters_match_the_model_config(model):
         {
             "policy_url": f"ws://127.0.0.1:8123/{model}",
             "request_mode": "sync",
-            "blend_steps": 0,  # the default smoothing is the server's action prefix
+            "smoothing": "auto",  # the node's choice for the server it meets
         },
     ]
-    blended = demo_node_parameters(model, policy=DemoPolicy(smoothing="blend", seed=4))
-    assert blended["policy_node"][1]["blend_steps"] == (12 if model == "pi05" else 4)  # E // 2
+    blended = demo_node_parameters(model, policy=DemoPolicy(smoothing="crossfade", seed=4))
+    assert blended["policy_node"][1]["smoothing"] == "crossfade"
     assert blended["sim_cameras"][0]["seed"] == 4
 
     cameras = params["sim_cameras"][0]
@@ -284,20 +299,45 @@ def test_node_parameter_errors():
 
 def test_server_command():
     assert server_command(
-        "groot", port=0, latency_ms=80, jitter_ms=12.5, port_file=Path("/tmp/p"),
+        "groot",
+        port=0,
+        latency_ms=80,
+        jitter_ms=12.5,
+        port_file=Path("/tmp/p"),
         executable=("python", "-m", "relay_ros.server"),
     ) == [
-        "python", "-m", "relay_ros.server", "--host", "127.0.0.1", "--port", "0",
-        "--model", "groot", "--latency-ms", "80", "--jitter-ms", "12.5",
-        "--log-level", "WARNING", "--synthetic", "visual", "--chunk-noise", "1",
-        "--seed", "0", "--action-prefix", "--port-file", "/tmp/p",
-    ]  # fmt: skip
-    prefix = server_command(
-        "pi05", policy=DemoPolicy(kind="flow", chunk_noise=0.5, smoothing="blend", seed=3)
+        "python",
+        "-m",
+        "relay_ros.server",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--model",
+        "groot",
+        "--latency-ms",
+        "80",
+        "--jitter-ms",
+        "12.5",
+        "--log-level",
+        "WARNING",
+        "--synthetic",
+        "visual",
+        "--chunk-noise",
+        "1",
+        "--seed",
+        "0",
+        "--port-file",
+        "/tmp/p",
+    ]  # fmt: skip  (a server like the seeds': no action_prefix)
+    flow = server_command(
+        "pi05", policy=DemoPolicy(kind="flow", chunk_noise=0.5, smoothing="crossfade", seed=3)
     )
-    assert prefix[prefix.index("--synthetic") :] == [
+    assert flow[flow.index("--synthetic") :] == [
         "--synthetic", "flow", "--chunk-noise", "0.5", "--seed", "3",
     ]  # fmt: skip
+    prefix = server_command("pi05", policy=DemoPolicy(smoothing="prefix"))
+    assert prefix[-1] == "--action-prefix"
     with pytest.raises(DemoArgumentError) as info:
         server_command("pi05", jitter_ms=float("inf"))
     assert str(info.value) == "jitter_ms inf is not a finite number of ms >= 0"
@@ -402,13 +442,18 @@ def test_summary_table_puts_runs_side_by_side():
     text = format_summary([early, sync])
     lines = text.splitlines()
     assert lines[0] == (
-        "relay_ros demo: pi05, simulated inference 80 ms +/- 20 ms, dt 20.0 ms, execute horizon 25"
+        "relay_ros demo: pi05, simulated inference 80 ms +/- 20 ms, dt 20.0 ms, arm tracking "
+        "lag 40 ms"
     )
-    assert lines[1] == "visual policy, chunk noise 1, smoothing prefix, seed 0"
-    assert "same world" in lines[2]
-    assert lines[4].split() == ["early", "(4", "s)", "sync", "(4", "s)"]
+    assert lines[1] == "smoothing: splice (fade adds <= 5 rad/s^2)"
+    assert lines[2] == (
+        "visual policy, chunk noise 1, server without action_prefix (as the seeds'), "
+        "smoothing auto, seed 0"
+    )
+    assert "same world" in lines[3]
+    assert lines[5].split() == ["early", "(4", "s)", "sync", "(4", "s)"]
     rows = {}
-    for line in lines[6:]:
+    for line in lines[7:]:
         label, *cells = re.split(r"\s{2,}", line.strip())
         rows[label] = " ".join(cells).split()
     assert rows["latency p50 / p99 [ms]"] == ["85", "/", "100", "80", "/", "80"]
@@ -417,9 +462,11 @@ def test_summary_table_puts_runs_side_by_side():
     assert rows["start-up: refusals before it"] == ["0", "0"]
     assert rows["start-up: first point from state [rad]"] == ["0.001", "0.001"]
     assert rows["switches moving / at rest"] == ["9", "/", "2", "9", "/", "2"]
-    assert rows["switch C0 / typical step (moving)"] == ["0.25", "0.25"]
+    assert rows["smoothing"] == ["splice", "splice"]
+    assert rows["execute horizon / request lead [ms] (end)"] == ["25", "/", "81"] * 2
+    assert rows["switch C0 / typical step med / p95 (moving)"] == ["0.25", "/", "0.50"] * 2
     assert rows["switch C1 med [rad/s] (moving)"] == ["0.15", "0.15"]
-    assert rows["action age p50 / max [ms]"] == ["350", "/", "610", "350", "/", "610"]
+    assert rows["observation age p50 / max [ms]"] == ["350", "/", "610", "350", "/", "610"]
     assert rows["rejected messages"] == ["0", "0"]
     assert rows["requests"] == ["10", "10"]
     assert rows["target error med / p90 [cm]"] == ["2.0", "/", "7.0", "2.0", "/", "7.0"]
@@ -453,6 +500,8 @@ def test_plot_writes_a_png(tmp_path):
     assert path.read_bytes()[:8] == PNG_SIGNATURE
     single = plot_demo(results[:1], tmp_path / "single.png")
     assert single.read_bytes()[:8] == PNG_SIGNATURE
+    # The zoom shows the moving switch with the median position gap.
+    assert zoomed_switch(results[0]) == pytest.approx(0.8)
 
 
 # --------------------------------------------------------------------------- Ctrl-C

@@ -23,8 +23,8 @@ from helpers import pi_observation
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
+from relay_ros.formats.requests import INTERNAL_ERROR, INVALID_PAYLOAD
 from relay_ros.server import PolicyServer, ServerOptions
-from relay_ros.server.validation import INTERNAL_ERROR, INVALID_PAYLOAD
 from relay_ros.wire.codec import OBSERVATION_LIMITS, REPLY_LIMITS, CodecError, packb, unpackb
 from relay_ros.wire.errors import PolicyServerError
 from relay_ros.wire.reply import Reply, decode_reply

@@ -14,7 +14,12 @@ import pytest
 import yaml
 
 from relay_ros.models import MODEL_IDS
-from relay_ros.node.launch_args import POLICY_LAUNCH_ARGUMENTS, parse_bool, policy_node_parameters
+from relay_ros.node.launch_args import (
+    POLICY_LAUNCH_ARGUMENTS,
+    parse_bool,
+    policy_node_namespace,
+    policy_node_parameters,
+)
 from relay_ros.node.param_spec import ParameterError
 from relay_ros.paths import config_dir
 
@@ -147,7 +152,11 @@ def test_policy_launch_file_is_thin_and_delegates():
         if isinstance(node, ast.ImportFrom) and node.module == "relay_ros.node.launch_args"
         for alias in node.names
     }
-    assert imported == {"POLICY_LAUNCH_ARGUMENTS", "policy_node_parameters"}
+    assert imported == {
+        "POLICY_LAUNCH_ARGUMENTS",
+        "policy_node_namespace",
+        "policy_node_parameters",
+    }
     functions = {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}
     assert "generate_launch_description" in functions
     assert "policy_node" in _declared_names(tree)  # the executable it starts
@@ -173,3 +182,37 @@ def test_the_urdf_arguments_description_says_the_shipped_limits_override_it():
             joint for name in values["output_names"] for joint in values[f"outputs.{name}.joints"]
         }
         assert commanded <= set(values["joint_limits"]), model
+
+
+@pytest.mark.parametrize(
+    "text, namespace",
+    [
+        ("", ""),
+        ("/", ""),
+        ("robot1", "robot1"),
+        ("/robot1", "/robot1"),
+        ("/fleet/robot_2/", "/fleet/robot_2"),
+        (" arm ", "arm"),
+    ],
+)
+def test_the_namespace_argument(text, namespace):
+    assert policy_node_namespace({"namespace": text}) == namespace
+    # It is a launch argument like the others: the parameters do not change.
+    assert policy_node_parameters({"namespace": text}) == policy_node_parameters({})
+
+
+@pytest.mark.parametrize("text, token", [("2robot", "2robot"), ("/a/b-c", "b-c"), ("a//b", "")])
+def test_a_bad_namespace_names_the_token(text, token):
+    with pytest.raises(ParameterError) as info:
+        policy_node_namespace({"namespace": text})
+    assert str(info.value) == (
+        f"launch argument 'namespace' is {text!r}; {token!r} is not a ROS name token (a letter "
+        "or '_', then letters, digits or '_'), e.g. namespace:=robot1"
+    )
+
+
+def test_autostart_is_passed_only_when_given():
+    assert "autostart" not in policy_node_parameters({})[1]
+    assert policy_node_parameters({"autostart": "false"})[1]["autostart"] is False
+    with pytest.raises(ParameterError, match="launch argument 'autostart' is 'later'"):
+        policy_node_parameters({"autostart": "later"})

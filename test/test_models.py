@@ -50,12 +50,26 @@ def test_builtin_models() -> None:
 def test_registry_refuses_bad_entries() -> None:
     with pytest.raises(ValueError, match="model 'pi05' is registered already"):
         models.register_model(get_model("pi05"))
-    with pytest.raises(ValueError, match="family 'rt2' is not one of"):
-        ModelSpec("x", "rt2", "")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="needs camera_keys and max_cameras"):
-        ModelSpec("x", "pi", "")
+    with pytest.raises(ValueError, match="family '' must name a wire format"):
+        ModelSpec("x", "", "")
     with pytest.raises(ValueError, match="'groot' is built in"):
         models.unregister_model("groot")
+
+
+def test_the_format_is_looked_up_by_family() -> None:
+    from relay_ros.formats import FormatError, format_for
+
+    models.register_model(ModelSpec("rt2_test", "rt2", "unknown wire format"))
+    models.register_model(ModelSpec("pi_bare", "pi", "π entry without camera keys"))
+    try:
+        with pytest.raises(FormatError, match="wire format 'rt2' is not one of"):
+            format_for("rt2_test")
+        # A π entry without camera keys takes the openpi three.
+        keys, most = format_for("pi_bare").camera_rules(get_model("pi_bare"))
+        assert keys == ("base_0_rgb", "left_wrist_0_rgb", "right_wrist_0_rgb") and most == 3
+    finally:
+        models.unregister_model("rt2_test")
+        models.unregister_model("pi_bare")
 
 
 def test_a_new_entry_is_accepted_by_env_server_params_and_demo(droid: ModelSpec) -> None:
@@ -128,7 +142,7 @@ def test_a_new_entry_is_accepted_by_the_node_pipeline(droid: ModelSpec, tmp_path
     cameras.write_text("base_0_rgb: /cam/base\nleft_wrist_0_rgb: /cam/wrist/compressed\n")
     entries = load_model_camera_map(cameras, "pi05_droid")
     spec = ServerSpec.from_metadata(build_metadata("pi05_droid"), model="pi05_droid")
-    assert (spec.family, spec.action_horizon, spec.chunk_width, spec.max_cameras) == (
+    assert (spec.format.name, spec.action_horizon, spec.chunk_width, spec.max_cameras) == (
         "pi",
         15,
         8,

@@ -14,9 +14,9 @@ import math
 import numpy as np
 import pytest
 
+from relay_ros.pipeline.gate.motion import MotionLimits, check_motion
 from relay_ros.pipeline.interpolation import finite_difference_velocities, segment_extremes
 from relay_ros.pipeline.joint_limits import JointLimit
-from relay_ros.pipeline.motion_check import MotionLimits, check_motion
 from relay_ros.pipeline.safety import SafetyError
 
 DT = 0.02

@@ -190,8 +190,10 @@ def test_groot_observation_exact():
 
 
 def test_accepted_by_reference_server_validation():
-    validation = pytest.importorskip("relay_ros.server.validation")
-    embodiment_mod = pytest.importorskip("relay_ros.server.embodiment")
+    from relay_ros.formats.embodiment import load_embodiment
+    from relay_ros.formats.groot import validate_groot
+    from relay_ros.formats.pi import validate_pi
+
     pi = ObservationBuilder(PI, camera_keys=["base_0_rgb", "right_wrist_0_rgb"])
     obs = unpackb(
         packb(
@@ -204,7 +206,7 @@ def test_accepted_by_reference_server_validation():
             )
         )
     )
-    request = validation.validate_pi(
+    request = validate_pi(
         obs,
         action_dim=32,
         camera_keys=("base_0_rgb", "left_wrist_0_rgb", "right_wrist_0_rgb"),
@@ -225,9 +227,9 @@ def test_accepted_by_reference_server_validation():
             )
         )
     )
-    request = validation.validate_groot(
+    request = validate_groot(
         obs,
-        embodiment=embodiment_mod.load_embodiment("so100"),
+        embodiment=load_embodiment("so100"),
         needs_session_id=False,
         adapters=[],
     )

@@ -97,7 +97,7 @@ def moving_rig(timing: str) -> RecordingRig:
         follow=True,
         camera_period_s=CAMERA_PERIOD,
         observation_timing=timing,
-        overrides={"execute_horizon": 10},
+        overrides={"execute_horizon": 10, "request_lead_s": 0.1},
     )
     rig.connect()
     rig.run_until(lambda: len(rig.observations) >= 8)
@@ -127,8 +127,8 @@ def test_frame_timing_sends_the_state_at_the_newest_frame() -> None:
         np.testing.assert_allclose(_sent_state(obs), rig.arm_at(newest), atol=1e-6)
     # The chunks are timed from there: the controller still got no jump.
     assert rig.core.counts["refusals"] == 0
-    # The request goes one lead (50 ms reply + 50 ms margin) before the switch: the
-    # frames' age is not latency the lead must cover.
+    # The request goes one lead (0.1 s) before the switch: the frames' age is not
+    # latency the lead must cover.
     dt, execute = 0.02, 10
     for chunk, requested in zip(rig.chunks()[2:5], rig.requested[3:6]):
         switch = chunk.points.stamp + chunk.points.time_from_start[0] + (execute - 1) * dt

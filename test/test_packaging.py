@@ -47,6 +47,7 @@ RUNTIME_KEYS = {
     "sensor_msgs": "sensor_msgs",
     "trajectory_msgs": "trajectory_msgs",
     "diagnostic_msgs": "diagnostic_msgs",
+    "lifecycle_msgs": "lifecycle_msgs",
     "rosgraph_msgs": "rosgraph_msgs",
     "ament_index_python": "ament_index_python",
     "launch": "launch",
@@ -61,6 +62,9 @@ RUNTIME_KEYS = {
     "rosbags": "python3-rosbags-pip",
     "matplotlib": "python3-matplotlib",
 }
+#: Imports without a rosdep key (rosdistro's rosdep/*.yaml has none): setup.py's
+#: install_requires and requirements/runtime.txt bring them (docs/ros_install.md).
+PIP_ONLY = {"av": "av", "pyarrow": "pyarrow"}
 TEST_KEYS = {
     "pytest": "python3-pytest",
     "hypothesis": "python3-hypothesis",
@@ -158,13 +162,17 @@ def test_every_import_is_declared(manifest):
     """Each third-party import of relay_ros/ and launch/ has its exec_depend, and
     nothing is declared that the code does not import."""
     imports = _third_party_imports(_code_files(), local=set())
-    unknown = {name: files for name, files in imports.items() if name not in RUNTIME_KEYS}
+    unknown = {
+        name: files
+        for name, files in imports.items()
+        if name not in RUNTIME_KEYS and name not in PIP_ONLY
+    }
     assert unknown == {}, (
         f"imports without a package.xml key: {unknown}; add each to package.xml "
         "(exec_depend with its rosdep key) and to RUNTIME_KEYS"
     )
     declared = {dep.name for dep in manifest.exec_depends}
-    needed = {RUNTIME_KEYS[name] for name in imports}
+    needed = {RUNTIME_KEYS[name] for name in imports if name in RUNTIME_KEYS}
     assert declared - needed == set(), "declared but never imported"
     assert needed - declared == set(), "imported but not declared"
     # build_depend and depend would pull the packages in at build time: nothing is built.
@@ -174,11 +182,14 @@ def test_every_import_is_declared(manifest):
 @pytest.mark.ros
 def test_every_test_import_is_declared(manifest):
     local = {path.stem for path in _test_files()}
-    imports = _third_party_imports(_test_files(), local=local)
+    # openpi's packages run only in .venv-openpi (they pin numpy<2): the stub policy is
+    # a program of that venv (requirements/openpi.txt), not of the package's tests.
+    files = [path for path in _test_files() if path.name != "openpi_stub_policy.py"]
+    imports = _third_party_imports(files, local=local)
     unknown = {
         name: files
         for name, files in imports.items()
-        if name not in RUNTIME_KEYS and name not in TEST_KEYS
+        if name not in RUNTIME_KEYS and name not in TEST_KEYS and name not in PIP_ONLY
     }
     assert unknown == {}, f"test imports without a package.xml key: {unknown}"
     declared = {dep.name for dep in manifest.test_depends}
@@ -186,6 +197,26 @@ def test_every_test_import_is_declared(manifest):
     assert declared == needed
     # rosbags-image has no rosdep key: it reaches the tests through the "test" extra.
     assert "rosbags" in imports and "rosbags.image" in _imported_modules(_test_files())
+    openpi = (ROOT / "requirements" / "openpi.txt").read_text(encoding="utf-8").splitlines()
+    assert [line for line in openpi if line.startswith("openpi-")] == [
+        "openpi-server==0.1.0",
+        "openpi-client==0.1.2",
+    ]
+
+
+@pytest.mark.ros
+def test_pip_only_imports_come_with_the_package(manifest):
+    """PyAV and pyarrow have no rosdep key: setup.py and requirements/runtime.txt list
+    them, package.xml names none of them."""
+    imports = _third_party_imports(_code_files(), local=set())
+    assert set(PIP_ONLY) <= set(imports)
+    required = [d.split(">")[0].split("=")[0].strip() for d in _setup_keyword("install_requires")]
+    runtime = (ROOT / "requirements" / "runtime.txt").read_text(encoding="utf-8")
+    declared = {dep.name for dep in manifest.exec_depends}
+    for name, dist in PIP_ONLY.items():
+        assert dist in required, f"setup.py install_requires lacks {dist}"
+        assert f"\n{dist}>=" in runtime, f"requirements/runtime.txt lacks {dist}"
+        assert f"python3-{name}" not in declared, f"package.xml declares python3-{name}"
 
 
 def _imported_modules(paths: list[Path]) -> set[str]:
@@ -396,7 +427,11 @@ def test_colcon_build_and_test(tmp_path):
     configs = sorted(
         p.name for p in (ROOT / "config").iterdir() if p.suffix in (".yaml", ".xml", ".urdf")
     )
-    assert sorted(p.name for p in (share / "config").iterdir()) == configs
+    assert sorted(p.name for p in (share / "config").iterdir()) == sorted([*configs, "layouts"])
+    layouts = sorted(p.name for p in (ROOT / "config" / "layouts").glob("*.yaml"))
+    assert sorted(p.name for p in (share / "config" / "layouts").iterdir()) == layouts
+    # The seeds' examples/demo.py, for a robot with only the colcon install.
+    assert (share / "examples" / "demo.py").read_bytes() == (ROOT / "examples/demo.py").read_bytes()
     marker = install / "share" / "ament_index" / "resource_index" / "packages" / PACKAGE
     assert marker.is_file()
     scripts = _console_scripts()

@@ -173,7 +173,7 @@ def test_a_dump_loads_back_into_the_same_node(
         )
         spinning = _Spinning(ros_context, second)
         try:
-            assert second._config == config
+            assert second.config == config
             assert dump(spinning.client, name) == text
         finally:
             spinning.close()
@@ -206,7 +206,7 @@ def test_a_dump_with_a_robot_description_file_loads_back(ros_context: Any, tmp_p
         name, context=ros_context, cli_args=["--ros-args", "--params-file", str(path)]
     )
     try:
-        assert second._config == config
+        assert second.config == config
     finally:
         second.destroy_node()
 
@@ -223,7 +223,7 @@ def _dump_of(
     )
     spinning = _Spinning(context, node)
     try:
-        return dump(spinning.client, name), node._config
+        return dump(spinning.client, name), node.config
     finally:
         spinning.close()
 

@@ -417,7 +417,8 @@ def test_the_live_parameters_are_the_settings_the_streaming_core_changes_live():
     from relay_ros.node.limit_params import limit_parameter_specs
     from relay_ros.pipeline.settings import FIXED_SETTINGS, LIVE_SETTINGS
 
-    assert set(LIVE_PARAMETERS) == set(LIVE_SETTINGS) - {"joint_limits"}
+    # joint_limits and limits_problem change live through the joint_limits.<joint>.* rows.
+    assert set(LIVE_PARAMETERS) == set(LIVE_SETTINGS) - {"joint_limits", "limits_problem"}
     # joint_limits is set through joint_limits.<joint>.* (every one of them live).
     assert all(spec.live for spec in limit_parameter_specs(["joint1"]))
     assert not set(LIVE_SETTINGS) & set(FIXED_SETTINGS)
@@ -579,3 +580,48 @@ def test_a_urdf_from_the_topic_gives_the_limits_continuous_and_mimic_joints_incl
     # Not a URDF: nothing is commanded, and the sentence says why.
     config, sentence = with_robot_text(waiting, "<robot", "/robot_description")
     assert config.joint_limits == {} and "is not valid XML" in sentence
+
+
+# ---------------------------------------------------------------- checked without a server
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (
+            {"outputs.arm.dims": [0, 1, 2, 3, 4]},
+            "the configuration does not fit model pi05 (action_dim 32, as its servers "
+            "announce): output 'arm': 5 dims for 6 joints; expected one dim per joint",
+        ),
+        (
+            {"outputs.arm.dims": [0, 1, 2, 3, 40, 5]},
+            "the configuration does not fit model pi05 (action_dim 32, as its servers "
+            "announce): output 'arm': dim 40 is outside 0..31 (action_dim 32)",
+        ),
+        (
+            {"state_joints": [*_flat("pi05")["state_joints"], *[f"extra{i}" for i in range(26)]]},
+            "the configuration does not fit model pi05 (action_dim 32, as its servers "
+            "announce): state_joints has 33 joints; pi05 takes at most action_dim=32",
+        ),
+        (
+            {"outputs.gripper.joints": ["gripperr"]},
+            "parameter 'outputs.gripper.joints' lists joint 'gripperr', which is not in "
+            "state_joints ['joint1', 'joint2', 'joint3', 'joint4', 'joint5', 'joint6', "
+            "'gripper_joint']: every commanded joint must be one of state_joints, named as in "
+            "the joint states (a typo?)",
+        ),
+    ],
+    ids=["5 dims for 6 joints", "dim 40", "33 state joints", "output joint not a state joint"],
+)
+def test_layout_mistakes_are_found_without_a_server(changes, message):
+    with pytest.raises(ParameterError) as info:
+        config_from_parameters({**_flat("pi05"), **changes})
+    assert str(info.value) == message
+
+
+def test_the_gripper_typo_is_named_before_the_limits_it_lacks():
+    """A wrong joint name says so, not 'no position limit' for the unknown joint."""
+    values = {**_flat("pi05"), "outputs.gripper.joints": ["gripperr"]}
+    with pytest.raises(ParameterError, match="not in state_joints") as info:
+        config_from_parameters(values)
+    assert "limit" not in str(info.value)

@@ -19,7 +19,6 @@ from helpers import scaled, wait_until
 from node_rig import PI_JOINTS, Rig, stamp_of, t_obs_of, tfs_of, velocity_overrides
 from rclpy.parameter import Parameter
 from rclpy.parameter_client import AsyncParameterClient
-from std_srvs.srv import SetBool
 
 from relay_ros.pipeline.camera_frames import FRAME_LOOKAHEAD_S
 from relay_ros.server import ServerOptions, run_server_in_thread
@@ -140,7 +139,8 @@ def test_dry_run_true_stops_commanding_before_the_set_returns(live):
     # The node keeps streaming, to ~/preview only.
     wait_until(lambda: len(_chunks_after(rig.snapshot().preview, returned)) >= 4, timeout=10)
     assert params.get("dry_run") is True
-    # Streaming on ~/preview: OK (a loaded machine may hold or stall it for a moment).
+    # Streaming (OK) in dry run, once the hold the switch sent has run (a loaded
+    # machine may hold or stall it for a moment).
     status = wait_until(
         lambda: (s := rig.last_status()) and s["dry_run"] == "True" and s["level"] == 0 and s,
         timeout=15,
@@ -161,20 +161,19 @@ def test_dry_run_true_stops_commanding_before_the_set_returns(live):
     gripper = [m for m in got.gripper if stamp_of(m) < returned]
     assert len(arm[-1].points) == 1 and len(gripper[-1].points) == 1
     assert list(arm[-1].points[0].velocities) == [0.0] * 6
-    assert status["level"] == 0  # still streaming (OK), in dry run
+    assert status["message"] == "streaming"
 
 
 def test_dry_run_set_before_any_chunk_sends_no_hold(live):
+    # A managed node, configured (connected) but not active: nothing commanded yet.
     rig, params = live(overrides={"autostart": False})
+    assert rig.change_state("configure")
     result, _ = params.set(dry_run=True)
     assert result.successful, result.reason
     assert params.set(dry_run=False)[0].successful
     # Start commanding: the arm topic delivers in order, so a hold sent for dry_run
     # would come before the first chunk.
-    enable = rig.feeder.create_client(SetBool, f"/{rig.node_name}/enable")
-    assert enable.wait_for_service(timeout_sec=scaled(10))
-    future = enable.call_async(SetBool.Request(data=True))
-    assert wait_until(lambda: future.done() and future.result()).success
+    assert rig.change_state("activate")
     first = wait_until(lambda: rig.snapshot().arm, timeout=15)[0]
     assert len(first.points) > 1, "a hold reached the arm before the first chunk"
 
@@ -298,20 +297,25 @@ def _switch_jumps(messages: list) -> list[float]:
     return jumps
 
 
-def test_blend_steps_smooth_the_switch(live):
+def test_smoothing_changes_live(live):
     # A still arm (follow=False) makes each chunk start 0.05 rad behind the last: a
     # 2.5 rad/s step the robot's limits refuse; raised so the jumps can be measured,
     # on ~/preview (dry run), as nothing the robot cannot do may reach a controller.
     rig_options = {
-        "overrides": {**TIMELINE, **velocity_overrides(PI_JOINTS, 10.0), "dry_run": True},
+        "overrides": {
+            **TIMELINE,
+            **velocity_overrides(PI_JOINTS, 10.0),
+            "smoothing": "none",
+            "dry_run": True,
+        },
         "follow": False,
     }
     before, after, _ = _before_and_after(
-        live, _switch_jumps, (4, 3), rig_options=rig_options, topic="preview", blend_steps=10
+        live, _switch_jumps, (4, 3), rig_options=rig_options, topic="preview", smoothing="splice"
     )
     # Each chunk starts again from the state: 25 actions * 0.002 rad behind the old one.
     assert min(before) > 0.03
-    # Cross-faded over 10 points, the first point moves only 1/11 of the way.
+    # Spliced: the first point leaves the old trajectory by a small share of the gap.
     assert max(after) < 0.01
 
 
@@ -409,6 +413,9 @@ REFUSED = [
     ("max_joint_step", 0.0, "max_joint_step"),
     ("request_lead_s", "soon", "parameter 'request_lead_s' is 'soon'; expected 'auto'"),
     ("request_lead_s", 11.0, "expected 'auto' or seconds from 0 to 10"),
+    ("smoothing", "spline", "parameter 'smoothing' is 'spline'; expected one of"),
+    ("smoothing", "prefix", "needs a server that advertises the action_prefix extension"),
+    ("blend_steps", 5, "blend_steps 5 is the length of smoothing 'crossfade'"),
     ("dry_run", "yes", "type"),
     ("seed", -3, "seed"),
 ]
@@ -434,7 +441,7 @@ def test_refused_with_a_reason_and_nothing_changes(live):
 
 
 def test_descriptors_carry_ranges_and_the_read_only_flag(live):
-    _, params = live(overrides={"autostart": False})
+    _, params = live()
     execute = params.describe("execute_horizon")
     step = params.describe("max_joint_step")
     model = params.describe("model")
@@ -458,7 +465,7 @@ def _start(context, **overrides: Any) -> Any:
     from relay_ros.node.policy_node import PolicyNode
     from relay_ros.paths import config_dir
 
-    values = {"policy_url": "ws://127.0.0.1:9/{model}", "autostart": False, **overrides}
+    values = {"policy_url": "ws://127.0.0.1:9/{model}", **overrides}
     return PolicyNode(
         "policy_node_start",
         context=context,

@@ -29,6 +29,7 @@ from std_srvs.srv import SetBool, Trigger
 
 from relay_ros.node.policy_node import freeze_startup_heap
 from relay_ros.pipeline.camera_map import CameraMapError
+from relay_ros.pipeline.streaming import ENABLE_STOP
 from relay_ros.server import ServerOptions, run_server_in_thread
 
 pytestmark = pytest.mark.ros
@@ -178,7 +179,7 @@ def test_enable_service_stops_commanding(ros_context, server, tmp_path):
         hold = wait_until(lambda: [m for m in rig.snapshot().arm if len(m.points) == 1])[0]
         status = wait_until(lambda: (s := rig.last_status()) and s["enabled"] == "False" and s)
     assert list(hold.points[0].velocities) == [0.0] * 6
-    assert status["message"] == "disabled (call ~/enable)"
+    assert status["message"] == ENABLE_STOP
 
 
 def test_prompt_topic_replaces_the_prompt(ros_context, tmp_path):

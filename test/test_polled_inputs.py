@@ -187,7 +187,10 @@ def server():
 def test_the_node_reads_few_frames_ticks_when_due_and_holds_when_a_camera_goes_silent(
     ros_context, server, tmp_path
 ) -> None:
-    with Rig(ros_context, server.url_template, tmp_path=tmp_path) as rig:
+    # A fixed execute horizon: a request every 0.5 s, whatever the latency.
+    with Rig(
+        ros_context, server.url_template, tmp_path=tmp_path, overrides={"execute_horizon": 25}
+    ) as rig:
         node = rig.node
         wait_until(lambda: len(rig.snapshot().arm) >= 2, timeout=15)
         frames0, ticks0, chunks0 = (

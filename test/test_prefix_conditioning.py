@@ -13,6 +13,7 @@ import pytest
 from streaming_rig import CoreRig
 from test_reference_policy import _ask, frames
 
+from relay_ros.formats.requests import ObservationError, Request, check_action_prefix
 from relay_ros.pipeline.request_clock import RequestClock, WarmupExcluded
 from relay_ros.pipeline.stats import StatsError
 from relay_ros.server import ServerOptions, run_server_in_thread
@@ -20,7 +21,6 @@ from relay_ros.server.action_prefix import soft_steps
 from relay_ros.server.chunk_noise import ChunkNoise
 from relay_ros.server.metadata import build_metadata
 from relay_ros.server.synthetic import ReferencePolicy
-from relay_ros.server.validation import ObservationError, Request, check_action_prefix
 from relay_ros.server.visual_policy import VisualPolicy, approach_side
 from relay_ros.world import World
 
@@ -34,7 +34,7 @@ def test_the_node_sends_delay_and_execute_horizon_beside_the_prefix() -> None:
     rig = CoreRig(
         metadata=build_metadata("pi05", action_prefix=True),
         latency_s=0.15,
-        overrides={"execute_horizon": 20},
+        overrides={"execute_horizon": 20, "smoothing": "prefix"},
     )
     rig.connect()
     rig.run_until(lambda: len(rig.observations) >= 4)
@@ -93,15 +93,16 @@ def test_the_node_plans_without_the_warm_up() -> None:
         metadata=build_metadata("pi05", action_prefix=True),
         latency_s=0.1,
         latency_schedule=[2.0],
+        overrides={"execute_horizon": 25, "smoothing": "prefix"},
     )
     rig.connect()
     rig.run_until(lambda: len(rig.chunks()) >= 5, timeout_s=20.0)
     dt, execute = 0.02, 25
-    # Each request after the second goes out one lead (p95 + 0.05 s margin) before
-    # the switch of the chunk then running, within a tick.
+    # Each request after the second goes out one lead (the median latency) before the
+    # switch of the chunk then running, within a tick.
     for chunk, t_obs in zip(rig.chunks()[2:4], rig.sent[3:5]):  # the second one is short
         switch = first_time(chunk) + (execute - 1) * dt
-        assert switch - t_obs == pytest.approx(0.1 + 0.05, abs=0.011)
+        assert switch - t_obs == pytest.approx(0.1, abs=0.011)
     # The second observation knows only the warm-up: it commits the whole rest of the
     # first chunk (the server sends it back; the robot follows it on).
     second = rig.observations[1]

@@ -6,6 +6,7 @@ on loopback and read from real fixture bags (mcap and sqlite3, generated here).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -35,7 +36,10 @@ from relay_ros.bag.replay_inputs import (
 )
 from relay_ros.bag.replay_observations import ObservationSaver
 from relay_ros.bag.replay_report import HoldPeriod, JointGap, ReplayReport, overall_gap
+from relay_ros.formats.embodiment import Embodiment
+from relay_ros.formats.groot import GROOT
 from relay_ros.node.debug_topics import frame_to_rgb
+from relay_ros.node.param_spec import ParameterError
 from relay_ros.paths import config_dir
 from relay_ros.pipeline.observation import ObservationBuilder
 from relay_ros.pipeline.server_spec import ServerSpec
@@ -86,7 +90,13 @@ def test_groot_reply_is_split_into_the_action_groups() -> None:
         action_horizon=3,
         control_hz=10.0,
         width=3,
-        action_groups=[("action.arm", 2), ("action.gripper", 1)],
+        wire_format=GROOT,
+        embodiment=Embodiment(
+            "test",
+            ("video.front",),
+            (("state.arm", 2), ("state.gripper", 1)),
+            (("action.arm", 2), ("action.gripper", 1)),
+        ),
     )
     reply = policy.infer({"observation_time": 0.5})
     groups = reply["actions"]
@@ -124,9 +134,16 @@ def test_policy_for_config_uses_the_node_mapping_and_server_timing(bags: dict[st
         expected = np.interp(t + np.arange(50) * 0.02, times, positions[joint])
         np.testing.assert_allclose(chunk[:, dim], expected, atol=1e-6)
     assert not chunk[:, 7:].any()
-    # A mapping that does not fit the model's action space is refused up front.
+    # A mapping that does not fit the model's action space is refused up front: by the
+    # configuration (the model's known action_dim)...
+    with pytest.raises(ParameterError, match="does not fit model pi05 .*output 'gripper'"):
+        _pi05_config(**{"outputs.gripper.dims": [40]})
+    # ...and, for a configuration made by hand, by the recorded policy.
+    config = _pi05_config()
+    gripper = dataclasses.replace(config.outputs[1], dims=(40,))
+    wrong = dataclasses.replace(config, outputs=(config.outputs[0], gripper))
     with pytest.raises(RecordedPolicyError, match="outputs do not fit pi05: output 'gripper'"):
-        policy_for_config(_pi05_config(**{"outputs.gripper.dims": [40]}), times, positions)
+        policy_for_config(wrong, times, positions)
 
 
 # ---------------------------------------------------------------- over the wire
@@ -210,7 +227,8 @@ def test_server_cli_serves_the_recorded_policy(bags: dict[str, Path], tmp_path: 
     with pytest.raises(RecordedPolicyError, match=r"has no topic \['/arm/joint_states'\]"):
         load_recorded_policy(bag, other)
     gr00t = load_recorded_policy(bag, config_dir() / "groot.yaml")
-    assert gr00t.action_groups == (("action.single_arm", 5), ("action.gripper", 1))
+    assert gr00t.embodiment is not None
+    assert gr00t.embodiment.action_groups == (("action.single_arm", 5), ("action.gripper", 1))
 
 
 # ---------------------------------------------------------------- replay inputs

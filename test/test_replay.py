@@ -34,6 +34,7 @@ from typing import Any
 import cv2
 import numpy as np
 import pytest
+import yaml
 from make_fixture_bags import (
     BASE_TOPIC,
     CAMERA_HZ,
@@ -52,7 +53,7 @@ from relay_ros.bag import BagReader, BagWriter
 from relay_ros.bag.replay import Chunk, ReplayError, ReplayReport, read_params_file, replay
 from relay_ros.cli import main
 from relay_ros.paths import config_dir
-from relay_ros.pipeline.publication_check import MAX_START_DELAY_SLOTS
+from relay_ros.pipeline.gate.chunks import MAX_START_DELAY_SLOTS
 from relay_ros.server import ServerOptions, run_server_in_thread
 from relay_ros.server.metadata import build_metadata
 from relay_ros.server.synthetic import SyntheticPolicy
@@ -107,8 +108,16 @@ def _replay(
         # A fixed lead (instead of "auto", from measured latencies) keeps the
         # observation times of different runs close together; a wide first-step
         # bound lets the synthetic policy (which does not imitate the recording)
-        # stream from the start instead of being refused.
-        overrides={"request_lead_s": LEAD_S, "max_joint_step": 3.0, **(overrides or {})},
+        # stream from the start instead of being refused. A fixed execute horizon and
+        # no smoothing: the published rows are the policy's own (the tests compare
+        # them with the recording and across runs).
+        overrides={
+            "request_lead_s": LEAD_S,
+            "max_joint_step": 3.0,
+            "execute_horizon": 25,
+            "smoothing": "none",
+            **(overrides or {}),
+        },
         **kwargs,
     )
 
@@ -178,6 +187,27 @@ def rerun(ros_context: Any, bags: dict[str, Path], out_dir: Path) -> ReplayRepor
 def _joint_stamps(bag: Path) -> np.ndarray:
     with BagReader(bag) as reader:
         return np.array([m.timestamp_ns / 1e9 for m in reader.messages([JOINT_TOPIC])])
+
+
+def test_lora_parameter_reaches_the_replay_server(
+    ros_context: Any, bags: dict[str, Path], out_dir: Path
+) -> None:
+    # relay-ros replay ... -p lora:=so100_towels: the replay's reference server serves
+    # that adapter, and every observation names it.
+    saved = out_dir / "lora_observations"
+    report = _replay(
+        ros_context,
+        bags["mcap"],
+        out_dir / "out_lora",
+        "replay_lora",
+        overrides={"lora": "so100_towels", "lora_scale": 0.5},
+        save_observations=saved,
+    )
+    assert report.counts["chunks_published"] >= 3 and not report.counts["error_replies"]
+    records = [json.loads(p.read_text()) for p in sorted(saved.glob("*_state.json"))]
+    assert records and all(
+        r["sampling_params"] == {"lora": {"name": "so100_towels", "scale": 0.5}} for r in records
+    )
 
 
 @pytest.mark.slow
@@ -266,6 +296,7 @@ def test_recorded_policy_fills_gr00t_action_groups(
     report = replay(
         bags["mcap"],
         params_file=config_dir() / "groot.yaml",
+        overrides={"smoothing": "none"},
         output=out_dir / "groot_mcap",
         rate=2.0,
         context=ros_context,
@@ -587,6 +618,67 @@ def test_cli_url_without_value_needs_walle_url(
     )
 
 
+def _urdf_only_params(tmp_path: Path) -> Path:
+    """config/pi05.yaml without its joint_limits: the robot's URDF gives them."""
+    data = yaml.safe_load((config_dir() / "pi05.yaml").read_text())
+    data["/**"]["ros__parameters"].pop("joint_limits")
+    path = tmp_path / "urdf_only.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_a_urdf_only_config_without_the_urdf_in_the_bag_fails_up_front(
+    bags: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    params = _urdf_only_params(tmp_path)
+    code, out, err = _cli(["replay", str(bags["mcap"]), "--params-file", str(params)], capsys)
+    assert code == 2 and out == ""
+    assert err.startswith("relay-ros replay: error: joints ['joint1', "), err
+    assert "have no velocity limit" in err
+    assert (
+        f"the configuration takes them from the URDF on /robot_description, and bag "
+        f"'{bags['mcap']}' does not record it: pass the robot's URDF with "
+        "-p robot_description_file:=/path/to/robot.urdf"
+    ) in err
+    assert err.count("\n") == 1
+
+
+def test_an_output_joint_not_in_state_joints_is_named(
+    bags: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = _cli(
+        ["replay", str(bags["mcap"]), "-p", "outputs.gripper.joints:=[gripperr]"], capsys
+    )
+    assert code == 2 and out == ""
+    assert err == (
+        "relay-ros replay: error: parameter 'outputs.gripper.joints' lists joint 'gripperr', "
+        "which is not in state_joints ['joint1', 'joint2', 'joint3', 'joint4', 'joint5', "
+        "'joint6', 'gripper_joint']: every commanded joint must be one of state_joints, named "
+        "as in the joint states (a typo?)\n"
+    )
+
+
+@pytest.mark.slow
+def test_a_urdf_only_config_plays_the_bags_robot_description(
+    ros_context: Any, tmp_path: Path
+) -> None:
+    urdf = (config_dir() / "sim_arm.urdf").read_text()
+    bag = make_bags(tmp_path / "with_urdf", storages=("mcap",), urdf=urdf)["mcap"]
+    report = _replay(
+        ros_context,
+        bag,
+        tmp_path / "out",
+        "replay_urdf",
+        params_file=_urdf_only_params(tmp_path),
+    )
+    assert report.counts["chunks_published"] > 0
+    # Limits from the played URDF (published first, at the bag's start): no hold for
+    # want of them once the first camera frames are there.
+    late = [p for p in report.hold_periods if "no velocity limit" in p.reason and p.start > 0.1]
+    assert late == [], late
+    assert report.failures(allow_refusals=True) == []
+
+
 def test_replay_errors_name_the_problem(bags: dict[str, Path], tmp_path: Path) -> None:
     with pytest.raises(ReplayError, match=r"storage 'bag' is not one of \['mcap', 'sqlite3'\]"):
         replay(bags["mcap"], storage="bag", output=tmp_path / "o")
@@ -677,6 +769,8 @@ def test_cli_misnamed_joint_is_one_line_naming_the_bag_joints(
             "--params-file",
             str(params),
             "-p",
+            "state_joints:=[joint1, joint2, joint3, joint4, joint5, joint6, gripper]",
+            "-p",
             "outputs.gripper.joints:=[gripper]",
             "-p",
             "joint_limits.gripper.has_position_limits:=true",
@@ -694,7 +788,8 @@ def test_cli_misnamed_joint_is_one_line_naming_the_bag_joints(
     assert (code, out) == (2, "")
     assert err == (
         f"relay-ros replay: error: bag '{bag}' records no joint 'gripper' "
-        "(outputs.gripper.joints, joint_limits.gripper.*) on /joint_states; its joints are "
+        "(state_joints, outputs.gripper.joints, joint_limits.gripper.*) on /joint_states; its "
+        "joints are "
         f"{list(JOINT_NAMES)}\n"
     )
     # The [lower, upper] form of earlier releases: what to write instead.

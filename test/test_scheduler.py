@@ -7,9 +7,11 @@ import math
 import numpy as np
 import pytest
 
+from relay_ros.pipeline.adaptive_timing import AdaptiveTiming
 from relay_ros.pipeline.publication import Publication
 from relay_ros.pipeline.scheduler import ChunkError, ChunkScheduler, SchedulerStateError
 from relay_ros.pipeline.scheduler_config import SchedulerConfig, SchedulerConfigError
+from relay_ros.pipeline.smoothing import CrossFade, NoSmoothing
 
 DT = 0.02
 H = 50
@@ -58,11 +60,12 @@ def first_publication(sched: ChunkScheduler, t_obs: float, latency: float) -> Pu
         ({"execute_horizon": 0}, "execute_horizon 0 must be >= 1 and <= 50"),
         ({"execute_horizon": True}, "execute_horizon True must be an integer"),
         ({"request_lead_s": -0.1}, "request_lead_s -0.1 must be a finite number >= 0.0"),
-        ({"blend_steps": -1}, "blend_steps -1 must be >= 0"),
+        ({"smoothing": "splice"}, "smoothing 'splice' is not a Smoothing"),
+        ({"adaptive_execute_horizon": 1}, "adaptive_execute_horizon 1 must be a bool"),
         ({"min_lead_s": 0.0}, "min_lead_s 0.0 must be a finite number > 0.0"),
         ({"mode": "fast"}, "mode 'fast' is not one of ['early', 'sync']"),
         ({"retry_delay_s": -1}, "retry_delay_s -1 must be a finite number >= 0.0"),
-        ({"lead_percentile": 101}, "lead_percentile 101 must be <= 100"),
+        ({"timing": None}, "timing None is not an AdaptiveTiming"),
         ({"latency_window": 0}, "latency_window 0 must be >= 1"),
     ],
 )
@@ -79,7 +82,8 @@ def test_config_defaults() -> None:
     assert cfg.min_lead_s == DT
     assert cfg.request_lead_s is None
     assert cfg.mode == "early"
-    assert cfg.blend_steps == 0
+    assert isinstance(cfg.smoothing, NoSmoothing)
+    assert cfg.timing == AdaptiveTiming() and not cfg.adaptive_execute_horizon
     assert SchedulerConfig(dt=DT, horizon=H, execute_horizon=E, min_lead_s=0.05).min_lead_s == 0.05
 
 
@@ -251,8 +255,9 @@ def test_held_chunk_polled_too_late_joins_where_the_arm_stopped() -> None:
     assert sched.chunks_dropped_late == 0
 
 
-def test_auto_lead_is_p95_of_measured_latency_plus_margin() -> None:
-    sched = make()
+@pytest.mark.parametrize(("percentile", "margin"), [(50.0, 0.0), (95.0, 0.05)])
+def test_auto_lead_is_the_rule_over_measured_latency(percentile: float, margin: float) -> None:
+    sched = make(timing=AdaptiveTiming(lead_percentile=percentile, lead_margin_s=margin))
     t = 0.0
     latencies = [0.05, 0.09, 0.07, 0.12, 0.06]
     for latency in latencies:
@@ -265,7 +270,7 @@ def test_auto_lead_is_p95_of_measured_latency_plus_margin() -> None:
         pub = sched.poll(max(t, sched.current.switch_time if sched.current else t))
         assert pub is not None
         t = pub.stamp
-    expected = float(np.percentile(latencies, 95)) + 0.05
+    expected = float(np.percentile(latencies, percentile)) + margin
     assert sched.request_lead() == pytest.approx(expected)
     assert sched.current is not None
     assert sched.next_request_time() == pytest.approx(sched.current.switch_time - expected)
@@ -310,7 +315,7 @@ def test_sync_mode_truncates_at_chunk_end() -> None:
 
 
 def test_blending_cross_fades_from_old_to_new() -> None:
-    sched = make(request_lead_s=0.1, blend_steps=3)
+    sched = make(request_lead_s=0.1, smoothing=CrossFade(3))
     sched.request_sent(0.0)
     receive(sched, np.zeros((H, 2)), 0.0, 0.0)
     pub1 = sched.poll(0.0)
@@ -326,7 +331,7 @@ def test_blending_cross_fades_from_old_to_new() -> None:
 
 
 def test_blending_uses_old_actions_at_same_times_and_its_last_beyond_end() -> None:
-    sched = make(horizon=10, execute_horizon=4, request_lead_s=0.05, blend_steps=4)
+    sched = make(horizon=10, execute_horizon=4, request_lead_s=0.05, smoothing=CrossFade(4))
     old = np.arange(10, dtype=float)[:, None]  # action i = i
     sched.request_sent(0.0)
     receive(sched, old, 0.0, 0.0)
@@ -348,7 +353,7 @@ def test_blending_uses_old_actions_at_same_times_and_its_last_beyond_end() -> No
     w = x * x * (3 - 2 * x)
     np.testing.assert_allclose(pub2.positions[:4, 0], (1 - w) * old_at + w * 100.0)
     # Beyond the old chunk's end (0.08 s) the old chunk contributes its last action.
-    sched2 = make(horizon=4, execute_horizon=4, request_lead_s=0.0, blend_steps=2)
+    sched2 = make(horizon=4, execute_horizon=4, request_lead_s=0.0, smoothing=CrossFade(2))
     sched2.request_sent(0.0)
     sched2.chunk_received(np.arange(4, dtype=float)[:, None], 0.0, 0.0)
     first = sched2.poll(0.0)
@@ -376,7 +381,7 @@ def _old_command_at(prev: Publication, t: float) -> np.ndarray:
 
 def test_blending_makes_a_discontinuous_switch_continuous() -> None:
     def run(blend: int) -> float:
-        sched = make(request_lead_s=0.1, blend_steps=blend)
+        sched = make(request_lead_s=0.1, smoothing=CrossFade(blend) if blend else NoSmoothing())
         sched.request_sent(0.0)
         receive(sched, ramp_chunk(0.0), 0.0, 0.05)
         pub1 = sched.poll(0.05)
@@ -598,8 +603,8 @@ def check_invariants(cfg: SchedulerConfig, pubs: list[Publication]) -> None:
 
 def test_property_zero_stall_when_replies_arrive_within_the_lead() -> None:
     """Zero stall, every chunk switched exactly at its predecessor's switch time, when
-    L <= lead, L <= (E-1)*dt + min_lead and lead + min_lead <= (H-E)*dt (auto lead,
-    latency spread <= lead margin)."""
+    L <= lead, L <= (E-1)*dt + min_lead and lead + min_lead <= (H-E)*dt (auto lead at
+    the p95 plus a margin wider than the latency spread)."""
     rng = np.random.default_rng(7)
     runs = 0
     while runs < 25:
@@ -612,7 +617,12 @@ def test_property_zero_stall_when_replies_arrive_within_the_lead() -> None:
         runs += 1
         hi = float(rng.uniform(0.0, hi_max))
         lo = float(rng.uniform(max(0.0, hi - 0.05), hi))
-        cfg = SchedulerConfig(dt=dt, horizon=horizon, execute_horizon=execute)
+        cfg = SchedulerConfig(
+            dt=dt,
+            horizon=horizon,
+            execute_horizon=execute,
+            timing=AdaptiveTiming(lead_percentile=95.0, lead_margin_s=0.05),
+        )
         latencies = rng.uniform(lo, hi, size=200)
         duration = round(max(2.0, 3 * horizon * dt), 3)
         sched, pubs, received = simulate(cfg, latencies, tick=0.001, duration=duration)
@@ -665,7 +675,7 @@ def test_property_random_latencies_keep_invariants(mode: str) -> None:
             dt=dt,
             horizon=horizon,
             execute_horizon=execute,
-            blend_steps=int(rng.integers(0, 4)),
+            smoothing=CrossFade(steps) if (steps := int(rng.integers(0, 4))) else NoSmoothing(),
             mode=mode,  # type: ignore[arg-type]
         )
         latencies = rng.exponential(0.3, size=100)

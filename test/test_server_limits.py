@@ -21,8 +21,8 @@ import pytest
 from helpers import pi_observation, scaled, wait_until
 from websockets.sync.client import ClientConnection, connect
 
+from relay_ros.formats.requests import MAX_JPEG_PIXELS, jpeg_size
 from relay_ros.server import ServerOptions, run_server_in_thread
-from relay_ros.server.validation import MAX_JPEG_PIXELS, jpeg_size
 from relay_ros.wire.codec import packb, unpackb
 
 INTERNAL = {"type": "error", "message": "Internal inference error"}

@@ -7,17 +7,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from relay_ros.paths import ConfigNotFoundError, config_dir, config_file
-from relay_ros.server import ServerOptions, hard_size_limit
-from relay_ros.server.embodiment import EmbodimentError, load_embodiment, load_embodiments
-from relay_ros.server.metadata import build_metadata
-from relay_ros.server.synthetic import SyntheticPolicy
-from relay_ros.server.validation import (
+from relay_ros.formats.embodiment import EmbodimentError, load_embodiment, load_embodiments
+from relay_ros.formats.pi import validate_pi
+from relay_ros.formats.requests import (
     ObservationError,
     PublicRequestError,
     check_sampling_params,
-    validate_pi,
 )
+from relay_ros.paths import ConfigNotFoundError, config_dir, config_file
+from relay_ros.server import ServerOptions, hard_size_limit
+from relay_ros.server.metadata import build_metadata
+from relay_ros.server.synthetic import SyntheticPolicy
 
 REPO_CONFIG = Path(__file__).resolve().parents[1] / "config"
 
@@ -71,11 +71,19 @@ def test_chunks_are_deterministic_given_state_and_seed() -> None:
     assert np.max(np.abs(a - c)) < 0.1  # randomness only perturbs the flow slightly
 
 
-def test_state_out_of_range_is_clamped_and_widths_adapt() -> None:
-    policy = SyntheticPolicy(action_horizon=4, control_hz=10.0)
+def test_a_state_out_of_range_starts_where_it_is_and_comes_back() -> None:
+    """Action 0 is the observed state even beyond the +/-0.8 rad range (a dry-run arm at
+    3 rad is not told to jump); from there the joints only move back towards it."""
+    policy = SyntheticPolicy(action_horizon=20, control_hz=10.0)
     chunk = policy.chunk(np.full(5, 3.0, np.float32), np.random.default_rng(0), action_dim=7)
-    assert chunk.shape == (4, 7)
-    assert np.all(np.abs(chunk) <= 0.8)
+    assert chunk.shape == (20, 7)
+    np.testing.assert_allclose(chunk[0, :5], 3.0, atol=1e-6)
+    assert np.all(chunk[:, :5] <= 3.0 + 1e-6) and np.all(np.diff(chunk[:, 2:5], axis=0) <= 1e-6)
+    assert chunk[-1, 2:5].max() < 1.0  # relaxing into the range
+    assert np.all(np.abs(chunk[:, 5:]) <= 0.8)  # the padded dimensions start at 0
+    # Within the range, the range still holds.
+    inside = policy.chunk(np.full(7, 0.7, np.float32), np.random.default_rng(0))
+    assert np.all(np.abs(inside) <= 0.8)
 
 
 def test_synthetic_refuses_bad_horizon() -> None:

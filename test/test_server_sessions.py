@@ -16,8 +16,8 @@ import pytest
 from helpers import scaled
 from websockets.sync.client import connect
 
+from relay_ros.formats.requests import MAX_SESSION_ID_CHARS
 from relay_ros.server import ServerOptions, run_server_in_thread
-from relay_ros.server.validation import MAX_SESSION_ID_CHARS
 from relay_ros.wire.codec import packb, unpackb
 
 OBS = {

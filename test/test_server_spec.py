@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from relay_ros.formats.embodiment import load_embodiment
 from relay_ros.pipeline.server_spec import ServerSpec, ServerSpecError
-from relay_ros.server.embodiment import load_embodiment
 from relay_ros.server.metadata import build_metadata
 
 
 def test_reference_pi_metadata() -> None:
     spec = ServerSpec.from_metadata(build_metadata("pi05"), model="pi05")
-    assert (spec.model, spec.family, spec.action_horizon, spec.control_hz) == (
+    assert (spec.model, spec.format.name, spec.action_horizon, spec.control_hz) == (
         "pi05",
         "pi",
         50,
@@ -28,7 +28,7 @@ def test_reference_pi_metadata() -> None:
 def test_reference_groot_metadata() -> None:
     meta = build_metadata("groot", embodiment=load_embodiment("so100"))
     spec = ServerSpec.from_metadata(meta, model="groot")
-    assert spec.family == "groot" and spec.action_horizon == 16 and spec.control_hz == 30.0
+    assert spec.format.name == "groot" and spec.action_horizon == 16 and spec.control_hz == 30.0
     assert spec.camera_keys == ("video.front", "video.wrist") and spec.max_cameras == 2
     assert spec.all_cameras_required and spec.embodiment == "so100"
     assert dict(spec.state_groups) == {"state.single_arm": 5, "state.gripper": 1}

@@ -280,6 +280,31 @@ def test_sim_arm_defaults(ros_context) -> None:
         descriptor = arm.describe_parameter("joint_states_rate_hz")
         assert "Hz" in descriptor.description
         assert arm.get_parameter("joint_states_rate_hz").value == 100.0
+        # A position-controlled arm trails its command; controllers set as docs/node.md says.
+        for follower in arm.followers.values():
+            assert follower.tracking_time_constant_s == 0.04
+            assert follower.interpolate_from_desired_state
+            assert not follower.allow_trajectory_replacement
+    finally:
+        arm.destroy_node()
+
+
+def test_sim_arm_controllers_run_as_the_user_sets_them(ros_context) -> None:
+    name = unique("arm")
+    overrides = {
+        **arm_overrides(name),
+        "tracking_time_constant_s": 0.0,
+        "controllers.arm.interpolate_from_desired_state": False,
+        "controllers.gripper.allow_trajectory_replacement": True,
+    }
+    arm = SimArmNode(node_name=name, context=ros_context, parameter_overrides=overrides)
+    try:
+        followers = arm.followers
+        assert followers["arm"].tracking_time_constant_s == 0.0
+        assert not followers["arm"].interpolate_from_desired_state
+        assert not followers["arm"].allow_trajectory_replacement
+        assert followers["gripper"].interpolate_from_desired_state
+        assert followers["gripper"].allow_trajectory_replacement
     finally:
         arm.destroy_node()
 

@@ -16,6 +16,7 @@ from streaming_rig import CoreRig, ramp_policy
 from relay_ros.pipeline.health import Level, assess
 from relay_ros.pipeline.observation_request import RequestTag
 from relay_ros.pipeline.settings import StreamingConfigError
+from relay_ros.pipeline.streaming import ENABLE_STOP
 from relay_ros.pipeline.trajectory import parse_t_obs
 from relay_ros.wire.connection import InferOutcome
 
@@ -56,7 +57,8 @@ def test_chunks_go_to_each_controller_with_timing_and_velocities() -> None:
 
 
 def test_first_chunk_joins_the_still_arm_then_stale_actions_are_dropped() -> None:
-    rig = streaming_rig(latency_s=0.15, follow=False)
+    # No smoothing: the published rows are the chunk's own.
+    rig = streaming_rig(latency_s=0.15, follow=False, overrides={"smoothing": "none"})
     rig.run_until(lambda: len(rig.chunks()) >= 2)
     first, second = rig.chunks()[:2]
     # The reply takes 150 ms; the first point must be at least one period (20 ms)
@@ -284,10 +286,10 @@ def test_reset_starts_a_new_session_and_drops_the_old_reply() -> None:
 
 
 def test_enable_stops_and_restarts_commanding() -> None:
-    rig = streaming_rig(overrides={"autostart": False})
+    rig = streaming_rig(stopped={"enable": ENABLE_STOP})
     rig.run(1.0)
     assert rig.published == [] and rig.core.counts["requests"] == 0
-    assert rig.health().message == "disabled (call ~/enable)"
+    assert rig.health().message == ENABLE_STOP
     assert (
         rig.core.set_enabled(True, rig.now) == "enabled: commanding from the next fresh observation"
     )
@@ -297,6 +299,31 @@ def test_enable_stops_and_restarts_commanding() -> None:
     rig.run(1.0)
     assert len(rig.messages("arm")) == count and rig.messages("arm")[-1].frame_id == ""
     assert rig.core.set_enabled(False, rig.now) == "already disabled"
+
+
+def test_switches_hold_once_show_the_first_reason_and_resume_when_all_are_released() -> None:
+    rig = streaming_rig()
+    rig.run_until(lambda: len(rig.chunks()) >= 2)
+    rig.core.set_switch("deadman", "dead-man switch released", rig.now)
+    holds = [m for _, m in rig.published if m.output == "arm" and m.frame_id == ""]
+    assert len(holds) == 1 and rig.core.hold_reason == "dead-man switch released"
+    # A second stop while stopped: the lifecycle's reason comes first, no second hold.
+    rig.core.set_switch("lifecycle", "inactive", rig.now)
+    assert rig.core.stop_reason == "inactive" == rig.core.hold_reason
+    assert rig.health().message == "inactive"
+    count, requests = len(rig.published), rig.core.counts["requests"]
+    rig.run(1.0)
+    rig.core.set_switch("lifecycle", None, rig.now)  # the dead-man switch still stops it
+    rig.run(1.0)
+    assert len(rig.published) == count and rig.core.counts["requests"] == requests
+    assert rig.core.stop_reason == "dead-man switch released" and not rig.core.enabled
+    rig.core.set_switch("deadman", None, rig.now)
+    assert rig.core.enabled and rig.core.hold_reason is None
+    rig.run_until(lambda: len(rig.chunks()) >= 3)
+    with pytest.raises(ValueError, match="not one of"):
+        rig.core.set_switch("joystick", "x", rig.now)
+    with pytest.raises(ValueError, match="without a reason"):
+        rig.core.set_switch("deadman", "", rig.now)
 
 
 def test_prompt_replaces_the_prompt_of_the_next_observation() -> None:
@@ -315,7 +342,14 @@ def test_apply_config_takes_effect_at_once() -> None:
     rig = streaming_rig()
     rig.run_until(lambda: len(rig.chunks()) >= 2)
     changed = dataclasses.replace(
-        rig.config, prompt="wave", seed=7, execute_horizon=10, blend_steps=3, sensor_timeout_s=0.2
+        rig.config,
+        prompt="wave",
+        seed=7,
+        execute_horizon=10,
+        request_lead_s=0.1,
+        smoothing="crossfade",
+        blend_steps=3,
+        sensor_timeout_s=0.2,
     )
     rig.core.apply_config(changed, rig.now)
     assert rig.core.config is changed and rig.core.prompt == "wave"
@@ -419,7 +453,8 @@ def test_last_refusal_and_refusal_count_agree() -> None:
     fresh.connect()
     fresh.core.tick(fresh.now)
     assert fresh.core.hold_reason == (
-        "no frame yet from camera(s) ['base_0_rgb', 'left_wrist_0_rgb']"
+        "no frame yet from camera 'base_0_rgb' on base_0_rgb; "
+        "no frame yet from camera 'left_wrist_0_rgb' on left_wrist_0_rgb"
     )
     assert fresh.core.last_refusal is None and fresh.core.counts["refusals"] == 0
     # Each refusal is counted and named.

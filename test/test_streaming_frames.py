@@ -23,7 +23,7 @@ def connected_rig(**kwargs) -> CoreRig:
 
 def test_frames_are_converted_per_request_not_per_frame() -> None:
     # The rig feeds every camera at the tick rate (100 Hz); requests go every 0.5 s.
-    rig = connected_rig()
+    rig = connected_rig(overrides={"execute_horizon": 25})
     rig.run(3.0)
     counts = rig.core.counts
     conversions = rig.core.pipeline_timing["frame_processing"].count
@@ -152,7 +152,9 @@ def test_ticking_at_the_core_deadlines_publishes_what_a_fine_fixed_tick_does() -
 
 
 def test_next_deadline_follows_the_scheduler() -> None:
-    rig = connected_rig(on_demand=True, tick_s=0.001, latency_s=0.1)
+    rig = connected_rig(
+        on_demand=True, tick_s=0.001, latency_s=0.1, overrides={"execute_horizon": 25}
+    )
     period = 1.0 / rig.config.tick_hz
     # First request: due at once, retried every tick period while it cannot go.
     assert rig.core.next_deadline(rig.now) == pytest.approx(rig.now + period)

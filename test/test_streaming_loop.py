@@ -3,6 +3,8 @@ first chunk, and the node starts without refused first steps at 200 ms and on lt
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -24,12 +26,18 @@ def test_the_target_moves_from_the_first_chunk_on() -> None:
 
 
 @pytest.mark.parametrize(("latency_s", "link"), [(0.2, None), (0.08, "lte")], ids=["200ms", "lte"])
-@pytest.mark.parametrize("smoothing", ["none", "prefix"])
+@pytest.mark.parametrize("smoothing", ["none", "splice", "prefix"])
 def test_the_start_needs_one_round_trip_and_no_refusal(
     latency_s: float, link: str | None, smoothing: str
 ) -> None:
     r = run_streaming_loop(
-        LoopRun(latency_s=latency_s, link=link, smoothing=smoothing, duration_s=1.0)
+        LoopRun(
+            latency_s=latency_s,
+            link=link,
+            smoothing=smoothing,
+            server_prefix=smoothing == "prefix",
+            duration_s=1.0,
+        )
     )
     assert r.startup.refusals == 0
     assert r.startup.first_chunk_s <= r.startup.round_trip_s + 0.011
@@ -40,9 +48,47 @@ def test_the_start_needs_one_round_trip_and_no_refusal(
 def test_unchecked_runs_publish_the_jumps_the_checks_refuse() -> None:
     """The bench's reference for smoothing: without smoothing the node refuses the
     switches' jumps (holds); unchecked, the same runs publish them, refusing nothing,
-    and read far more jerk than the prefix."""
+    and read far more jerk than the splice."""
     checked = run_streaming_loop(LoopRun(smoothing="none", duration_s=3.0))
     unchecked = run_streaming_loop(LoopRun(smoothing="none", duration_s=3.0, unchecked=True))
-    prefix = run_streaming_loop(LoopRun(smoothing="prefix", duration_s=3.0))
+    splice = run_streaming_loop(LoopRun(smoothing="splice", duration_s=3.0))
     assert checked.refusals > 0 and unchecked.refusals == 0
-    assert unchecked.jerk_rms > 10 * prefix.jerk_rms
+    assert unchecked.jerk_rms > 10 * splice.jerk_rms
+
+
+def test_each_kind_of_draw_has_its_own_stream_per_request() -> None:
+    """Early and sync requests draw the same inference time and chunk noise for their
+    k-th request, whatever else differs between the runs."""
+    early, sync = (
+        _Loop(LoopRun(request_mode=m, seed=4, duration_s=2.0)) for m in ("early", "sync")
+    )
+    for loop in (early, sync):
+        loop.loop()
+    n = min(len(early.inference_s), len(sync.inference_s))
+    assert n >= 4 and len(early.inference_s) > len(sync.inference_s)
+    assert early.inference_s[:n] == sync.inference_s[:n]
+    assert len(set(early.inference_s[:n])) == n  # a new draw per request
+    noise = [loop.stream(7, 3).standard_normal(3) for loop in (early, sync)]
+    np.testing.assert_array_equal(noise[0], noise[1])
+    assert not np.array_equal(early.stream(7, 3).random(3), early.stream(13, 3).random(3))
+    assert not np.array_equal(early.stream(7, 3).random(3), early.stream(7, 4).random(3))
+
+
+@pytest.mark.slow
+def test_the_default_beats_sync_smoothly_without_the_prefix_extension() -> None:
+    """On the seeds' server (no action_prefix) with an exact arm: the default (early,
+    splice, automatic timing) tracks better than sync on these seeds, refuses nothing,
+    moves more smoothly than openpi's broker (sync, no smoothing) and its switches stay
+    within a typical step (bench/motion.py measures 10 seeds)."""
+    for seed in (1, 3):
+        base = LoopRun(seed=seed, duration_s=6.0, tracking_lag_s=0.0)
+        default = run_streaming_loop(base)
+        sync = run_streaming_loop(dataclasses.replace(base, request_mode="sync"))
+        broker = run_streaming_loop(
+            dataclasses.replace(base, request_mode="sync", smoothing="none")
+        )
+        assert default.smoothing.startswith("splice") and default.execute_horizon < 25
+        assert default.refusals == 0 and default.stall_time_s == 0.0
+        assert default.task.median_m < sync.task.median_m
+        assert default.jerk_rms < broker.jerk_rms
+        assert default.switches.c0_p95_over_step < 1.0

@@ -71,10 +71,13 @@ def first_chunk_after(rig: CoreRig, since: float) -> tuple[float, Any]:
 
 def assert_joins(rig: CoreRig, since: float, latency_s: float) -> None:
     """The first chunk after ``since`` comes from the first request after it, one
-    round trip plus at most a tick later, and starts at the measured state."""
-    held = rig.state[:6].copy()  # the arm stands still from ``since`` (now) on
+    round trip plus at most a tick later, and starts at the measured state, where the
+    arm stands once the hold's stop has settled (no request is made before)."""
     published_at, msg = first_chunk_after(rig, since)
     requested = next(t for t in rig.sent if t > since)
+    observed = rig.observations[rig.sent.index(requested)]["state"]
+    held = np.asarray(observed, dtype=np.float64).reshape(-1)[:6]
+    np.testing.assert_allclose(rig.state[:6], held, atol=1e-6)  # it stood still since
     assert parse_t_obs(msg.frame_id) == pytest.approx(requested)
     assert published_at - requested <= latency_s + rig.tick_s + 1e-9
     # The state itself, or the first row of a prefix server's cross-fade out of it.

@@ -2,13 +2,15 @@
 
 One joint with a 1 rad/s limit. A trajectory from rest to rest over ``T`` s of
 distance ``d`` is a cubic whose top speed is ``1.5 * d / T``: exactly at the limit
-for ``d = 1, T = 1.5``, 10 % over for ``T = 1.5 / 1.1``. Delayed delivery: an arm
-following that motion is read half a second after the stamp of the next trajectory,
-which continues it exactly; compared with the command at the time it was read, it
-follows (ratio 1.000), whereas compared with the command at the stamp (the old rule)
-it would seem 0.48 rad ahead and the trajectory would read 35 times the limit.
-Then: the conftest hook reports a checker over the limit beside a failure of
-another kind, and fails a test that otherwise passed.
+for ``d = 1, T = 1.5``, 10 % over for ``T = 1.5 / 1.1``. Delayed delivery, for a
+controller that starts from the measured state (no ``interpolate_from_desired_state``):
+an arm following that motion is read
+half a second after the stamp of the next trajectory, which continues it exactly;
+compared with the command at the time it was read, it follows (ratio 1.000), whereas
+compared with the command at the stamp (the old rule) it would seem 0.48 rad ahead and
+the trajectory would read 35 times the limit. From the desired state, where the arm
+was measured does not matter. Then: the conftest hook reports a checker over the
+limit beside a failure of another kind, and fails a test that otherwise passed.
 """
 
 from __future__ import annotations
@@ -41,8 +43,16 @@ class Arm:
         return {"a": self.position}, self.time
 
 
-def _checker(arm: Arm) -> VelocityChecker:
-    return VelocityChecker({"a": 1.0}, arm, name="known answers", judged=False)
+def _checker(arm: Arm, *, from_desired_state: bool = False) -> VelocityChecker:
+    """A JTC without interpolate_from_desired_state by default: it starts a trajectory
+    from the measured state (the command shifted by the arm's tracking offset)."""
+    return VelocityChecker(
+        {"a": 1.0},
+        arm,
+        name="known answers",
+        judged=False,
+        from_desired_state=from_desired_state,
+    )
 
 
 def _add(checker: VelocityChecker, stamp: float, tfs, positions, velocities) -> None:
@@ -93,28 +103,43 @@ def test_a_following_arm_read_late_is_compared_at_the_time_it_was_read(
     assert not checker.over
 
 
-def test_the_old_rule_would_read_a_late_measurement_as_35_times_the_limit() -> None:
-    """What the instrument read before: the arm's state taken 0.5 s late compared with
-    the command at the stamp. Reproduced with an arm that stood at where the moving
-    one was at 1.0 s all along (so it is not following either way)."""
+def test_comparing_at_the_wrong_time_reads_a_correct_trajectory_far_over_the_limit() -> None:
+    """What the instrument read before: the arm's state taken 0.5 s late, compared with
+    the command at the stamp. Reproduced by saying it was read at the stamp: it seems
+    0.48 rad ahead of the command, and the correct continuation reads 35 times the
+    limit."""
     arm = Arm()
     checker = _checker(arm)
     _add(checker, 0.0, [T], [1.0], [0.0])
-    arm.time = 0.5  # read at the stamp, but 0.48 rad ahead of the command there
+    arm.time = 0.5  # said to be read at the stamp, but where the arm was at 1.0 s
     arm.position = float(motion(1.0)[0])
     _add(checker, 0.5, *_continuation(0.5))
     assert checker.worst_ratio == pytest.approx(35.21, abs=0.01)
 
 
+def test_from_the_desired_state_the_measured_arm_does_not_matter() -> None:
+    """interpolate_from_desired_state: the controller starts from its command, wherever
+    the arm was measured (late, stuck): the continuation reads its own top speed."""
+    for time, position in ((1.0, float(motion(1.0)[0])), (1.0, 0.0), (0.5, 5.0)):
+        arm = Arm()
+        checker = _checker(arm, from_desired_state=True)
+        _add(checker, 0.0, [T], [1.0], [0.0])
+        arm.time, arm.position = time, position
+        _add(checker, 0.5, *_continuation(0.5))
+        assert checker.worst_ratio == pytest.approx(1.0, abs=1e-9)
+
+
 def test_an_arm_that_did_not_follow_starts_from_where_it_is() -> None:
-    """Read at its time and not where it was commanded then: the controller starts the
-    next trajectory from the measured state, moving at the commanded velocity."""
+    """Read at its time and 0.74 rad behind the command then (a stuck joint): without
+    interpolate_from_desired_state the controller starts the next trajectory from the
+    command shifted by that offset, at the commanded velocity."""
     arm = Arm()
     checker = _checker(arm)
     _add(checker, 0.0, [T], [1.0], [0.0])
     arm.time = 1.0  # it stood at 0 (a stuck joint)
     _add(checker, 0.5, *_continuation(0.5))
-    # From 0 at 0.5 s (at 0.889 rad/s) to the first point, 0.27 rad 20 ms later.
+    # From 0.26 - 0.74 = -0.48 rad at 0.5 s (at 0.889 rad/s) to the first point, 0.27
+    # rad 20 ms later.
     assert checker.over and checker.worst_ratio > 10
 
 

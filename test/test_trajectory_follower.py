@@ -173,6 +173,82 @@ def test_first_order_lag_trails_the_command() -> None:
     np.testing.assert_allclose(history.positions[-1], sample.positions)
 
 
+def test_the_lag_is_a_first_order_step_response_on_every_cycle() -> None:
+    # A command that reaches 1.0 at the first cycle: the arm at t = k * 10 ms is
+    # 1 - exp(-t / tau), exactly (one exp(-dt / tau) per cycle).
+    f = follower(tracking_time_constant_s=0.04)
+    f.update(1.0)
+    f.receive(TrajectoryCommand(1.0, JOINTS, [(0.01, [1.0, 1.0])]), now=1.0)
+    for k in range(1, 21):
+        sample = f.update(1.0 + 0.01 * k)
+        np.testing.assert_allclose(sample.commanded_positions, [1.0, 1.0])
+        np.testing.assert_allclose(sample.positions, [1.0 - np.exp(-0.01 * k / 0.04)] * 2)
+
+
+def _lagging_ramp(desired: bool) -> tuple[TrajectoryFollower, np.ndarray, np.ndarray]:
+    """An arm (40 ms lag) following j1 = 10 rad/s from 1.0 s; a new message at 1.452 s
+    (stamp 1.45, points 0.05 s and 0.15 s later) is adopted at the cycle 1.46 s.
+    Returns the follower, the measured and the commanded state at 1.45 s."""
+    f = follower(tracking_time_constant_s=0.04, interpolate_from_desired_state=desired)
+    f.update(1.0)
+    f.receive(ramp(1.0, [0.1 * k for k in range(1, 11)], start=1.0), now=1.0)
+    for k in range(1, 46):
+        f.update(1.0 + 0.01 * k)
+    measured, commanded = f.positions, f.commanded_positions
+    f.receive(
+        TrajectoryCommand(1.45, JOINTS, [(0.05, [20.0, -20.0]), (0.15, [21.0, -21.0])]), 1.452
+    )
+    return f, measured, commanded
+
+
+def test_a_new_trajectory_starts_from_the_last_command_or_the_measured_state() -> None:
+    desired, measured, commanded = _lagging_ramp(True)
+    np.testing.assert_allclose(commanded, [4.5, -4.5])
+    assert measured[0] < 4.5 - 0.3  # 40 ms behind a 10 rad/s command
+    # interpolate_from_desired_state: from the old command at the adoption cycle (4.6),
+    # linear to the first point (positions only) at 1.45 + 0.05 s.
+    np.testing.assert_allclose(desired.update(1.46).commanded_positions, [4.6, -4.6])
+    np.testing.assert_allclose(desired.update(1.48).commanded_positions, [12.3, -12.3])
+    # JTC's default: from the measured state, behind the old command.
+    from_measured, measured, _ = _lagging_ramp(False)
+    np.testing.assert_allclose(from_measured.update(1.46).commanded_positions, measured)
+    expected = measured + (np.array([20.0, -20.0]) - measured) * (0.02 / 0.04)
+    np.testing.assert_allclose(from_measured.update(1.48).commanded_positions, expected)
+
+
+def test_the_2026_replacement_splices_from_the_previous_cycle() -> None:
+    """allow_trajectory_replacement (ros2_controllers PR 2419): the bridge is the old
+    trajectory where the controller sampled it on the previous cycle, placed at the
+    adoption cycle; a past stamp is not honoured (the points run from the adoption)."""
+    f = follower(allow_trajectory_replacement=True)
+    f.update(1.0)
+    f.receive(ramp(1.0, [0.1 * k for k in range(1, 11)], start=1.0), now=1.0)
+    for k in range(1, 46):
+        f.update(1.0 + 0.01 * k)
+    f.receive(
+        TrajectoryCommand(1.45, JOINTS, [(0.05, [20.0, -20.0]), (0.15, [21.0, -21.0])]), 1.452
+    )
+    np.testing.assert_allclose(f.update(1.46).commanded_positions, [4.5, -4.5])  # repeated
+    np.testing.assert_allclose(f.update(1.485).commanded_positions, [12.25, -12.25])
+    np.testing.assert_allclose(f.update(1.51).commanded_positions, [20.0, -20.0])  # 1.46 + 0.05
+    np.testing.assert_allclose(f.update(1.61).commanded_positions, [21.0, -21.0])
+    # A stamp in the future: the old trajectory runs on to it, then the bridge (the old
+    # one at the previous cycle's time plus the stamp's lead), then the new points at
+    # stamp + time_from_start.
+    g = follower(allow_trajectory_replacement=True)
+    g.update(1.0)
+    g.receive(ramp(1.0, [0.1 * k for k in range(1, 11)], start=1.0), now=1.0)
+    for k in range(1, 46):
+        g.update(1.0 + 0.01 * k)
+    g.receive(TrajectoryCommand(1.5, JOINTS, [(0.05, [20.0, -20.0])]), 1.452)
+    np.testing.assert_allclose(g.update(1.46).commanded_positions, [4.6, -4.6])
+    np.testing.assert_allclose(g.update(1.5).commanded_positions, [4.9, -4.9])
+    np.testing.assert_allclose(g.update(1.55).commanded_positions, [20.0, -20.0])
+    # The switch is measured at the message's own first point, not at the bridge.
+    steps = g.measures.boundary_steps()
+    assert steps[-1].at == pytest.approx(1.55)
+
+
 # ---------------------------------------------------------------- rejections
 
 

@@ -6,21 +6,21 @@ starts. It computes the largest speed of every cubic segment the controller
 interpolates (the one from the controller's state to the first point included) and
 keeps the worst ratio to each joint's velocity limit.
 
-Where a trajectory starts is decided as the node decides it (and as
-joint_trajectory_controller does with the commanded state it keeps): the previous
-trajectory's state at the new stamp while the arm follows it, else the measured
-state, moving at the previous trajectory's velocity. "Follows" compares the measured
-state with what was commanded **at the time it was measured**: a rig's arm state is
-read when a trajectory's callback runs, which under load is up to a second after the
-stamp, and against the command at the stamp a correct trajectory would read 2-7
-times the limit (test/test_trajectory_checker.py proves the instrument on inputs
-with a known answer).
+Where a trajectory starts is where the controller the node is configured for starts
+it (:mod:`relay_ros.pipeline.gate.controller`), at its stamp (or on arrival for a zero
+stamp): with ``interpolate_from_desired_state`` (the node's default), the previous
+trajectory's state then; without, that state shifted by the arm's tracking offset,
+the measured state less what was commanded **at the time it was measured**: a rig's
+arm state is read when a trajectory's callback runs, under load up to a second after
+the stamp, and compared with the command at the stamp a correct trajectory read 2-7
+times the limit (test/test_trajectory_checker.py proves the instrument on inputs with
+a known answer). Before the first trajectory: the measured state, at rest.
 
 Limits: the robot's, as config/<model>.yaml ships them for the simulated arm, never
 the ones a test raised in the node (:func:`robot_velocity_limits`): a test that
 raises them to let faster chunks through must still not command the robot faster
 than it can move. Every checker of the session is in :data:`CHECKERS`; conftest.py
-checks those a test made when it ends, passed or failed, and prints the total.
+judges those a test made when it ends, passed or failed, and prints the total.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ import yaml
 
 from relay_ros.paths import config_dir
 from relay_ros.pipeline.interpolation import segment_extremes
-from relay_ros.pipeline.publication_check import TRACKING_TOLERANCE
 
 #: Rounding slack on the limit (float32 positions on the wire, ns stamps).
 SLACK = 1e-6
@@ -88,6 +87,9 @@ class VelocityChecker:
         name: Which rig, for the report.
         judged: Whether conftest.py fails the test when this checker saw a trajectory
             over a limit (False: a test of the instrument, which asserts itself).
+        from_desired_state: The controller's ``interpolate_from_desired_state``: a new
+            trajectory starts from the commanded state (True), or from it shifted by
+            the arm's measured tracking offset (False).
 
     Trajectories are told apart by topic and joint names (a dry run's ``~/preview``
     carries one message per controller).
@@ -100,8 +102,10 @@ class VelocityChecker:
         name: str = "",
         *,
         judged: bool = True,
+        from_desired_state: bool = True,
     ) -> None:
         self._vmax = dict(max_velocity)
+        self._from_desired_state = from_desired_state
         self._measured = measured
         self._last: dict[tuple[str, tuple[str, ...]], _Last] = {}
         self._lock = threading.Lock()
@@ -120,8 +124,12 @@ class VelocityChecker:
         time_from_start: np.ndarray,
         positions: np.ndarray,
         velocities: np.ndarray,
+        received: float | None = None,
     ) -> None:
-        """One trajectory received on ``topic`` (a controller's)."""
+        """One trajectory received on ``topic`` (a controller's) at ``received`` (the
+        start of a zero-stamped one: the controller starts it on arrival)."""
+        if stamp == 0.0 and received is not None:
+            stamp = received
         tfs = np.asarray(time_from_start, dtype=np.float64)
         pos = np.asarray(positions, dtype=np.float64)
         vel = np.asarray(velocities, dtype=np.float64)
@@ -133,9 +141,11 @@ class VelocityChecker:
             start_velocity = np.zeros(len(joint_names))
             if last is not None and stamp >= last.times[0]:  # (else the clock jumped back)
                 commanded, start_velocity = _sample(last, stamp)
-                then, _ = _sample(last, measured_at)
-                if np.abs(then - start).max() <= TRACKING_TOLERANCE:
-                    start = commanded  # following: the controller is where commanded
+                if self._from_desired_state:
+                    start = commanded
+                else:  # from the measured state: the arm's offset when it was measured
+                    then, _ = _sample(last, measured_at)
+                    start = commanded + (start - then)
             points = np.vstack((start[None], pos))
             speeds = np.vstack((start_velocity[None], vel))
             times = np.concatenate(([stamp], stamp + tfs))

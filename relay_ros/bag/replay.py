@@ -71,6 +71,7 @@ from relay_ros.bag.replay_session import (
     ReplaySession,
     ros_context,
 )
+from relay_ros.formats import format_for
 from relay_ros.server import ServerOptions, run_server_in_thread
 
 __all__ = [
@@ -175,7 +176,10 @@ def replay(
     )
     saver = (
         ObservationSaver(
-            plan.save_observations, plan.config.state_joints, plan.inputs.start_ns / 1e9
+            plan.save_observations,
+            plan.config.state_joints,
+            plan.inputs.start_ns / 1e9,
+            format_for(plan.config.model, plan.config.layout),
         )
         if plan.save_observations is not None
         else None
@@ -205,8 +209,12 @@ def _policy_server(
     def factory() -> Any:  # the server builds its policy from a zero-argument factory
         return recorded
 
+    config = plan.config
     options = ServerOptions(
         models=(plan.model,),
+        # The node's adapter and layout, so that the replay runs what the robot would.
+        lora_adapters=(config.lora,) if config.lora else (),
+        layout=config.layout or None,
         policy=None if recorded is None else factory,
         observation_hook=observation_hook,
     )

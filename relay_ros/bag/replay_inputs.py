@@ -39,15 +39,17 @@ from relay_ros.node.node_config import config_from_parameters
 from relay_ros.node.param_spec import flatten_parameters
 from relay_ros.node.params import spec_for
 from relay_ros.node.topic_names import expand_topic_name
-from relay_ros.pipeline.camera_map import camera_constraints, load_camera_map
+from relay_ros.pipeline.camera_map import CameraEntry, camera_constraints, load_camera_map
 from relay_ros.wire.env import parse_server_url, redact_url, resolve_url
 
 __all__ = [
     "FORCED_PARAMETERS",
     "BagInput",
     "ReplayError",
+    "camera_entries",
     "check_joint_names",
     "default_output_path",
+    "given_parameters",
     "node_config",
     "parse_param_override",
     "read_bag_input",
@@ -55,13 +57,16 @@ __all__ = [
     "replay_parameters",
     "required_topics",
     "resolve_server_url",
+    "robot_description_topic",
 ]
 
 _CAMERA_TYPES = {"raw": "sensor_msgs/msg/Image", "compressed": "sensor_msgs/msg/CompressedImage"}
 _JOINT_STATE_TYPE = "sensor_msgs/msg/JointState"
+_URDF_TYPE = "std_msgs/msg/String"
 
 
-#: Node parameters a replay always sets: bag time, no controller topics, no ~/enable.
+#: Node parameters a replay always sets: bag time, no controller topics, configured and
+#: active at start.
 FORCED_PARAMETERS: dict[str, Any] = {"use_sim_time": True, "dry_run": True, "autostart": True}
 
 
@@ -119,6 +124,20 @@ def replay_parameters(
             raise ReplayError(
                 "parameter 'policy_url' cannot be overridden: choose the server with --url"
             )
+    params = given_parameters(params_file, file_params, overrides)
+    params.update(FORCED_PARAMETERS)
+    return params
+
+
+def given_parameters(
+    params_file: str | os.PathLike[str],
+    file_params: Mapping[str, Any],
+    overrides: Mapping[str, Any],
+) -> dict[str, Any]:
+    """``overrides`` in their parameters' declared types, and the params file's
+    ``camera_map`` resolved against the params file's folder (a relative one in
+    ``overrides`` against the working directory): what a tool sets on top of the
+    params file."""
     params: dict[str, Any] = {}
     camera_map = file_params.get("camera_map")
     if camera_map and not Path(str(camera_map)).expanduser().is_absolute():
@@ -126,7 +145,6 @@ def replay_parameters(
     params.update({name: _typed(name, value) for name, value in overrides.items()})
     if params.get("camera_map"):
         params["camera_map"] = str(Path(str(params["camera_map"])).expanduser().resolve())
-    params.update(FORCED_PARAMETERS)
     return params
 
 
@@ -289,14 +307,48 @@ def node_config(file_params: Mapping[str, Any], overrides: Mapping[str, Any]) ->
     return config_from_parameters({**file_params, **overrides})
 
 
+def camera_entries(config: Any) -> list[CameraEntry]:
+    """The camera map of ``config``, checked against its model as policy_node checks it."""
+    allowed, max_cameras = camera_constraints(config.model)
+    return load_camera_map(config.camera_map, allowed_keys=allowed, max_cameras=max_cameras)
+
+
 def required_topics(config: Any) -> dict[str, str]:
     """Topic -> type the node subscribes to (cameras from the camera map, joint states)."""
-    allowed, max_cameras = camera_constraints(config.model)
-    cameras = load_camera_map(config.camera_map, allowed_keys=allowed, max_cameras=max_cameras)
+    cameras = camera_entries(config)
     # Relative names resolve in the root namespace, where replay runs the node.
     required = {expand_topic_name(e.topic): _CAMERA_TYPES[e.transport] for e in cameras}
     required[expand_topic_name(config.joint_states_topic)] = _JOINT_STATE_TYPE
     return required
+
+
+def robot_description_topic(bag: Path, config: Any) -> str | None:
+    """The bag's URDF topic to play when the configuration takes limits from it.
+
+    A configuration whose joint limits need the robot's URDF from
+    ``robot_description_topic`` (no ``robot_description(_file)``, no
+    ``joint_limits.<joint>.*`` for some joint) gets it from the bag, which then must
+    record that topic (``std_msgs/msg/String``); None when the limits are complete
+    without it.
+
+    Raises:
+        ReplayError: the bag does not record it: before anything starts, instead of
+            a replay that holds from start to end (the message says what to pass).
+    """
+    if config.limits_problem is None:
+        return None
+    topic = expand_topic_name(config.robot_description_topic)
+    with BagReader(bag) as reader:
+        info = reader.topics.get(topic)
+    if info is not None and info.msgtype == _URDF_TYPE:
+        return topic
+    recorded = "does not record it" if info is None else f"records it as {info.msgtype}"
+    raise ReplayError(
+        f"{config.limits_problem}; the configuration takes them from the URDF on {topic}, "
+        f"and bag '{bag}' {recorded}: pass the robot's URDF with "
+        "-p robot_description_file:=/path/to/robot.urdf (or record "
+        f"{topic} with the other topics)"
+    )
 
 
 def resolve_server_url(url: str | None, model: str) -> tuple[str | None, str]:

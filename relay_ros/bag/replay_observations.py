@@ -8,8 +8,9 @@ Every observation the reference server accepts is written to ``DIR`` (request
   true colours (the PNG stores RGB as RGB), so a swapped camera or a BGR/RGB mix-up
   is visible at a glance;
 - ``NNNN_state.json``: the state as sent (π0: the zero-padded vector; GR00T: the
-  state groups), the same values by ``state_joints`` name, the prompt and,
-  with the recorded policy, ``observation_time_s`` (seconds after the bag start).
+  state groups; a layout: its parts joined), the same values by ``state_joints``
+  name, the prompt and, with the recorded policy, ``observation_time_s`` (seconds
+  after the bag start).
 
 :class:`ObservationSaver` is the server's ``observation_hook``: the hook only
 queues the (read-only, zero-copy) arrays; a writer thread of its own encodes the
@@ -31,7 +32,8 @@ from typing import Any
 import cv2
 import numpy as np
 
-from relay_ros.node.debug_topics import frame_to_rgb, observation_frames, observation_state
+from relay_ros.formats import WireFormat, format_for
+from relay_ros.node.debug_topics import frame_to_rgb
 from relay_ros.server.recorded import OBSERVATION_TIME_KEY
 
 __all__ = ["ObservationSaver"]
@@ -50,13 +52,19 @@ class ObservationSaver:
         directory: Created if missing; must be empty (files are never overwritten).
         state_joints: Names of the state vector's entries, in order.
         bag_start_s: Bag time of the bag's first message (for ``observation_time_s``).
+        wire_format: The observations' wire format, which reads their frames and
+            state (None: the model's own, looked up per observation).
 
     Raises:
         ValueError: ``directory`` is a file or a non-empty directory.
     """
 
     def __init__(
-        self, directory: str | os.PathLike[str], state_joints: Sequence[str], bag_start_s: float
+        self,
+        directory: str | os.PathLike[str],
+        state_joints: Sequence[str],
+        bag_start_s: float,
+        wire_format: WireFormat | None = None,
     ) -> None:
         path = Path(directory)
         if path.exists() and (not path.is_dir() or any(path.iterdir())):
@@ -68,6 +76,7 @@ class ObservationSaver:
         self.directory = path
         self._joints = tuple(state_joints)
         self._start = bag_start_s
+        self._format = wire_format
         self._queue: queue.Queue[tuple[int, str, dict[str, Any]] | None] = queue.Queue(_QUEUE_SIZE)
         self._count = 0
         self.saved = 0
@@ -114,7 +123,8 @@ class ObservationSaver:
 
     def _write(self, index: int, model: str, observation: Mapping[str, Any]) -> None:
         stem = self.directory / f"{index:04d}"
-        for key, frame in observation_frames(observation).items():
+        frames, flat = (self._format or format_for(model)).observed(observation)
+        for key, frame in frames.items():
             bgr = cv2.cvtColor(frame_to_rgb(frame), cv2.COLOR_RGB2BGR)
             name = f"{stem}_{key}.png"
             if not cv2.imwrite(name, bgr):
@@ -123,9 +133,8 @@ class ObservationSaver:
         sent: Any = (
             {k: np.asarray(v, dtype=np.float64).reshape(-1).tolist() for k, v in state.items()}
             if isinstance(state, Mapping)
-            else observation_state(observation)
+            else flat  # π0: the padded vector; a layout: its parts joined
         )
-        flat = observation_state(observation)
         record: dict[str, Any] = {
             "request": index,
             "model": model,
@@ -133,6 +142,8 @@ class ObservationSaver:
             "state_joints": dict(zip(self._joints, flat)),
             "state": sent,
         }
+        if observation.get("sampling_params") is not None:  # the LoRA adapter
+            record["sampling_params"] = observation["sampling_params"]
         t = observation.get(OBSERVATION_TIME_KEY)
         if t is not None:
             record["observation_time_s"] = round(float(t) - self._start, 6)

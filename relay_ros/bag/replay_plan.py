@@ -28,6 +28,7 @@ from relay_ros.bag.replay_inputs import (
     replay_parameters,
     required_topics,
     resolve_server_url,
+    robot_description_topic,
 )
 from relay_ros.node.topic_names import expand_topic_name
 from relay_ros.paths import config_dir
@@ -48,6 +49,8 @@ class ReplayPlan:
     params: dict[str, Any]
     config: Any
     required: dict[str, str]
+    #: Played topics offered transient-local (the URDF, as robot_state_publisher does).
+    latched: tuple[str, ...]
     inputs: BagInput
     node_url: str | None
     url_text: str
@@ -119,6 +122,9 @@ def plan_replay(
     params = replay_parameters(params_file, file_params, given)
     config = node_config(file_params, params)
     required = required_topics(config)
+    urdf_topic = robot_description_topic(bag, config)
+    if urdf_topic is not None:
+        required[urdf_topic] = "std_msgs/msg/String"
     inputs = read_bag_input(bag, required, config.joint_states_topic)
     check_joint_names(
         bag, config, {**file_params, **params}, inputs, expand_topic_name(config.joint_states_topic)
@@ -141,6 +147,7 @@ def plan_replay(
         params=params,
         config=config,
         required=required,
+        latched=() if urdf_topic is None else (urdf_topic,),
         inputs=inputs,
         node_url=node_url,
         url_text=url_text,

@@ -43,6 +43,10 @@ __all__ = [
 #: Prefix of ``header.frame_id`` on the node's chunk messages (``t_obs=<seconds>``).
 PREVIEW_TAG = T_OBS_PREFIX
 
+#: A hold's messages to its controllers are published back to back: those recorded
+#: within this long of the first (seconds), one per controller, are one event.
+_HOLD_EVENT_S = 0.05
+
 
 @dataclass(frozen=True)
 class Chunk:
@@ -69,9 +73,10 @@ class Chunk:
 
 @dataclass(frozen=True)
 class HoldCommand:
-    """A hold event: the node's one-point "stop at ``positions``" messages of one stamp.
+    """A hold event: the node's one-point "stop at ``positions``" messages of one event.
 
-    One per event, whatever the number of controllers it was sent to.
+    One per event, whatever the number of controllers it was sent to; ``stamp`` is
+    when it was sent (bag time, s: a hold's ``header.stamp`` is zero).
     """
 
     stamp: float
@@ -305,9 +310,11 @@ def read_preview(
     """Chunks and hold commands from a recorded ``~/preview`` topic.
 
     Per-controller messages of one publication (same stamp and ``t_obs``) are
-    merged into one :class:`Chunk`; per-controller hold messages of one stamp
-    into one :class:`HoldCommand` (one hold event). Messages without a ``t_obs=``
-    tag are holds.
+    merged into one :class:`Chunk`; per-controller hold messages of one event into
+    one :class:`HoldCommand`. Messages without a ``t_obs=`` tag are holds; a hold is
+    stamped zero (the controller starts it on arrival), so its time is when it was
+    recorded, and the messages of one event are those recorded within
+    :data:`_HOLD_EVENT_S` of its first, one per controller.
     """
     chunks: list[Chunk] = []
     parts: dict[tuple[float, float], list[JointTrajectoryData]] = {}
@@ -315,11 +322,22 @@ def read_preview(
     with BagReader(output) as reader:
         if preview_topic not in reader.topics:
             return [], []
+        event: float | None = None
         for message in reader.messages([preview_topic]):
             data = read_joint_trajectory(reader.deserialize(message))
             if data.t_obs is None:
-                if data.positions:
-                    hold_parts.setdefault(data.stamp, []).append(data)
+                if not data.positions:
+                    continue
+                at = data.stamp or message.timestamp_ns * 1e-9
+                recent = event is not None and at - event <= _HOLD_EVENT_S
+                group = hold_parts[event] if recent and event is not None else None
+                if group is not None and not any(
+                    set(data.joint_names) & set(m.joint_names) for m in group
+                ):
+                    group.append(data)
+                else:
+                    event = at
+                    hold_parts.setdefault(at, []).append(data)
             else:
                 parts.setdefault((data.stamp, data.t_obs), []).append(data)
     for (stamp, t_obs), msgs in parts.items():
@@ -381,7 +399,14 @@ def command_gaps(
 
 #: How StreamingCore words the refusals of inputs (as opposed to chunks): a stale
 #: or missing observation, bad joint states, a camera frame it could not convert.
-INPUT_REFUSAL_PREFIXES = ("stale observation:", "joint states:", "camera '", "no frame yet")
+INPUT_REFUSAL_PREFIXES = (
+    "stale observation:",
+    "joint states:",
+    "joint states on ",
+    "camera '",
+    "no frame yet",
+    "no usable frame",
+)
 
 
 def is_input_refusal(reason: str) -> bool:

@@ -168,6 +168,7 @@ class ReplaySession:
     def play(self, progress: Callable[[ReplayProgress], None] | None) -> dict[str, int]:
         """Play the configured topics with ``/clock``; messages played per topic."""
         from relay_ros.bag.player import CLOCK_TOPIC, BagPlayer  # rclpy: only when playing
+        from relay_ros.node.qos import LATCHED
 
         plan = self.plan
         self.player = BagPlayer(
@@ -177,6 +178,7 @@ class ReplaySession:
             topics=list(plan.required),
             clock_hz=plan.clock_hz,
             node_name=f"{self.node.get_name()}_bag_player",
+            qos_overrides={topic: LATCHED for topic in plan.latched},
         )
         if not self.player.wait_for_subscribers(10.0, [*plan.required, CLOCK_TOPIC]):
             _LOG.warning("not every played topic was matched after 10 s; playing anyway")

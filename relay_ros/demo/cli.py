@@ -122,9 +122,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--smoothing",
         choices=SMOOTHINGS,
-        default="prefix",
-        help="chunk boundaries: none, blend (policy_node blend_steps) or prefix (the server "
-        "continues the committed actions, real-time chunking); default %(default)s",
+        default="auto",
+        help="policy_node's smoothing: auto (its choice, the splice), splice, none, prefix "
+        "(the server continues the committed actions, real-time chunking; turns on "
+        "--action-prefix), or the averages crossfade, lerobot_average, act_ensemble; "
+        "default %(default)s",
+    )
+    p.add_argument(
+        "--action-prefix",
+        action="store_true",
+        help="the reference server advertises the action_prefix extension; by default it "
+        "does not, like the seeds' server a robot team has",
     )
     p.add_argument(
         "--fault",
@@ -151,6 +159,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="let other processes on this machine see the demo's topics (ros2 topic echo, "
         "rviz) on ROS_DOMAIN_ID; by default the demo's ROS graph stays inside this process, "
         "so it can never reach a real robot's controllers",
+    )
+    p.add_argument(
+        "--layout",
+        choices=("droid", "aloha"),
+        help="an openpi observation layout: the reference server serves it and the node "
+        "runs config/LAYOUT.yaml (docs/demo.md); default: the model's own format",
+    )
+    p.add_argument(
+        "--lora",
+        metavar="NAME",
+        help="a LoRA adapter: the reference server serves it, the node selects it (lora)",
+    )
+    p.add_argument(
+        "--record",
+        type=Path,
+        metavar="DIR",
+        help="record each run as an episode of the LeRobot v3.0 dataset DIR (policy_node's "
+        "record_dir; appended to when it exists; docs/recording.md)",
     )
     p.add_argument("--verbose", action="store_true", help="show the nodes' INFO logs")
     return p
@@ -193,8 +219,20 @@ def _main(argv: Sequence[str] | None) -> int:
         shown[0] = len(line)
 
     policy = DemoPolicy(
-        kind=args.policy, chunk_noise=args.chunk_noise, smoothing=args.smoothing, seed=args.seed
+        kind=args.policy,
+        chunk_noise=args.chunk_noise,
+        smoothing=args.smoothing,
+        server_prefix=True if args.action_prefix else None,
+        seed=args.seed,
+        layout=args.layout,
+        lora=args.lora,
     )
+    overrides: dict[str, Any] = {}
+    if args.image_encoding:
+        overrides["image_encoding"] = args.image_encoding
+    if args.record is not None:
+        overrides["record_dir"] = str(args.record.expanduser().resolve())
+        overrides["record_robot_type"] = "relay_ros_sim_arm"
     plan = [("early", args.duration)]
     if not args.no_sync:
         plan.append(("sync", args.sync_duration or args.duration))
@@ -211,9 +249,7 @@ def _main(argv: Sequence[str] | None) -> int:
                     jitter_ms=args.jitter_ms,
                     progress=show,
                     link=args.link,
-                    node_overrides=(
-                        {"image_encoding": args.image_encoding} if args.image_encoding else None
-                    ),
+                    node_overrides=overrides or None,
                     policy=policy,
                     fault=args.fault,
                 )
@@ -228,7 +264,10 @@ def _main(argv: Sequence[str] | None) -> int:
         status = 1
     if results:
         sys.stdout.write(format_summary(results) + "\n")
-        png = plot_demo(results, args.output_dir / f"demo_{args.model}.png")
+        if args.record is not None:
+            sys.stdout.write(f"\nrecorded: {args.record} (one episode per run)\n")
+        name = args.layout or args.model
+        png = plot_demo(results, args.output_dir / f"demo_{name}.png")
         sys.stdout.write(f"\nplot: {png}\n")
     sys.stdout.flush()
     return status

@@ -79,10 +79,10 @@ def demo_node_parameters(
     The cameras follow ``config/<model>_cameras.yaml`` (topics and raw/compressed
     transport) at 320x240 pixels, 15 Hz; the arm has one simulated controller per
     output of ``config/<model>.yaml`` (its joints and topic), starting at zero or at
-    the middle of the joint limits when zero is outside them; policy_node uses the
+    the middle of the joint limits when zero is outside them or within a tenth of
+    their range from one; policy_node uses the
     params file with ``policy_url`` pointing at the local server, ``request_mode`` and
-    ``blend_steps`` (from the policy's smoothing); the cameras draw the world of the
-    policy's ``seed``.
+    the policy's ``smoothing``; the cameras draw the world of the policy's ``seed``.
 
     Args:
         model: A model ID of `relay_ros.models`.
@@ -99,12 +99,12 @@ def demo_node_parameters(
         DemoError: a state joint is not commanded by any output (the simulated arm
             would never publish it).
     """
-    config = load_model_config(model)
+    policy = policy or DemoPolicy()
+    config = load_model_config(model, policy.layout)
     check_mode(request_mode)
     if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
         raise DemoArgumentError(f"port {port!r} is not an integer in [1, 65535]")
     cameras = load_camera_map(config.camera_map, allowed_keys=None, max_cameras=None)
-    policy = policy or DemoPolicy()
     camera_params: dict[str, Any] = {
         "camera_names": [_camera_name(c.key) for c in cameras],
         "seed": policy.seed,
@@ -123,7 +123,8 @@ def demo_node_parameters(
     unserved = [joint for joint in config.state_joints if joint not in simulated]
     if unserved:
         raise DemoError(
-            f"state_joints {unserved} of config/{model}.yaml are not commanded by any output; "
+            f"state_joints {unserved} of config/{policy.layout or model}.yaml are not commanded "
+            "by any output; "
             "the simulated arm only publishes the joints of its controllers"
         )
     controllers = [_controller_name(o.name, o.topic) for o in config.outputs]
@@ -136,7 +137,11 @@ def demo_node_parameters(
         for joint in output.joints:
             limit = config.joint_limits[joint]
             lower, upper = limit.min_position, limit.max_position
-            initial.append(0.0 if lower <= 0.0 <= upper else (lower + upper) / 2.0)
+            # Zero unless it is outside or near a limit (DROID's gripper 0..1, the
+            # Franka's joint 6), where the synthetic plan's wander would be refused.
+            margin = 0.1 * (upper - lower)
+            inside = lower + margin <= 0.0 <= upper - margin
+            initial.append(0.0 if inside else (lower + upper) / 2.0)
         arm_params[f"controllers.{controller}.joints"] = list(output.joints)
         arm_params[f"controllers.{controller}.topic"] = output.topic
         arm_params[f"controllers.{controller}.initial_positions"] = initial
@@ -145,12 +150,14 @@ def demo_node_parameters(
     policy_overrides = {
         "policy_url": f"ws://{url_host}:{port}/{model}",
         "request_mode": request_mode,
-        "blend_steps": policy.blend_steps(model, config.execute_horizon),
+        "smoothing": policy.smoothing,
     }
+    if policy.lora:
+        policy_overrides["lora"] = policy.lora
     return {
         "sim_cameras": [camera_params],
         "sim_arm": [arm_params],
-        "policy_node": [str(config_file(f"{model}.yaml")), policy_overrides],
+        "policy_node": [str(config_file(f"{policy.layout or model}.yaml")), policy_overrides],
     }
 
 

@@ -18,7 +18,7 @@ from relay_ros.demo.errors import DemoArgumentError, DemoError
 from relay_ros.models import MODEL_IDS
 from relay_ros.node.node_config import NodeConfig, config_from_parameters
 from relay_ros.node.param_spec import flatten_parameters
-from relay_ros.paths import config_dir, config_file
+from relay_ros.paths import ConfigNotFoundError, config_dir, config_file
 
 __all__ = ["REQUEST_MODES", "check_mode", "check_model", "load_model_config"]
 
@@ -62,16 +62,24 @@ def _read_ros_parameters(path: Path) -> dict[str, Any]:
     raise DemoError(f"parameter file {str(path)!r} has no 'ros__parameters' section")
 
 
-def load_model_config(model: str) -> NodeConfig:
-    """The validated policy_node configuration of ``config/<model>.yaml``.
+def load_model_config(model: str, layout: str | None = None) -> NodeConfig:
+    """The validated policy_node configuration of ``config/<model>.yaml`` (or, for an
+    openpi layout, ``config/<layout>.yaml``).
 
     Unset parameters take their node defaults, exactly as policy_node would.
 
     Raises:
-        DemoArgumentError: ``model`` is not a registered model ID.
+        DemoArgumentError: ``model`` is not a registered model ID, or no config pair
+            ships for ``layout``.
         DemoError: the file has no ``ros__parameters`` section.
         relay_ros.node.param_spec.ParameterError: the file's values are invalid.
     """
-    path = config_file(f"{check_model(model)}.yaml")
+    check_model(model)
+    try:
+        path = config_file(f"{layout or model}.yaml")
+    except ConfigNotFoundError:
+        raise DemoArgumentError(
+            f"layout {layout!r} has no config/{layout}.yaml to run the demo with"
+        ) from None
     given = _read_ros_parameters(path)
     return config_from_parameters(given, default_config_dir=config_dir)

@@ -1,9 +1,11 @@
 """What the demo's policy does: the reference server's plan, its noise, the smoothing, faults.
 
 `DemoPolicy` is passed to the server command (``--synthetic``, ``--chunk-noise``,
-``--seed``, ``--action-prefix``) and to policy_node (``blend_steps``); the same
-``seed`` fixes the simulated world (the target's schedule). `FAULTS` are the
-wiring mistakes the demo can make on purpose, to show what they do to the task.
+``--seed``, ``--action-prefix``) and to policy_node (``smoothing``); the same
+``seed`` fixes the simulated world (the target's schedule). By default the server is
+like the seeds' (its metadata has no ``action_prefix``: what a robot team has on
+day one) and the node smooths as it would there (``auto``). `FAULTS` are the wiring
+mistakes the demo can make on purpose, to show what they do to the task.
 """
 
 from __future__ import annotations
@@ -12,16 +14,24 @@ import math
 from dataclasses import dataclass
 
 from relay_ros.demo.errors import DemoArgumentError
-from relay_ros.models import get_model
 
 __all__ = ["FAULTS", "POLICY_KINDS", "SMOOTHINGS", "DemoPolicy", "check_fault"]
 
 #: Plans of the reference server: ``visual`` tracks the red target in the cameras,
 #: ``flow`` is a smooth motion that ignores them.
 POLICY_KINDS: tuple[str, ...] = ("visual", "flow")
-#: How chunk boundaries are smoothed: not at all, by the node's ``blend_steps``, or
-#: by the server from the committed actions (``action_prefix``, real-time chunking).
-SMOOTHINGS: tuple[str, ...] = ("none", "blend", "prefix")
+#: policy_node's ``smoothing`` values (``relay_ros.pipeline.smoothing.SMOOTHING_CHOICES``,
+#: not imported: importing the demo package must not load the pipeline; a test checks
+#: that the two agree).
+SMOOTHINGS: tuple[str, ...] = (
+    "auto",
+    "none",
+    "splice",
+    "prefix",
+    "crossfade",
+    "lerobot_average",
+    "act_ensemble",
+)
 #: Wiring mistakes: the camera map's base and wrist topics exchanged, or a camera
 #: driver that sends BGR pixels labelled rgb8.
 FAULTS: tuple[str, ...] = ("swap-cameras", "swap-red-blue")
@@ -35,17 +45,28 @@ class DemoPolicy:
         kind: one of `POLICY_KINDS`.
         chunk_noise: scale of the server's chunk-to-chunk variation (0 = off, 1 = a
             sampled VLA's).
-        smoothing: one of `SMOOTHINGS`.
+        smoothing: policy_node's ``smoothing``, one of `SMOOTHINGS`.
+        server_prefix: the server advertises the ``action_prefix`` extension; None:
+            only for smoothing ``prefix`` (which needs it).
         seed: seeds the server's noise and the world's target schedule.
+        layout: an openpi layout (``droid``, ``aloha``) served by the reference server
+            and spoken by the node, with ``config/<layout>.yaml`` and its camera map;
+            None: the model's own format and ``config/<model>.yaml``.
+        lora: a LoRA adapter the server serves and the node selects; None: the base
+            model.
 
     Raises:
-        DemoArgumentError: a value out of range (names it).
+        DemoArgumentError: a value out of range (names it), or smoothing ``prefix``
+            with ``server_prefix`` False.
     """
 
     kind: str = "visual"
     chunk_noise: float = 1.0
-    smoothing: str = "prefix"
+    smoothing: str = "auto"
+    server_prefix: bool | None = None
     seed: int = 0
+    layout: str | None = None
+    lora: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in POLICY_KINDS:
@@ -63,27 +84,37 @@ class DemoPolicy:
             raise DemoArgumentError(f"chunk_noise {noise!r} is not a finite number >= 0")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise DemoArgumentError(f"seed {self.seed!r} is not an integer >= 0")
+        if self.server_prefix is None:
+            object.__setattr__(self, "server_prefix", self.smoothing == "prefix")
+        if self.smoothing == "prefix" and not self.server_prefix:
+            raise DemoArgumentError(
+                "smoothing 'prefix' needs a server that advertises action_prefix; "
+                "leave server_prefix unset or True"
+            )
+        if self.lora is not None and (not self.lora or self.lora != self.lora.strip()):
+            raise DemoArgumentError(f"lora {self.lora!r} is not an adapter name")
 
-    def blend_steps(self, model: str, execute_horizon: int | None) -> int:
-        """policy_node's ``blend_steps``: the server's soft window with ``blend``, else 0.
+    @property
+    def config_name(self) -> str | None:
+        """The ``config/<name>.yaml`` pair the run uses instead of the model's, if any."""
+        return self.layout
 
-        The reference server cross-fades over half the execute horizon
-        (``server.action_prefix.soft_steps``, not imported: importing the demo package
-        must not load the server), so blend and prefix cross-fade over the same time;
-        a test checks that the two agree. ``execute_horizon`` None: half the model's
-        action horizon, as the node's default.
-        """
-        if self.smoothing != "blend":
-            return 0
-        if execute_horizon is None:
-            execute_horizon = int(get_model(model).server_metadata["action_horizon"]) // 2
-        return max(1, int(execute_horizon) // 2)
+    @property
+    def advertises_prefix(self) -> bool:
+        """Whether the server advertises the ``action_prefix`` extension."""
+        return bool(self.server_prefix)
 
     def label(self) -> str:
-        """Short description for tables, e.g. ``visual policy, chunk noise 1, smoothing prefix``."""
+        """Short description for tables, e.g. ``visual policy, chunk noise 1, server
+        without action_prefix (as the seeds'), smoothing auto, seed 0``."""
+        server = (
+            "server with action_prefix"
+            if self.advertises_prefix
+            else "server without action_prefix (as the seeds')"
+        )
         return (
-            f"{self.kind} policy, chunk noise {self.chunk_noise:g}, smoothing {self.smoothing}, "
-            f"seed {self.seed}"
+            f"{self.kind} policy, chunk noise {self.chunk_noise:g}, {server}, "
+            f"smoothing {self.smoothing}, seed {self.seed}"
         )
 
 

@@ -52,8 +52,8 @@ def _summary_rows(r: DemoResult) -> list[tuple[str, str]]:
         c0 = c1 = counted = "n/a"
     else:
         counted = f"{sw.moving} / {sw.at_rest}"
-        ratio = sw.c0_over_step
-        c0 = "n/a" if ratio is None else f"{ratio:.2f}"
+        ratio, p95 = sw.c0_over_step, sw.c0_p95_over_step
+        c0 = "n/a" if ratio is None or p95 is None else f"{ratio:.2f} / {p95:.2f}"
         c1 = "n/a" if sw.c1_median is None else f"{sw.c1_median:.2f}"
     startup = "n/a" if r.startup_s is None else f"{r.startup_s * 1000:.0f}"
     first = "n/a" if r.first_point_distance is None else f"{r.first_point_distance:.3f}"
@@ -68,7 +68,11 @@ def _summary_rows(r: DemoResult) -> list[tuple[str, str]]:
         error = f"{task.median_m * 100:.1f} / {(task.p90_m or 0.0) * 100:.1f}"
         on_target = f"{100.0 * (task.on_target_share or 0.0):.0f}%"
     jerk = "n/a" if r.jerk_rms is None else f"{r.jerk_rms:.0f}"
+    lead = "n/a" if r.request_lead_s is None else format_ms(r.request_lead_s)
+    execute = "n/a" if r.execute_horizon is None else str(r.execute_horizon)
     return [
+        ("smoothing", r.smoothing.split(" (", 1)[0] or "n/a"),
+        ("execute horizon / request lead [ms] (end)", f"{execute} / {lead}"),
         ("start-up: first request -> chunk [ms]", startup),
         ("start-up: refusals before it", str(r.refusals_before_first)),
         ("start-up: first point from state [rad]", first),
@@ -80,10 +84,10 @@ def _summary_rows(r: DemoResult) -> list[tuple[str, str]]:
         ("stall time [s]", f"{r.stall_time_s:.3f} ({share:.1f}%)"),
         ("stall events", str(r.stall_events)),
         ("switches moving / at rest", counted),
-        ("switch C0 / typical step (moving)", c0),
+        ("switch C0 / typical step med / p95 (moving)", c0),
         ("switch C1 med [rad/s] (moving)", c1),
         ("jerk RMS [rad/s^3] (real sample times)", jerk),
-        ("action age p50 / max [ms]", age),
+        ("observation age p50 / max [ms]", age),
         ("rejected messages", str(r.rejected)),
         ("refused by the node (whole run)", str(r.refusals)),
         *(
@@ -131,8 +135,9 @@ def format_summary(results: Sequence[DemoResult]) -> str:
     )
     if first.dt is not None:
         header += f", dt {first.dt * 1000:.1f} ms"
-    if first.execute_horizon is not None:
-        header += f", execute horizon {first.execute_horizon}"
+    header += f", arm tracking lag {first.tracking_lag_s * 1000:g} ms"
+    if first.smoothing:
+        header += f"\nsmoothing: {first.smoothing}"
     policies = {r.policy.label() for r in results}
     if len(policies) == 1:
         header += f"\n{policies.pop()}"

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from relay_ros.demo.policy_settings import DemoPolicy
+from relay_ros.sim.controller_measures import BoundaryStep
 from relay_ros.sim.motion_measures import SwitchSummary
 from relay_ros.sim.task import TaskMeasures
 
@@ -77,7 +78,11 @@ class DemoResult:
         latency_ms: Simulated inference latency of the server in ms.
         jitter_ms: Its jitter in ms.
         duration_s: Seconds measured (from the first chunk to the end of the run).
-        execute_horizon: Actions executed per chunk (None = half the horizon).
+        execute_horizon: Actions executed per chunk at the end of the run (the
+            latency's when automatic), or None.
+        smoothing: How policy_node joined the chunks (its strategy, described).
+        request_lead_s: Its request lead at the end of the run (s), or None.
+        tracking_lag_s: The simulated arm's tracking lag (s).
         dt: Control period in seconds (spacing of the published points).
         requests: Observations sent to the server.
         chunks_received: Replies with a chunk.
@@ -99,6 +104,8 @@ class DemoResult:
         times: (N,) control-cycle times of the arm.
         commanded: (N, D) positions the controllers commanded at each cycle.
         followed: (N, D) positions the joints followed (published on /joint_states).
+        ages: (N,) observation age of the action the arm ran at each cycle (s, NaN in
+            a hold or before the first chunk).
         switch_times: Times a new trajectory took over on the arm.
         chunks: Every published chunk.
         server_pid: Process id of the server subprocess (gone when the run returns).
@@ -120,6 +127,10 @@ class DemoResult:
             first chunk's first point (rad), or None.
         switches: The arm's chunk switches at the same instant (C0/C1 over moving
             switches, at rest apart; `relay_ros.sim.motion_measures`), or None.
+        steps: The arm's switches one by one (`BoundaryStep`, times since ``t0``), for
+            the zoomed plot.
+        task_joints: The joints that move the end effector (the world's arm), whose
+            velocity the plot shows; the others carry only the policy's noise here.
     """
 
     model: str
@@ -163,6 +174,12 @@ class DemoResult:
     refusals_before_first: int = 0
     first_point_distance: float | None = None
     switches: SwitchSummary | None = None
+    smoothing: str = ""
+    request_lead_s: float | None = None
+    tracking_lag_s: float = 0.0
+    ages: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    steps: list[BoundaryStep] = field(default_factory=list)
+    task_joints: tuple[str, ...] = ()
 
     def latency_percentile_s(self, q: float) -> float | None:
         """The ``q``-th percentile (0..100) of the latencies in seconds, or None."""

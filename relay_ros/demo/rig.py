@@ -62,7 +62,11 @@ class RunSnapshot:
         steps: every switch (`BoundaryStep`) after ``t0`` per controller.
         chunks: every chunk published on ``~/preview``.
         latencies_s: every latency sample.
-        execute_horizon: policy_node's execute horizon.
+        execute_horizon: the execute horizon policy_node ran with at the end (the
+            latency's when automatic).
+        smoothing: how policy_node joined the chunks (its strategy, described).
+        request_lead_s: its request lead at the end (s; 0 in sync mode).
+        tracking_lag_s: the simulated arm's tracking lag (s).
         world_seed: the seed of the world the cameras drew (its time starts at ``t0``,
             at `relay_ros.world.ALIGNED_START_S`).
         first_request: when the first request went out (node clock, within 10 ms).
@@ -85,6 +89,9 @@ class RunSnapshot:
     latencies_s: list[float]
     execute_horizon: int | None
     world_seed: int
+    smoothing: str = ""
+    request_lead_s: float | None = None
+    tracking_lag_s: float = 0.0
     first_request: float | None = None
     refusals_before_first: int = 0
     link: str | None = None
@@ -142,6 +149,7 @@ class DemoRig:
         multi_threaded: Spin policy_node on a ``MultiThreadedExecutor``.
         link: An emulated network link between policy_node and the server, or None.
         node_overrides: Extra policy_node parameters, over the demo's own.
+        arm_overrides: Extra sim_arm parameters (e.g. its ``tracking_time_constant_s``).
     """
 
     def __init__(
@@ -159,6 +167,7 @@ class DemoRig:
         multi_threaded: bool,
         link: LinkProfile | None = None,
         node_overrides: Mapping[str, Any] | None = None,
+        arm_overrides: Mapping[str, Any] | None = None,
     ) -> None:
         self.model = model
         self.config = config
@@ -177,6 +186,7 @@ class DemoRig:
         self.link_profile = link
         self.link: LinkThread | None = None
         self._extra_node_params = dict(node_overrides or {})
+        self._extra_arm_params = dict(arm_overrides or {})
         self.recorder = ChunkRecorder(config.commanded_joints)
         self._first_request: float | None = None
         self._refusals_before_first = 0
@@ -232,7 +242,8 @@ class DemoRig:
             path = swapped_camera_map(self.config.camera_map, Path(self._tmp.name))
             policy["camera_map"] = str(path)
         policy.update(self._extra_node_params)
-        return {"sim_cameras": cameras, "sim_arm": dict(params["sim_arm"][0]), "policy": policy}
+        arm = {**params["sim_arm"][0], **self._extra_arm_params}
+        return {"sim_cameras": cameras, "sim_arm": arm, "policy": policy}
 
     def _start_nodes(self, params: Mapping[str, list[Any]]) -> None:
         # rclpy and the nodes load only when a run starts: relay_ros.demo imports without ROS.
@@ -413,8 +424,11 @@ class DemoRig:
             },
             chunks=self.recorder.chunks(),
             latencies_s=list(self.latencies.samples),
-            execute_horizon=self._policy_node.config.execute_horizon,
+            execute_horizon=self._policy_node.core.execute_horizon,
             world_seed=self.policy.seed,
+            smoothing=self._policy_node.core.smoothing or "",
+            request_lead_s=self._policy_node.core.request_lead_s,
+            tracking_lag_s=float(self._arm.get_parameter("tracking_time_constant_s").value),
             first_request=self._first_request,
             refusals_before_first=self._refusals_before_first,
             link=None if self.link is None else self.link.profile.describe(),

@@ -9,6 +9,7 @@ from a launch file) does not need it.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -45,6 +46,7 @@ def run_demo(
     fault: str | None = None,
     link: str | LinkProfile | None = None,
     node_overrides: Mapping[str, Any] | None = None,
+    arm_overrides: Mapping[str, Any] | None = None,
 ) -> DemoResult:
     """Run the whole loop once and return what happened.
 
@@ -69,13 +71,16 @@ def run_demo(
             does) instead of a ``SingleThreadedExecutor``. Same behaviour (its callbacks
             are mutually exclusive) at several times the CPU cost.
         policy: The reference policy, its noise, the smoothing and the world seed
-            (None = `DemoPolicy` defaults: visual, noise 1, smoothing prefix, seed 0).
+            (None = `DemoPolicy` defaults: visual, noise 1, a server without
+            action_prefix, smoothing auto, seed 0).
         fault: None, or a wiring mistake to make on purpose (`FAULTS`).
         link: Put an emulated network link between policy_node and the server: a
             preset name of `relay_ros.sim.link_profiles.PRESETS` (``"wan"``, ...) or a
             `LinkProfile`; None connects directly over loopback.
         node_overrides: Extra policy_node parameters (e.g. ``{"image_encoding": "jpeg"}``),
             applied over the demo's own.
+        arm_overrides: Extra sim_arm parameters (e.g. ``{"tracking_time_constant_s":
+            0.0}`` for an arm that follows its command exactly; default lag 40 ms).
 
     Raises:
         DemoArgumentError: an argument is out of range.
@@ -90,7 +95,7 @@ def run_demo(
         raise DemoArgumentError(f"duration_s {duration_s!r} is not a positive number of seconds")
     policy = policy or DemoPolicy()
     server_command(model, latency_ms=latency_ms, jitter_ms=jitter_ms)  # validates both
-    config = load_model_config(model)
+    config = load_model_config(model, policy.layout)
     profile = get_profile(link) if isinstance(link, str) else link
 
     rig = DemoRig(
@@ -106,6 +111,7 @@ def run_demo(
         multi_threaded=multi_threaded,
         link=profile,
         node_overrides=node_overrides,
+        arm_overrides=arm_overrides,
     )
     try:
         rig.start()
@@ -144,7 +150,9 @@ def result_from_snapshot(
     joints = tuple(config.commanded_joints)
     column = {name: i for i, name in enumerate(joints)}
     t0, t_end = snapshot.t0, snapshot.t_end
-    times, commanded, followed, switches = _merge_histories(snapshot.histories, joints, column, t0)
+    times, commanded, followed, switches, ages = _merge_histories(
+        snapshot.histories, joints, column, t0
+    )
     metrics = snapshot.metrics
     ages_p50 = [m.action_age_p50_s for m in metrics.values() if m.action_age_p50_s is not None]
     ages_max = [m.action_age_max_s for m in metrics.values() if m.action_age_max_s is not None]
@@ -228,13 +236,20 @@ def result_from_snapshot(
         refusals_before_first=snapshot.refusals_before_first,
         first_point_distance=first_distance,
         switches=None if arm is None else switch_summary(arm),
+        smoothing=snapshot.smoothing,
+        request_lead_s=snapshot.request_lead_s,
+        tracking_lag_s=snapshot.tracking_lag_s,
+        ages=ages,
+        steps=[dataclasses.replace(b, t=b.t - t0, at=b.at - t0) for b in arm or []],
+        task_joints=tuple(j for j in arm_joints if j in column),
     )
 
 
 def _merge_histories(
     histories: Mapping[str, Any], joints: Sequence[str], column: Mapping[str, int], t0: float
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """One time base for all controllers (they update in the same control cycle)."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One time base for all controllers (they update in the same control cycle); the
+    action ages are the first controller's (the arm's)."""
     n = min((len(h.times) for h in histories.values()), default=0)
     first = next(iter(histories.values()), None)
     times = first.times[-n:] if first is not None and n else np.zeros(0)
@@ -247,7 +262,8 @@ def _merge_histories(
                 commanded[:, column[name]] = history.commanded[-n:, i]
                 followed[:, column[name]] = history.positions[-n:, i]
         switches.extend(float(t) for t in history.switch_times)
+    ages = first.ages[-n:] if first is not None and n else np.zeros(0)
     keep = times >= t0 - PRE_ROLL_S
     switch_array = np.unique(np.round(np.asarray(switches, dtype=np.float64), 3))
     switch_array = switch_array[switch_array >= t0] - t0
-    return times[keep] - t0, commanded[keep], followed[keep], switch_array
+    return times[keep] - t0, commanded[keep], followed[keep], switch_array, ages[keep]

@@ -57,8 +57,9 @@ def server_command(
         jitter_ms: Uniform random extra latency in [-J, +J] ms (>= 0).
         port_file: Where the server writes its bound port.
         executable: The server program, e.g. ``[sys.executable, "-m", "relay_ros.server"]``.
-        policy: The built-in policy's plan, noise, seed and (smoothing ``prefix``) the
-            ``action_prefix`` extension; None = `DemoPolicy` defaults.
+        policy: The built-in policy's plan, noise, seed and whether it advertises the
+            ``action_prefix`` extension; None = `DemoPolicy` defaults (it does not, as
+            the seeds' server).
 
     Raises:
         DemoArgumentError: unknown model, negative or non-finite latency or jitter,
@@ -94,8 +95,12 @@ def server_command(
         "--seed",
         str(policy.seed),
     ]
-    if policy.smoothing == "prefix":
+    if policy.advertises_prefix:
         command.append("--action-prefix")
+    if policy.layout:
+        command += ["--layout", policy.layout]
+    if policy.lora:
+        command += ["--lora", policy.lora]
     if port_file is not None:
         command += ["--port-file", str(port_file)]
     return command

@@ -16,8 +16,10 @@ Both are stamped with the observation time (``header.stamp``; ``frame_id``
 ``t_obs=<s>`` like the chunks) and are published only while someone subscribes:
 a robot nobody debugs pays one subscription count per request.
 
-The conversion (:func:`observation_frames`, :func:`observation_state`,
-:func:`image_fields`, :func:`debug_topic_name`) is plain Python; :class:`ObservationTopics` creates
+The observation is read by its wire format (``WireFormat.observed``,
+:mod:`relay_ros.formats`: π0 ``images``, GR00T ``video``, a layout's key paths,
+channel-first frames turned back); the conversion (:func:`image_fields`,
+:func:`debug_topic_name`) is plain Python; :class:`ObservationTopics` creates
 the publishers on the node and imports rclpy message types when constructed.
 """
 
@@ -30,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from relay_ros.formats import WireFormat
 from relay_ros.pipeline.trajectory import format_t_obs, seconds_to_sec_nanosec
 
 __all__ = [
@@ -38,8 +41,6 @@ __all__ = [
     "debug_topic_name",
     "frame_to_rgb",
     "image_fields",
-    "observation_frames",
-    "observation_state",
 ]
 
 _NOT_IN_NAME = re.compile(r"[^A-Za-z0-9_]")
@@ -59,28 +60,6 @@ class ImageFields:
     encoding: str
     step: int
     data: bytes
-
-
-def observation_frames(observation: Mapping[str, Any]) -> dict[str, Any]:
-    """Camera key -> frame of a wire observation (π0 ``images`` or GR00T ``video``)."""
-    frames = observation.get("images")
-    if frames is None:
-        frames = observation.get("video")
-    return dict(frames or {})
-
-
-def observation_state(observation: Mapping[str, Any], count: int | None = None) -> list[float]:
-    """The state values of a wire observation, flat, in order.
-
-    π0: the ``state`` vector; GR00T: the ``state`` groups joined in their order.
-    ``count`` keeps the first ``count`` values (π0's zero padding dropped).
-    """
-    state = observation.get("state")
-    if isinstance(state, Mapping):
-        values = [float(v) for group in state.values() for v in np.asarray(group).reshape(-1)]
-    else:
-        values = [float(v) for v in np.asarray(state, dtype=np.float64).reshape(-1)]
-    return values if count is None else values[:count]
 
 
 def frame_to_rgb(frame: Any) -> np.ndarray:
@@ -123,6 +102,8 @@ class ObservationTopics:
         node: The rclpy node (topics are private: ``~/observation/...``).
         camera_keys: The model's camera keys the observations carry.
         state_joints: Names of the state vector's entries.
+        wire_format: The observations' wire format (:mod:`relay_ros.formats`), which
+            reads their frames and state.
         callback_group: The publishers' group (the node passes its
             :class:`~relay_ros.node.polled.PolledCallbackGroup`: no executor
             watches their QoS events).
@@ -134,10 +115,12 @@ class ObservationTopics:
         camera_keys: Sequence[str],
         state_joints: Sequence[str],
         *,
+        wire_format: WireFormat,
         callback_group: Any = None,
     ) -> None:
         from sensor_msgs.msg import Image, JointState
 
+        self._format = wire_format
         self._image_type = Image
         self._state_type = JointState
         self._joints = list(state_joints)
@@ -154,21 +137,22 @@ class ObservationTopics:
     def publish(self, observation: Mapping[str, Any], t_obs: float) -> None:
         """Publish ``observation`` (as sent, taken at ``t_obs`` on the node clock, s)
         on the topics someone subscribes to."""
+        watched = [key for key, pub in self._images.items() if pub.get_subscription_count() > 0]
+        state_watched = self._state.get_subscription_count() > 0
+        if not watched and not state_watched:
+            return
         sec, nanosec = seconds_to_sec_nanosec(max(t_obs, 0.0))
         tag = format_t_obs(t_obs)
-        if self._state.get_subscription_count() > 0:
+        frames, state = self._format.observed(observation)
+        if state_watched:
             msg = self._state_type()
             msg.header.stamp.sec, msg.header.stamp.nanosec = sec, nanosec
             msg.header.frame_id = tag
             msg.name = self._joints
-            msg.position = observation_state(observation, len(self._joints))
+            msg.position = state[: len(self._joints)]  # π0's zero padding dropped
             self._state.publish(msg)
-        frames = None
-        for key, publisher in self._images.items():
-            if publisher.get_subscription_count() == 0:
-                continue
-            if frames is None:
-                frames = observation_frames(observation)
+        for key in watched:
+            publisher = self._images[key]
             if key not in frames:
                 continue
             fields = image_fields(frames[key])

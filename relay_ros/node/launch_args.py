@@ -2,11 +2,13 @@
 
 ``launch`` and ``launch_ros`` exist only on a real ROS 2 install, so the launch
 files stay thin: they declare :data:`POLICY_LAUNCH_ARGUMENTS` and hand the values
-to :func:`policy_node_parameters`, which is plain Python and tested here.
+to :func:`policy_node_parameters` and :func:`policy_node_namespace`, which are plain
+Python and tested here.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +22,7 @@ __all__ = [
     "POLICY_LAUNCH_ARGUMENTS",
     "LaunchArgument",
     "parse_bool",
+    "policy_node_namespace",
     "policy_node_parameters",
     "resolve_file",
 ]
@@ -67,6 +70,20 @@ POLICY_LAUNCH_ARGUMENTS: tuple[LaunchArgument, ...] = (
         "Empty: the params file's, else the URDF on the robot_description topic "
         "(robot_state_publisher's).",
     ),
+    LaunchArgument(
+        "autostart",
+        "",
+        "true: configure and activate the node at start; false: it starts unconfigured, "
+        "for 'ros2 lifecycle set /policy_node configure', then 'activate'. Empty: the params "
+        "file's autostart (default true).",
+    ),
+    LaunchArgument(
+        "namespace",
+        "",
+        "Namespace of the node, e.g. robot1: its relative topics (joint_states, the shipped "
+        "controller and camera topics, robot_description) and its name move under it "
+        "(/robot1/policy_node). Empty: none.",
+    ),
 )
 
 
@@ -78,6 +95,30 @@ def parse_bool(name: str, text: str) -> bool:
     if value in ("false", "0", "no", "off", ""):
         return False
     raise ParameterError(f"launch argument '{name}' is {text!r}; expected true or false")
+
+
+#: One token of a ROS name: a letter or underscore, then letters, digits, underscores.
+_NAME_TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def policy_node_namespace(arguments: Mapping[str, str]) -> str:
+    """The ``namespace=`` of the policy_node launch action: the ``namespace`` argument
+    without trailing slashes ("" for none), checked as a ROS namespace (absolute
+    ``/robot1`` or relative ``robot1``, tokens of letters, digits and underscores).
+
+    Raises:
+        ParameterError: not a valid namespace (the message names the bad token).
+    """
+    text = str(arguments.get("namespace") or "").strip()
+    namespace = text.rstrip("/") if text != "/" else ""
+    tokens = namespace.lstrip("/").split("/") if namespace.strip("/") else []
+    for token in tokens:
+        if not _NAME_TOKEN.fullmatch(token):
+            raise ParameterError(
+                f"launch argument 'namespace' is {text!r}; {token!r} is not a ROS name token "
+                "(a letter or '_', then letters, digits or '_'), e.g. namespace:=robot1"
+            )
+    return namespace
 
 
 def resolve_file(argument: str, text: str, directory: Path) -> Path:
@@ -143,4 +184,7 @@ def policy_node_parameters(
             resolve_file("robot_description_file", urdf, directory)
         )
     overrides["dry_run"] = parse_bool("dry_run", arguments.get("dry_run", "false"))
+    autostart = str(arguments.get("autostart") or "").strip()
+    if autostart:
+        overrides["autostart"] = parse_bool("autostart", autostart)
     return [str(path), overrides]

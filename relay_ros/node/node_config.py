@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from relay_ros.models import family_of
+from relay_ros.formats import FormatError, format_for
+from relay_ros.models import get_model
 from relay_ros.node.limit_params import (
     LIMITS_PREFIX,
     check_given_names,
@@ -54,12 +55,15 @@ from relay_ros.pipeline.joint_limits import (
     LimitParams,
     resolve_joint_limits,
 )
+from relay_ros.pipeline.outputs import OutputsError, load_outputs
+from relay_ros.pipeline.server_spec import ServerSpec
 from relay_ros.pipeline.urdf_limits import RobotDescription
 
 __all__ = [
     "NodeConfig",
     "OutputSpec",
     "build_config",
+    "check_layout",
     "collect_values",
     "config_from_parameters",
     "validate_change",
@@ -98,10 +102,13 @@ class NodeConfig:
     """
 
     model: str
+    layout: str
     policy_url: str | None
     camera_map: Path
     prompt: str
     seed: int | None
+    lora: str
+    lora_scale: float
     joint_states_topic: str
     state_joints: tuple[str, ...]
     outputs: tuple[OutputSpec, ...]
@@ -111,18 +118,23 @@ class NodeConfig:
     execute_horizon: int | None
     request_lead_s: float | None
     request_mode: str
+    smoothing: str
     blend_steps: int
     dry_run: bool
     max_joint_step: float
     sensor_timeout_s: float
     retry_delay_s: float
     request_timeout_s: float | None
-    autostart: bool
     tick_hz: float
     reconnect_max_backoff_s: float
+    autostart: bool = True
+    deadman_topic: str = ""
+    deadman_timeout_s: float = 0.5
     image_encoding: str = "raw"
     jpeg_quality: int = 90
     thread_priority: int = 0
+    interpolate_from_desired_state: bool = True
+    max_tracking_error: float = 0.25
     robot_description: str = ""
     robot_description_file: str = ""
     limit_params: Mapping[str, LimitParams] = dataclasses.field(default_factory=dict)
@@ -130,6 +142,12 @@ class NodeConfig:
     robot_description_topic: str = ""
     #: Why some commanded joint has no limits (waiting for the URDF topic); None: all have.
     limits_problem: str | None = None
+    # Recording (relay_ros.node.episode_recording); record_dir None: off.
+    record_dir: Path | None = None
+    record_fps: int = 15
+    record_video_codec: str = "libsvtav1"
+    record_queue_frames: int = 30
+    record_robot_type: str = ""
 
     @property
     def commanded_joints(self) -> tuple[str, ...]:
@@ -187,7 +205,7 @@ def _check(values: Mapping[str, Any], spec: ParamSpec) -> Any:
     return spec.check(value)
 
 
-def _output(values: Mapping[str, Any], name: str, model: str) -> OutputSpec:
+def _output(values: Mapping[str, Any], name: str, model: str, layout: str) -> OutputSpec:
     prefix = f"outputs.{name}."
     topic_spec, joints_spec, dims_spec, key_spec = output_parameter_specs(name)
     topic = topic_spec.check(values.get(topic_spec.name) or "")
@@ -198,18 +216,78 @@ def _output(values: Mapping[str, Any], name: str, model: str) -> OutputSpec:
     raw_dims = values.get(dims_spec.name)
     dims = tuple(dims_spec.check(raw_dims)) if raw_dims else None
     action_key = key_spec.check(values.get(key_spec.name) or "") or None
-    groot = family_of(model) == "groot"
-    if groot and action_key is None:
-        raise ParameterError(
-            f"output '{name}' needs parameter '{prefix}action_key' for model {model} "
-            "(the action group, e.g. 'action.single_arm')"
-        )
-    if not groot and dims is None:
-        raise ParameterError(
-            f"output '{name}' needs parameter '{prefix}dims' for model {model} "
-            "(indices into the action vector, one per joint)"
-        )
+    try:
+        where = f"model {model}" + (f" with layout {layout!r}" if layout else "")
+        format_for(model, layout).check_output_params(name, dims, action_key, where)
+    except FormatError as exc:
+        raise ParameterError(str(exc)) from None
     return OutputSpec(name, topic, joints, dims, action_key)
+
+
+def _check_format(model: str, layout: str) -> None:
+    """Refuse a layout that cannot be read, or whose actions (or state) the node
+    cannot execute on joint trajectory controllers (LIBERO's end-effector deltas)."""
+    try:
+        fmt = format_for(model, layout)
+    except FormatError as exc:
+        raise ParameterError(f"parameter 'layout': {exc}") from None
+    problem = fmt.unsupported_action_space()
+    if problem is not None:
+        raise ParameterError(f"parameter 'layout' is {layout!r}: {problem}")
+
+
+def _camera_map(given: str, model: str, layout: str, default_dir: Callable[[], Path]) -> Path:
+    """The camera map file: given, else the package's ``<layout>_cameras.yaml`` for a
+    shipped layout or ``<model>_cameras.yaml``."""
+    if given:
+        return Path(given).expanduser()
+    if layout and ("/" in layout or layout.endswith((".yaml", ".yml"))):
+        raise ParameterError(
+            f"parameter 'camera_map' is empty; a layout file ({layout!r}) needs a camera map "
+            "naming its cameras"
+        )
+    return default_dir() / f"{layout or model}_cameras.yaml"
+
+
+def check_layout(
+    model: str, layout: str, state_joints: Sequence[str], outputs: Sequence[OutputSpec]
+) -> None:
+    """What needs no server: every commanded joint is a state joint, and (for a wire
+    format whose metadata is known without a server: the π0 family, openpi layouts;
+    not GR00T, whose groups come from the server's embodiment) the state and the
+    outputs' action dimensions fit it, checked by the same code that checks them
+    against a connected server's metadata (which is checked again on connect).
+
+    Raises:
+        ParameterError: the first mistake, naming the parameter, the value and what
+            was expected.
+    """
+    known = set(state_joints)
+    for output in outputs:
+        for joint in output.joints:
+            if joint not in known:
+                raise ParameterError(
+                    f"parameter 'outputs.{output.name}.joints' lists joint {joint!r}, which is "
+                    f"not in state_joints {list(state_joints)}: every commanded joint must be "
+                    "one of state_joints, named as in the joint states (a typo?)"
+                )
+    fmt = format_for(model, layout)
+    if fmt.needs_embodiment:
+        return  # GR00T's groups come from its server's embodiment
+    info = get_model(model)
+    metadata = fmt.metadata_fields(info, None)
+    if "action_dim" not in metadata:
+        return
+    spec = ServerSpec.from_metadata(metadata, model=model, layout=layout)
+    try:
+        load_outputs({o.name: o.as_mapping() for o in outputs}, spec)
+        # Only the state here: the camera map is checked when it is read.
+        fmt.check_state_joints(state_joints, spec)
+    except (OutputsError, FormatError) as exc:
+        raise ParameterError(
+            f"the configuration does not fit model {model} (action_dim "
+            f"{metadata['action_dim']}, as its servers announce): {exc}"
+        ) from None
 
 
 def _resolve(
@@ -236,20 +314,17 @@ def build_config(
     from the URDF or the parameters (:mod:`relay_ros.pipeline.joint_limits`).
     """
     fields = {spec.name: _check(values, spec) for spec in PARAMETERS}
-    model = fields["model"]
-    outputs = tuple(_output(values, name, model) for name in fields.pop("output_names"))
+    model, layout = fields["model"], fields["layout"]
+    _check_format(model, layout)
+    outputs = tuple(_output(values, name, model, layout) for name in fields.pop("output_names"))
     commanded = [joint for output in outputs for joint in output.joints]
     unique_names("outputs.*.joints", commanded)
     robot = robot_description_from(fields["robot_description"], fields["robot_description_file"])
     limit_params = limit_params_from_values(values, commanded)
-    camera_map = fields["camera_map"]
-    fields["camera_map"] = (
-        Path(camera_map).expanduser()
-        if camera_map
-        else default_config_dir() / f"{model}_cameras.yaml"
-    )
+    fields["camera_map"] = _camera_map(fields["camera_map"], model, layout, default_config_dir)
+    check_layout(model, layout, fields["state_joints"], outputs)
     try:
-        check_image_encoding(model, fields["image_encoding"], fields["jpeg_quality"])
+        check_image_encoding(model, fields["image_encoding"], fields["jpeg_quality"], layout)
     except ImageEncodingError as exc:
         raise ParameterError(f"parameter {exc}") from None
     fields["outputs"] = outputs

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from relay_ros.models import MODEL_IDS
@@ -36,6 +37,7 @@ from relay_ros.node.limit_params import (
 from relay_ros.node.param_spec import ParameterError, ParamSpec
 from relay_ros.node.thread_priority import MAX_PRIORITY
 from relay_ros.pipeline.settings import LIVE_SETTINGS
+from relay_ros.pipeline.smoothing import SMOOTHING_CHOICES
 
 __all__ = [
     "LIVE_PARAMETERS",
@@ -71,6 +73,24 @@ def _url(spec: ParamSpec, value: str) -> str | None:
     return value or None
 
 
+def _layout(spec: ParamSpec, value: str) -> str:
+    if value != value.strip():
+        raise ParameterError(
+            f"parameter '{spec.name}' is {value!r}; expected a layout name or file without spaces "
+            "around it"
+        )
+    return value
+
+
+def _lora(spec: ParamSpec, value: str) -> str:
+    if value != value.strip() or any(ch in value for ch in "\r\n\t"):
+        raise ParameterError(
+            f"parameter '{spec.name}' is {value!r}; expected an adapter name as the server "
+            "lists it in lora_adapters (no surrounding spaces), or '' for the base model"
+        )
+    return value
+
+
 def check_topic(spec: ParamSpec, value: str) -> str:
     """``value`` if it is a topic name without spaces."""
     if not value or any(ch.isspace() for ch in value):
@@ -79,6 +99,12 @@ def check_topic(spec: ParamSpec, value: str) -> str:
             "e.g. 'joint_states'"
         )
     return value
+
+
+def _optional_topic(spec: ParamSpec, value: str) -> str:
+    """``value`` stripped: empty (off), or a topic name without spaces."""
+    value = value.strip()
+    return check_topic(spec, value) if value else ""
 
 
 def check_names(spec: ParamSpec, value: list[str]) -> tuple[str, ...]:
@@ -90,6 +116,10 @@ def check_names(spec: ParamSpec, value: list[str]) -> tuple[str, ...]:
 
 def _lead(spec: ParamSpec, value: Any) -> float | None:
     return parse_lead(value)
+
+
+def _directory(spec: ParamSpec, value: str) -> Path | None:
+    return Path(value).expanduser() if value else None
 
 
 def unique_names(name: str, items: Sequence[str]) -> tuple[str, ...]:
@@ -131,6 +161,15 @@ _ROWS: tuple[ParamSpec, ...] = (
         choices=MODEL_IDS,
     ),
     ParamSpec(
+        "layout",
+        "string",
+        "",
+        "Observation layout of a stock openpi server: a shipped name (droid, aloha, "
+        "libero) or a layout YAML file (docs/camera_map.md). Empty: the model's own "
+        "format (the seeds' pi0/pi05 or GR00T observation).",
+        convert=_layout,
+    ),
+    ParamSpec(
         "policy_url",
         "string",
         "",
@@ -160,6 +199,24 @@ _ROWS: tuple[ParamSpec, ...] = (
         minimum=-1,
         maximum=_MAX_SEED,
         convert=_negative_is_none,
+    ),
+    ParamSpec(
+        "lora",
+        "string",
+        "",
+        "LoRA adapter the server runs for this node's observations (sent as "
+        "sampling_params.lora); it must be one of the server's lora_adapters, else the "
+        "node holds. Empty: the base model. A change is a new episode.",
+        convert=_lora,
+    ),
+    ParamSpec(
+        "lora_scale",
+        "double",
+        1.0,
+        "Strength of the LoRA adapter (sent as {name, scale} when not 1.0). A change is "
+        "a new episode.",
+        minimum=0.0,
+        maximum=10.0,
     ),
     ParamSpec(
         "joint_states_topic",
@@ -210,7 +267,9 @@ _ROWS: tuple[ParamSpec, ...] = (
         "int",
         0,
         "Actions of each chunk executed before the next chunk takes over (at most the "
-        "server's action_horizon). 0: half the server's action_horizon.",
+        "server's action_horizon). 0: automatic, from the measured latency (about one "
+        "latency's worth of actions, 4 to half the server's action_horizon; "
+        "docs/streaming.md).",
         minimum=0,
         maximum=1000,
         convert=_zero_is_none,
@@ -220,7 +279,7 @@ _ROWS: tuple[ParamSpec, ...] = (
         "string_or_double",
         "auto",
         "How long before the switch time the next observation is sent (seconds, 0 to 10), "
-        "or 'auto': p95 of measured latency plus a margin.",
+        "or 'auto': the median measured latency (docs/streaming.md).",
         convert=_lead,
     ),
     ParamSpec(
@@ -232,10 +291,23 @@ _ROWS: tuple[ParamSpec, ...] = (
         choices=("early", "sync"),
     ),
     ParamSpec(
+        "smoothing",
+        "string",
+        "auto",
+        "How a new chunk joins the running one: 'auto' (what measured best: the splice, on "
+        "servers with and without action_prefix), 'splice' (from the commanded position, "
+        "velocity and acceleration into the new chunk, within the joint limits), 'prefix' "
+        "(the server continues the committed actions; refused unless it advertises "
+        "action_prefix), 'none', or the averages 'crossfade' (blend_steps points), "
+        "'lerobot_average', 'act_ensemble' (docs/streaming.md).",
+        choices=SMOOTHING_CHOICES,
+    ),
+    ParamSpec(
         "blend_steps",
         "int",
         0,
-        "Actions over which a new chunk is cross-faded from the old one (0 = off).",
+        "Points over which smoothing 'crossfade' fades from the old chunk to the new "
+        "(0: half the execute horizon); only with smoothing 'crossfade'.",
         minimum=0,
         maximum=1000,
     ),
@@ -244,7 +316,7 @@ _ROWS: tuple[ParamSpec, ...] = (
         "bool",
         False,
         "Publish trajectories only on ~/preview, never to the controllers. Set true while "
-        "running: the controllers get one hold at the commanded position, then nothing.",
+        "running: the controllers get one hold from the commanded state, then nothing.",
     ),
     ParamSpec(
         "max_joint_step",
@@ -252,6 +324,25 @@ _ROWS: tuple[ParamSpec, ...] = (
         0.25,
         "Largest allowed distance (rad or m) between the measured joint state and the "
         "first point of a new chunk; a larger jump refuses the chunk.",
+        minimum=0.001,
+        maximum=10.0,
+    ),
+    ParamSpec(
+        "interpolate_from_desired_state",
+        "bool",
+        True,
+        "Set it as your joint_trajectory_controllers have it (Humble: open_loop_control). "
+        "true (recommended): a new trajectory starts from the last command, so chunks and "
+        "holds are checked from the commanded state however the arm lags; false (JTC's "
+        "default): from the measured state, so they are checked from where the arm is.",
+    ),
+    ParamSpec(
+        "max_tracking_error",
+        "double",
+        0.25,
+        "Largest distance (rad or m) between a joint's measured position and what it was "
+        "commanded when measured, for the arm to count as following; beyond it (stuck, "
+        "stopped, e-stopped) chunks are refused and the hold stops where the arm is.",
         minimum=0.001,
         maximum=10.0,
     ),
@@ -283,12 +374,6 @@ _ROWS: tuple[ParamSpec, ...] = (
         minimum=0.0,
         maximum=600.0,
         convert=_zero_is_none,
-    ),
-    ParamSpec(
-        "autostart",
-        "bool",
-        True,
-        "Start commanding at once (else wait for ~/enable).",
     ),
     ParamSpec(
         "tick_hz",
@@ -338,7 +423,83 @@ _ROWS: tuple[ParamSpec, ...] = (
         minimum=0.25,
         maximum=300.0,
     ),
+    # ---- operator control: the lifecycle and the dead-man switch (docs/node.md)
+    ParamSpec(
+        "autostart",
+        "bool",
+        True,
+        "Configure and activate the node at start (the one-command launch, as Nav2's "
+        "lifecycle_manager autostart). false: it starts unconfigured and waits for "
+        "'ros2 lifecycle set <node> configure', then 'activate'.",
+    ),
+    ParamSpec(
+        "deadman_topic",
+        "string",
+        "",
+        "std_msgs/Bool topic of a dead-man switch (e.g. a joystick button; relative: "
+        "follows the node's namespace): the node commands only while it brings true at "
+        "least every deadman_timeout_s, else it holds and says why. Empty: no dead-man "
+        "switch.",
+        convert=_optional_topic,
+    ),
+    ParamSpec(
+        "deadman_timeout_s",
+        "double",
+        0.5,
+        "How long one true on deadman_topic lets the node command (s): a released or "
+        "silent switch holds the robot within this time plus one tick.",
+        minimum=0.01,
+        maximum=10.0,
+    ),
 ) + ROBOT_DESCRIPTION_PARAMETERS
+
+#: Recording episodes as LeRobot datasets (relay_ros.node.episode_recording,
+#: docs/recording.md); all read at start.
+_RECORDING_ROWS: tuple[ParamSpec, ...] = (
+    ParamSpec(
+        "record_dir",
+        "string",
+        "",
+        "Directory of the LeRobot v3.0 dataset every episode is recorded into (created if "
+        "missing, appended to when it holds episodes of the same layout; docs/recording.md). "
+        "An episode ends on ~/reset, ~/enable false, deactivate, ~/mark_episode or ~/end_episode. "
+        "Empty: no recording.",
+        convert=_directory,
+    ),
+    ParamSpec(
+        "record_fps",
+        "int",
+        15,
+        "Frames recorded per second: each camera's newest frame as the model is sent it, "
+        "the state and the commanded position at each frame's time.",
+        minimum=1,
+        maximum=120,
+    ),
+    ParamSpec(
+        "record_video_codec",
+        "string",
+        "libsvtav1",
+        "Codec of the recorded camera videos: 'libsvtav1' (LeRobot's default: AV1, "
+        "yuv420p, a keyframe every 2 frames, crf 30), 'h264' or 'hevc'; refused at start "
+        "when the installed PyAV cannot encode it.",
+        choices=("libsvtav1", "h264", "hevc"),
+    ),
+    ParamSpec(
+        "record_queue_frames",
+        "int",
+        30,
+        "Recorded frames that may wait for the encoder; beyond that frames are dropped "
+        "(counted, logged, on /diagnostics), never the control loop.",
+        minimum=1,
+        maximum=1000,
+    ),
+    ParamSpec(
+        "record_robot_type",
+        "string",
+        "",
+        "robot_type written into the dataset's meta/info.json (e.g. 'so100'); empty: none.",
+    ),
+)
 
 
 def _live_as_the_core_says(spec: ParamSpec) -> ParamSpec:
@@ -353,7 +514,9 @@ def _live_as_the_core_says(spec: ParamSpec) -> ParamSpec:
 
 
 #: The parameters whose names do not depend on others' values, in declaration order.
-PARAMETERS: tuple[ParamSpec, ...] = tuple(_live_as_the_core_says(spec) for spec in _ROWS)
+PARAMETERS: tuple[ParamSpec, ...] = tuple(
+    _live_as_the_core_says(spec) for spec in _ROWS + _RECORDING_ROWS
+)
 
 _BY_NAME = {spec.name: spec for spec in PARAMETERS}
 

@@ -1,283 +1,295 @@
 """policy_node: cameras and joint states in, action chunks out to ros2_control.
 
-This node only wires ROS to :class:`~relay_ros.pipeline.streaming.StreamingCore`,
-which decides everything (when to request, what is safe to publish, when to hold):
+A managed (lifecycle) node, as ROS users drive robots' nodes (Nav2,
+ros2_control): ``ros2 lifecycle set /policy_node configure | activate |
+deactivate | cleanup | shutdown``, or ``autostart`` (default true) to configure
+and activate it at start. What each state means:
 
-- cameras and joint states are taken by the node on its tick
-  (:mod:`relay_ros.node.polled`); when the tick runs and what it reads is described
-  once, in docs/architecture.md, "The tick";
-- the observations it submits go to
-  :class:`~relay_ros.wire.connection.PolicyConnection`, whose worker thread talks to
-  the server, so no ROS callback ever waits on the network; connection events and
-  replies come back through a queue, and the worker wakes the executor with a guard
-  condition so the tick drains it at once;
-- the core's trajectories become ``JointTrajectory`` messages on each controller's
-  topic (or ``~/preview``), its health ``/diagnostics`` at 1 Hz.
+- **unconfigured**: no parameters read, no connection. ``/diagnostics`` says so
+  (ERROR with the reason after a failed configure, until a configure succeeds);
+  ``~/enable`` is remembered, ``~/reset`` has nothing to reset.
+- **configure**: read and validate every parameter (the table, the joint limits,
+  the layout against the model's known dimensions) and the camera map, then create
+  the connection (it connects and reconnects in the background), the streaming
+  core, the subscriptions and the tick (:class:`~relay_ros.node.policy_wiring.PolicyWiring`).
+  A mistake returns FAILURE with the reason in the log and on ``/diagnostics``;
+  nothing is left behind.
+- **inactive**: connected and reading its inputs, never commanding: no request, no
+  trajectory. ``~/reset`` starts a new episode; ``~/enable`` sets the operator's switch.
+- **activate**: command (unless ``~/enable`` false or the dead-man switch stops it).
+- **deactivate**: a hold through the streaming core's one checked hold (the
+  controllers get the commanded position, once, if a trajectory of ours moves the
+  robot), then nothing.
+- **cleanup**: close the connection (worker joined, socket closed) and remove every
+  subscription, publisher and timer of the configuration; **shutdown**: the same,
+  after a hold when active; the node does it when destroyed.
 
-Threading: every timer, guard condition, service and prompt callback of this node is
-in one MutuallyExclusiveCallbackGroup, so the core is only touched by one executor
-thread at a time, whatever executor spins it (the polled subscriptions run no
-callbacks). The only other thread is the
-connection worker, which talks to the node through a thread-safe queue; every
-callback is short (the longest converts the frames of one observation, a few ms),
-so ``main()`` spins a SingleThreadedExecutor: rclpy 7.1's MultiThreadedExecutor can
-skip timer periods for 0.3-1 s at a time with this node and a 30 Hz publisher in one
-process, which would stall the robot.
-With ``thread_priority`` > 0 the first tick puts every thread of the process under
-``SCHED_FIFO`` (:mod:`relay_ros.node.thread_priority`).
+``~/enable`` is the operator's switch beside the lifecycle: its value outlives
+every transition (a node disabled stays disabled through deactivate, cleanup and
+configure until ``~/enable true``), and the robot is commanded only while the node
+is active, enabled and (with ``deadman_topic``) the dead-man switch is held
+(:mod:`relay_ros.pipeline.command_switches`).
+
+``/diagnostics`` (1 Hz, in every state) carries ``lifecycle_state`` and the last
+failed transition besides the streaming core's health, which ``relay-ros status``
+shows. Threading: every timer, service and callback of the node is in its default
+MutuallyExclusiveCallbackGroup (the lifecycle services too), so transitions never
+run beside a tick; ``main()`` spins a SingleThreadedExecutor (rclpy 7.1's
+MultiThreadedExecutor can skip timer periods for 0.3-1 s at a time with this node
+and a 30 Hz publisher in one process, which would stall the robot).
 """
 
 from __future__ import annotations
 
 import gc
-import queue
 import sys
+import traceback
 from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
-from rclpy.clock import JumpThreshold, TimeJump
-from rclpy.duration import Duration
-from rclpy.exceptions import InvalidHandle
-from rclpy.node import Node
-from rclpy.parameter import Parameter
-from rclpy.serialization import deserialize_message
-from sensor_msgs.msg import Image, JointState
-from std_msgs.msg import String
+from rclpy.exceptions import (
+    InvalidHandle,
+    InvalidParameterTypeException,
+    InvalidParameterValueException,
+)
+from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
+from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from std_srvs.srv import SetBool, Trigger
-from websockets.exceptions import InvalidURI
 
-from relay_ros.node.debug_topics import ObservationTopics
 from relay_ros.node.diagnostics_message import diagnostic_array, diagnostic_status
-from relay_ros.node.limit_params import describe_limits, with_robot_text
 from relay_ros.node.node_config import NodeConfig
 from relay_ros.node.node_main import NodeProgram, run_node
 from relay_ros.node.param_spec import ParameterError
 from relay_ros.node.params import expected_value
 from relay_ros.node.policy_usage import usage
-from relay_ros.node.polled import (
-    ClockRate,
-    PolledCallbackGroup,
-    PolledSubscription,
-    camera_subscription,
-)
-from relay_ros.node.qos import JOINT_STATES, LATCHED, RELIABLE
-from relay_ros.node.ros_logging import node_logger, route_library_logs
-from relay_ros.node.ros_params import LiveParameters, declare_parameters
-from relay_ros.node.thread_priority import ProcessPriority
-from relay_ros.node.trajectory_publishers import TrajectoryPublishers
-from relay_ros.pipeline.camera_map import CameraEntry, CameraMapError, load_model_camera_map
-from relay_ros.pipeline.health import assess
+from relay_ros.node.policy_wiring import PolicyWiring
+from relay_ros.node.polled import PolledCallbackGroup
+from relay_ros.node.qos import RELIABLE
+from relay_ros.node.ros_params import declare_parameter
+from relay_ros.pipeline.camera_map import CameraMapError
+from relay_ros.pipeline.health import Health, Level
 from relay_ros.pipeline.stats import LatencyStats
-from relay_ros.pipeline.streaming import StreamingCore
 from relay_ros.stop_signals import take_stop_signals
 from relay_ros.wire.connection import PolicyConnection
 
-__all__ = ["PolicyNode", "main"]
+__all__ = ["CONFIG_ERRORS", "PolicyNode", "freeze_startup_heap", "main"]
 
-# Longest time between two ticks: joint states are read at least this often,
-# whatever the core plans.
-_IDLE_TICK_S = 0.1
-# A /clock step at least this large counts as a jump (a sim running ahead at 100 Hz
-# moves 10 ms per message; backwards, any step over a millisecond is one).
-_JUMP_FORWARD_S = 1.0
-_JUMP_BACKWARD_S = 0.001
-# Shortest timer period (rcl timers take a period > 0).
-_MIN_TICK_S = 0.001
-# After submitting an observation the executor thread waits up to this long for the
-# connection worker to write it to the socket, instead of running on with the GIL
-# the worker needs to encode and send it (about 1 ms on a fast link; docs/node.md).
-_HANDOFF_S = 0.005
+#: Exceptions that mean a configuration mistake (a FAILURE of configure, not a bug).
+CONFIG_ERRORS: tuple[type[Exception], ...] = (
+    ParameterError,
+    CameraMapError,
+    InvalidParameterTypeException,
+    InvalidParameterValueException,
+)
+
+_SUCCESS = TransitionCallbackReturn.SUCCESS
+_FAILURE = TransitionCallbackReturn.FAILURE
+_ERROR = TransitionCallbackReturn.ERROR
 
 
-def _stamp_s(msg: JointState) -> float:
-    """A message's header stamp in seconds (0.0 when the driver leaves it zero)."""
-    return msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
 
 
-class PolicyNode(Node):
-    """ROS adapter around :class:`~relay_ros.pipeline.streaming.StreamingCore`."""
+class PolicyNode(LifecycleNode):
+    """The managed policy_node (module docstring); ``autostart`` configures and
+    activates it before the constructor returns.
+
+    Raises:
+        ParameterError, CameraMapError (and rclpy's parameter exceptions): with
+            ``autostart``, the configuration is wrong; the node is destroyed again.
+    """
 
     def __init__(self, node_name: str = "policy_node", **kwargs: Any) -> None:
         super().__init__(node_name, **kwargs)
+        self._wiring: PolicyWiring | None = None
+        # The last configuration, kept after cleanup so reports can read its counts.
+        self._last_wiring: PolicyWiring | None = None
+        self._enabled = True  # the operator's ~/enable, kept across transitions
+        self._failure: BaseException | None = None  # why the last transition failed
+        self._failure_text = ""
+        self._autostarting = False
         try:
-            self._setup()
+            self._autostart = bool(declare_parameter(self, "autostart"))
+            group = self.default_callback_group
+            # Its QoS events stay out of the executor's wait set (node.polled).
+            self._diagnostics = self.create_publisher(
+                DiagnosticArray, "/diagnostics", RELIABLE, callback_group=PolledCallbackGroup()
+            )
+            self.create_timer(1.0, self._publish_diagnostics, callback_group=group)
+            self.create_service(Trigger, "~/reset", self._on_reset, callback_group=group)
+            self.create_service(SetBool, "~/enable", self._on_enable, callback_group=group)
+            if self._autostart:
+                self._start()
+            else:
+                self.get_logger().info(
+                    f"unconfigured (autostart false): 'ros2 lifecycle set "
+                    f"{self.get_fully_qualified_name()} configure', then 'activate'"
+                )
         except BaseException:
             # A configuration error must not leave a half-built node in the graph.
+            self._close_wiring()
             super().destroy_node()
             raise
 
-    def _setup(self) -> None:
-        self._config = cfg = declare_parameters(self)
-        self._cameras: list[CameraEntry] = load_model_camera_map(cfg.camera_map, cfg.model)
-        # thread_priority > 0: the first tick puts the process under SCHED_FIFO.
-        self._priority = ProcessPriority(cfg.thread_priority, self.get_logger())
-        self._events: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
-        # Read by hand (cameras, joint states) or not watched by the executor (the
-        # publishers' QoS events; the subscriber side reports them): see node.polled.
-        self._polled = polled = PolledCallbackGroup()
-        self._trajectories = TrajectoryPublishers(
-            self,
-            {output.name: output.topic for output in cfg.outputs},
-            group=polled,
-            create_now=not cfg.dry_run,
-        )
-        self._diagnostics = self.create_publisher(
-            DiagnosticArray, "/diagnostics", RELIABLE, callback_group=polled
-        )
-        # The connection worker triggers this after each event (it may do so while
-        # the node is still being built: the tick runs once the executor spins).
-        self._ticks = 0
-        self._wake = self.create_guard_condition(
-            self._tick, callback_group=self.default_callback_group
-        )
+    def _start(self) -> None:
+        """``autostart``: configure, then activate; a failure raises its error (the
+        program then says it in one FATAL line, as for any configuration mistake)."""
+        self._autostarting = True
         try:
-            self._connection = PolicyConnection(
-                cfg.model,
-                url=cfg.policy_url,
-                reconnect_initial_s=0.25,
-                reconnect_max_s=cfg.reconnect_max_backoff_s,
-                on_result=lambda outcome: self._event("result", outcome),
-                on_connect=lambda metadata: self._event("connect", metadata),
-                on_disconnect=lambda reason: self._event("disconnect", reason),
-                # Asked before each request (only the core makes requests, so it exists).
-                request_timeout_s=lambda: self.core.request_timeout(),
-                logger=node_logger(self.get_logger(), f"relay_ros.node.{self.get_name()}"),
-            )
-        except KeyError:
-            raise ParameterError(
-                "no server to connect to: set the 'policy_url' parameter or WALLE_URL "
-                "(environment or .env), e.g. ws://127.0.0.1:8000/{model}"
-            ) from None
-        except InvalidURI as exc:  # its text shows the URL redacted
-            source = "parameter 'policy_url'" if cfg.policy_url else "WALLE_URL"
-            raise ParameterError(f"{source}: {exc}") from None
-        # ~/observation/* show each observation sent, while someone subscribes.
-        self._observation_topics = ObservationTopics(
-            self, [c.key for c in self._cameras], cfg.state_joints, callback_group=polled
-        )
-        # Cameras and joint states are read on the tick, not pushed per message
-        # (node.polled): the node uses only the newest frames, at request time. Their
-        # ages (system clock) go on the node clock at its rate (sim time: not 1).
-        self._clock_rate = ClockRate()
-        self._camera_subs = [
-            (
-                entry,
-                camera_subscription(
-                    self,
-                    entry,
-                    group=polled,
-                    callback=lambda msg, entry=entry: self._on_image(entry, msg),
-                    clock_rate=self._clock_rate,
-                ),
-            )
-            for entry in self._cameras
-        ]
-        self.core = StreamingCore(
-            cfg,
-            camera_keys=[c.key for c in self._cameras],
-            submit=self._submit,
-            publish=self._trajectories.publish,
-            request_reset=self._connection.request_reset,
-            log=self.get_logger(),
-            cameras=self._cameras,
-            # An Image encoding the CDR reader does not parse: rclpy's deserializer.
-            deserialize=lambda buffer: deserialize_message(buffer, Image),
-            # The core reads each camera's newest frame itself, shortly before a request.
-            frame_sources={entry.key: sub for entry, sub in self._camera_subs},
-        )
+            for trigger in (self.trigger_configure, self.trigger_activate):
+                if trigger() != _SUCCESS:
+                    raise self._failure or RuntimeError(self._failure_text)
+        finally:
+            self._autostarting = False
 
-        # Parameter services run in the default group: sharing it keeps a live
-        # parameter change from running beside a tick, whatever executor spins the node.
-        group = self.default_callback_group
-        self._joint_sub = PolledSubscription(
-            self,
-            JointState,
-            cfg.joint_states_topic,
-            JOINT_STATES,
-            group=polled,
-            callback=self._on_joint_state,
-        )
-        self.create_subscription(
-            String,
-            "~/prompt",
-            self._on_prompt,
-            RELIABLE,
-            callback_group=group,
-        )
-        # The robot's URDF, as robot_state_publisher publishes it, unless a parameter gave it.
-        self._robot_text: str | None = None
-        if cfg.robot is None and cfg.robot_description_topic:
-            self._robot_sub = self.create_subscription(
-                String,
-                cfg.robot_description_topic,
-                self._on_robot_description,
-                LATCHED,
-                callback_group=group,
+    # ------------------------------------------------------------------ lifecycle
+    @property
+    def lifecycle_state(self) -> str:
+        """The lifecycle state's label: ``unconfigured``, ``inactive``, ``active``,
+        ``finalized`` (or a transition's, e.g. ``configuring``, while it runs)."""
+        return str(self._state_machine.current_state[1])
+
+    def _failed(
+        self, transition: str, exc: BaseException, back_to: str
+    ) -> TransitionCallbackReturn:
+        """Keep and say why ``transition`` failed (the node goes ``back_to`` that
+        state): FAILURE for a configuration mistake, ERROR (with the traceback in the
+        log) for anything else."""
+        self._failure = exc
+        self._failure_text = f"{transition} failed: {type(exc).__name__}: {_one_line(exc)}"
+        mistake = isinstance(exc, CONFIG_ERRORS)
+        if not self._autostarting:  # autostart: the program says it once, as FATAL
+            if mistake:
+                self.get_logger().error(self._failure_text)
+            else:
+                self.get_logger().error(f"{self._failure_text}\n{traceback.format_exc()}")
+        self._publish_diagnostics(back_to)
+        return _FAILURE if mistake else _ERROR
+
+    def _succeeded(self, message: str, goal: str) -> TransitionCallbackReturn:
+        """A transition to state ``goal`` succeeded: said in the log and at once on
+        ``/diagnostics`` (as the state it ends in)."""
+        self._failure = None
+        self._failure_text = ""
+        self.get_logger().info(message)
+        self._publish_diagnostics(goal)
+        return _SUCCESS
+
+    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Read and check every parameter and the camera map, connect (module docstring)."""
+        try:
+            self._wiring = PolicyWiring(
+                self, enabled=self._enabled, on_health_change=self._publish_diagnostics
             )
-        self.create_service(Trigger, "~/reset", self._on_reset, callback_group=group)
-        self.create_service(SetBool, "~/enable", self._on_enable, callback_group=group)
-        # The tick runs when the core next has work (a publication, a request) and
-        # at once after a connection event (self._wake); at least every _IDLE_TICK_S.
-        self._tick_timer = self.create_timer(_IDLE_TICK_S, self._tick, callback_group=group)
-        self._diag_timer = self.create_timer(1.0, self._publish_diagnostics, callback_group=group)
-        self._live = LiveParameters(self, cfg, self._apply_config)
-        # use_sim_time: /clock going back, or forward by a second or more at once, restarts
-        # the core's timeline (pipeline.clock_jump); handled on the tick like any event.
-        self._jump_handle = self.get_clock().create_jump_callback(
-            JumpThreshold(
-                min_forward=Duration(seconds=_JUMP_FORWARD_S),
-                min_backward=Duration(seconds=-_JUMP_BACKWARD_S),
-                on_clock_change=True,
-            ),
-            post_callback=self._on_clock_jump,
-        )
-        # The core's own records (e.g. "camera ... sends mono8 frames") in this node's log.
-        self._unroute_logs = route_library_logs(self.get_logger())
-        self.get_logger().info(
-            f"policy_node for {cfg.model}: {len(self._cameras)} camera(s), outputs "
-            f"{[o.name for o in cfg.outputs]}, {'dry run' if cfg.dry_run else 'commanding'}, "
-            f"{'enabled' if cfg.autostart else 'disabled until ~/enable'}"
-        )
-        if cfg.limits_problem is None and cfg.joint_limits:
-            self.get_logger().info(f"joint limits: {describe_limits(cfg.joint_limits)}")
+            self._last_wiring = self._wiring
+        except Exception as exc:  # a FAILURE or ERROR with the reason, never a crash
+            return self._failed("configure", exc, "unconfigured")
+        return self._succeeded("configured: inactive until activated", "inactive")
 
-    # ------------------------------------------------------------------ parameters
-    def _apply_config(self, config: NodeConfig) -> None:
-        """A live parameter change (validated by LiveParameters), in force when this returns."""
-        self.core.apply_config(config, self._now())
-        self._config = config
-        self._wake_up()
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Command (unless ``~/enable`` false or the dead-man switch stops it)."""
+        try:
+            self._configured().activate()
+        except Exception as exc:
+            return self._failed("activate", exc, "inactive")
+        return self._succeeded("activated: commanding", "active")
 
-    def _on_robot_description(self, msg: String) -> None:
-        """A URDF on robot_description: the limits resolved over it, in force at once."""
-        if msg.data == self._robot_text:
-            return
-        self._robot_text = msg.data
-        config, sentence = with_robot_text(self._live.config, msg.data, self._robot_sub.topic_name)
-        self._live.config = config
-        self._apply_config(config)
-        if config.limits_problem:  # rclpy wants one severity per call site
-            self.get_logger().error(sentence)
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Hold through the core, then command nothing."""
+        try:
+            self._configured().deactivate()
+        except Exception as exc:
+            return self._failed("deactivate", exc, "active")
+        return self._succeeded("deactivated: holding, no commands until activated", "inactive")
+
+    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Close the connection and remove the configuration's entities."""
+        self._close_wiring()
+        return self._succeeded("cleaned up: unconfigured", "unconfigured")
+
+    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """From any state: a hold first when active, then close."""
+        try:
+            if state.label == "active" and self._wiring is not None:
+                self._wiring.deactivate(because="shutdown")
+        except Exception as exc:
+            self._close_wiring()
+            return self._failed("shutdown", exc, "finalized")
+        self._close_wiring()
+        return self._succeeded("shut down", "finalized")
+
+    def on_error(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """After an ERROR of a transition: close everything, back to unconfigured."""
+        self._close_wiring()
+        self.get_logger().error(f"closed after an error ({self._failure_text}): unconfigured")
+        return _SUCCESS
+
+    def _configured(self) -> PolicyWiring:
+        if self._wiring is None:
+            raise RuntimeError(f"policy_node is {self.lifecycle_state}, not configured")
+        return self._wiring
+
+    def _close_wiring(self) -> None:
+        wiring, self._wiring = getattr(self, "_wiring", None), None
+        if wiring is not None:
+            wiring.close()
+
+    # ------------------------------------------------------------------ services
+    def _on_enable(self, request: SetBool.Request, response: SetBool.Response) -> SetBool.Response:
+        self._enabled = bool(request.data)
+        if self._wiring is not None:
+            response.message = self._wiring.set_enabled(self._enabled)
         else:
-            self.get_logger().info(sentence)
+            word = "enabled" if self._enabled else "disabled"
+            response.message = (
+                f"{word}; {self.lifecycle_state}: nothing is commanded before the node is "
+                "configured and activated"
+            )
+        response.success = True
+        return response
 
-    def _on_clock_jump(self, jump: TimeJump) -> None:
-        """From rclpy's time source: the node clock jumped; the tick restarts the core.
-        The first /clock message (from time 0, nothing scheduled yet) is no jump."""
-        delta = jump.delta.nanoseconds * 1e-9
-        if self._now() - delta > 0.0:
-            self._event("clock_jump", delta)
+    def _on_reset(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+        if self._wiring is None:
+            response.success = False
+            response.message = (
+                f"{self.lifecycle_state}: no episode to reset; configure the node first"
+            )
+            return response
+        response.message = self._wiring.reset_episode()
+        response.success = True
+        return response
 
-    def _on_prompt(self, msg: String) -> None:
-        # Through the parameter, so `ros2 param get prompt` shows the prompt in use.
-        result = self.set_parameters([Parameter("prompt", value=msg.data)])[0]
-        if not result.successful:
-            self.get_logger().warning(f"~/prompt refused: {result.reason}")
+    # ------------------------------------------------------------------ what tests and tools read
+    def _latest(self) -> PolicyWiring:
+        """The configuration now, else the last one (after a cleanup: for reports)."""
+        wiring = self._wiring or self._last_wiring
+        if wiring is None:
+            raise RuntimeError(f"policy_node is {self.lifecycle_state} and was never configured")
+        return wiring
 
     @property
     def config(self) -> NodeConfig:
-        """The validated parameters this node runs with."""
-        return self._config
+        """The validated parameters this node runs with (after a cleanup: the last ones)."""
+        return self._latest().config
+
+    @property
+    def core(self) -> Any:
+        """The :class:`~relay_ros.pipeline.streaming.StreamingCore` (after a cleanup:
+        the last configuration's, whose counts stay readable)."""
+        return self._latest().core
+
+    @property
+    def recording(self) -> Any:
+        """The configuration's :class:`~relay_ros.node.episode_recording.EpisodeRecording`,
+        None when ``record_dir`` is empty."""
+        return self._latest().recording
+
+    @property
+    def connection(self) -> PolicyConnection:
+        """The connection to the policy server (after a cleanup: the last one's,
+        closed), for its counters (``connect_attempts``, ``probes``)."""
+        return self._latest().connection
 
     @property
     def session_id(self) -> str:
@@ -309,124 +321,61 @@ class PolicyNode(Node):
         """Per-frame conversion, decision-to-wire and frame-to-wire seconds."""
         return self.core.pipeline_timing
 
-    # ------------------------------------------------------------------ callbacks
-    def _now(self) -> float:
-        return self.get_clock().now().nanoseconds * 1e-9
-
-    def _on_image(self, entry: CameraEntry, msg: Any) -> None:
-        # Only when an executor pushes a message despite PolledCallbackGroup.
-        self.core.frame_arrived(entry.key, msg, self._now())
-
-    def _on_joint_state(self, msg: JointState) -> None:
-        self.core.joint_state(msg.name, msg.position, self._now(), _stamp_s(msg))
-
-    def _read_joint_states(self, now: float) -> None:
-        """Hand the joint states queued since the last tick to the core, each with
-        its reception time."""
-        for taken in self._joint_sub.take_all():
-            msg = taken.msg
-            received = self._clock_rate.received(now, taken.age_s)
-            self.core.joint_state(msg.name, msg.position, received, _stamp_s(msg))
-
-    def _on_reset(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
-        response.message = self.core.reset_episode(self._now())
-        response.success = True
-        self._wake_up()
-        return response
-
-    def _on_enable(self, request: SetBool.Request, response: SetBool.Response) -> SetBool.Response:
-        response.message = self.core.set_enabled(request.data, self._now())
-        response.success = True
-        self._wake_up()
-        return response
-
-    def _submit(self, observation: dict[str, Any], tag: Any) -> bool:
-        if not self._connection.submit(observation, tag, handoff_s=_HANDOFF_S):
-            return False
-        self._observation_topics.publish(observation, tag.t_obs)
-        return True
-
-    def _event(self, kind: str, payload: Any) -> None:
-        """From the connection worker: queue the event and wake the executor."""
-        self._events.put((kind, payload))
-        self._wake_up()
-
-    def _wake_up(self) -> None:
-        """Run a tick as soon as the executor can (the core's plan changed)."""
-        try:
-            self._wake.trigger()
-        except (InvalidHandle, RuntimeError):
-            # The node or the context is shutting down: no tick is needed any more.
-            pass
-
     @property
     def ticks(self) -> int:
         """How many times the scheduling tick ran (timer and wake-ups)."""
-        return self._ticks
+        return self._latest().ticks
 
-    def _tick(self) -> None:
-        self._priority.apply()  # the first tick only
-        self._ticks += 1
-        now = self._now()
-        self._clock_rate.observe(now)
-        while True:
-            try:
-                kind, payload = self._events.get_nowait()
-            except queue.Empty:
-                break
-            if kind == "connect":
-                self.core.connected(payload, now)
-            elif kind == "disconnect":
-                self.core.disconnected(payload, now)
-            elif kind == "clock_jump":
-                self._clock_rate.reset()
-                self.core.clock_jumped(payload, now)
-            else:
-                self.core.result(payload, now)
-        self._read_joint_states(now)
-        self.core.tick(now)
-        self._schedule_tick(now)
-
-    def _schedule_tick(self, now: float) -> None:
-        """Time the next tick for when the core has work, at most ``_IDLE_TICK_S`` away."""
-        deadline = self.core.next_deadline(now)
-        wait = _IDLE_TICK_S if deadline is None else min(_IDLE_TICK_S, deadline - now)
-        period_ns = int(max(_MIN_TICK_S, wait) * 1e9)
-        timer = self._tick_timer
-        if timer.timer_period_ns != period_ns:
-            timer.timer_period_ns = period_ns
-        timer.reset()  # the next call is one (new) period from now
+    @property
+    def transition_error(self) -> str:
+        """Why the last transition failed (``configure failed: ...``), or ""."""
+        return self._failure_text
 
     # ------------------------------------------------------------------ diagnostics
-    def diagnostics_status(self) -> DiagnosticStatus:
-        """The node's health as one DiagnosticStatus (also published at 1 Hz)."""
-        health = assess(
-            self.core,
-            self._now(),
-            connected=self._connection.connected,
-            connection_error=self._connection.last_error,
-        )
+    def diagnostics_status(self, state: str | None = None) -> DiagnosticStatus:
+        """The node's health as one DiagnosticStatus (also published at 1 Hz), in
+        lifecycle ``state`` (default: the state now; a transition passes the state it
+        ends in)."""
         # Named by the fully qualified node name, as rqt_robot_monitor and the
         # diagnostic_aggregator key statuses: two robots' nodes (/robot1/policy_node,
         # /robot2/policy_node) show apart.
-        name = self.get_fully_qualified_name()
-        return diagnostic_status(
-            health,
-            name=f"{name}: policy",
-            hardware_id=name,
-            extra={"model": self._config.model, "thread priority": self._priority.status},
-        )
+        fqn = self.get_fully_qualified_name()
+        name = f"{fqn}: policy"
+        state = state or self.lifecycle_state
+        extra = {
+            "lifecycle_state": state,
+            "node": self.get_fully_qualified_name(),
+            "transition_error": self._failure_text,
+        }
+        if self._wiring is not None:
+            return self._wiring.diagnostics_status(name, extra)
+        if self._failure_text:
+            health = Health(Level.ERROR, self._failure_text, {})
+        elif state == "finalized":
+            health = Health(Level.WARN, "finalized (shut down): restart the node to use it", {})
+        else:
+            health = Health(
+                Level.WARN, f"{state}: 'ros2 lifecycle set {fqn} configure', then 'activate'", {}
+            )
+        return diagnostic_status(health, name=name, hardware_id=fqn, extra=extra)
 
-    def _publish_diagnostics(self) -> None:
+    def _publish_diagnostics(self, state: str | None = None) -> None:
         stamp = self.get_clock().now().to_msg()
-        self._diagnostics.publish(diagnostic_array(self.diagnostics_status(), stamp))
+        try:
+            self._diagnostics.publish(diagnostic_array(self.diagnostics_status(state), stamp))
+        except (InvalidHandle, _rclpy.RCLError):
+            pass  # the node or its context is shutting down: nobody to tell any more
 
     # ------------------------------------------------------------------ lifetime
     def destroy_node(self) -> None:
-        """Stop the connection worker (joins its thread, closes its socket) and the node."""
-        self._unroute_logs()
-        self._jump_handle.unregister()
-        self._connection.close()
+        """Shut down (a hold when active; connection closed, worker joined), then
+        destroy the node."""
+        if self._wiring is not None:
+            try:
+                self.trigger_shutdown()
+            except (_rclpy.RCLError, RuntimeError):
+                pass  # finalized already, or the context is gone: close below
+            self._close_wiring()
         super().destroy_node()
 
 

@@ -16,6 +16,11 @@ _USAGE_TOPICS = (
     ),
     UsageRow("~/prompt", "in std_msgs/String", "replaces the prompt parameter"),
     UsageRow(
+        "deadman_topic",
+        "in std_msgs/Bool",
+        "with deadman_topic set: commands only while true comes within deadman_timeout_s",
+    ),
+    UsageRow(
         "outputs.<name>.topic",
         "out trajectory_msgs/JointTrajectory",
         "one per trajectory controller (none in dry_run)",
@@ -29,6 +34,12 @@ _USAGE_TOPICS = (
     UsageRow("/diagnostics", "out diagnostic_msgs/DiagnosticArray", "the node's health, 1 Hz"),
     UsageRow("~/reset", "service std_srvs/Trigger", "new session; the server resets its policy"),
     UsageRow("~/enable", "service std_srvs/SetBool", "start or stop commanding"),
+    UsageRow(
+        "~/change_state, ~/get_state, ...",
+        "services lifecycle_msgs",
+        "a managed node: ros2 lifecycle set <node> configure | activate | deactivate | "
+        "cleanup | shutdown (autostart: configured and activated at start)",
+    ),
 )
 
 

@@ -17,7 +17,7 @@ from rclpy.qos import (
 
 from relay_ros.pipeline.camera_map import CameraEntry
 
-__all__ = ["JOINT_STATES", "LATCHED", "RELIABLE", "camera_qos"]
+__all__ = ["DEADMAN", "JOINT_STATES", "LATCHED", "RELIABLE", "camera_qos"]
 
 #: Trajectories, diagnostics, the prompt: every message matters, a short queue.
 RELIABLE = QoSProfile(
@@ -34,6 +34,12 @@ LATCHED = QoSProfile(
 #: between ticks (several publishers may share the topic, each with some of the joints).
 JOINT_STATES = QoSProfile(
     depth=100, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE
+)
+
+#: The dead-man switch: best effort matches a reliable publisher and a best-effort one
+#: (a joystick driver's sensor-data profile); only the newest message matters.
+DEADMAN = QoSProfile(
+    depth=1, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.BEST_EFFORT
 )
 
 

@@ -8,8 +8,10 @@ this module only translates them for rclpy:
   ``ParameterDescriptor``: description, read-only flag (parameters read at start
   only, so ``ros2 param set`` refuses them with a reason), the numeric range
   (``IntegerRange`` / ``FloatingPointRange``) and the allowed values in words;
-- :func:`declare_parameters` declares every parameter on a node and returns the
-  validated :class:`~relay_ros.node.node_config.NodeConfig`;
+- :func:`declare_parameters` declares every parameter on a node (those not declared
+  yet: a node configured again after a cleanup reads the values it has) and returns
+  the validated :class:`~relay_ros.node.node_config.NodeConfig`;
+  :func:`declare_parameter` one of them (``autostart``, read before configure);
 - :class:`LiveParameters` is the on-set-parameters callback: a change to a live
   parameter is validated with the rules used at start and handed to the node's
   ``apply`` function before the set call returns; anything else is refused with
@@ -41,7 +43,7 @@ from relay_ros.node.node_config import NodeConfig, build_config, collect_values,
 from relay_ros.node.param_spec import ParameterError, ParamSpec
 from relay_ros.node.params import spec_for
 
-__all__ = ["LiveParameters", "declare_parameters", "descriptor"]
+__all__ = ["LiveParameters", "declare_parameter", "declare_parameters", "descriptor"]
 
 _PARAM_TYPES = {
     "string": Parameter.Type.STRING,
@@ -93,8 +95,22 @@ def _overrides(node: Node) -> dict[str, Parameter]:
 def _declare(node: Node, spec: ParamSpec) -> Any:
     """Declare ``spec`` on ``node``; its value (None if unset and required, or not
     given for an ``only_if_given`` row, which is then not declared)."""
-    if spec.only_if_given and spec.name not in _overrides(node):
+    if node.has_parameter(spec.name):
+        pass  # declared at an earlier configure (or autostart): read its value again
+    elif spec.only_if_given and spec.name not in _overrides(node):
         return None
+    else:
+        _declare_new(node, spec)
+    try:
+        value = node.get_parameter(spec.name).value
+    except ParameterUninitializedException:
+        return None
+    return _plain(value)
+
+
+def _declare_new(node: Node, spec: ParamSpec) -> None:
+    """Declare ``spec`` with its descriptor; a given value rclpy refuses is named the
+    way the validator names it."""
     initial = _PARAM_TYPES[spec.type] if spec.default is None else spec.default
     try:
         node.declare_parameter(spec.name, initial, descriptor(spec))
@@ -106,11 +122,22 @@ def _declare(node: Node, spec: ParamSpec) -> Any:
         if given is not None:
             spec.check(given)  # raises ParameterError with the sentence
         raise ParameterError(f"parameter '{spec.name}': {exc}") from None
-    try:
-        value = node.get_parameter(spec.name).value
-    except ParameterUninitializedException:
-        return None
-    return _plain(value)
+
+
+def declare_parameter(node: Node, name: str) -> Any:
+    """Declare the table's parameter ``name`` on ``node`` (unless declared already) and
+    return its value, checked by its row's validator (the node reads ``autostart``
+    this way before it is configured).
+
+    Raises:
+        ParameterError: the value is invalid (the message names it).
+        KeyError: ``name`` is not a row of the table.
+    """
+    spec = spec_for(name)
+    if spec is None:
+        raise KeyError(f"{name!r} is not a policy_node parameter")
+    value = _declare(node, spec)
+    return spec.check(spec.default if value is None else value)
 
 
 def declare_parameters(node: Node) -> NodeConfig:
@@ -176,6 +203,10 @@ class LiveParameters:
         self._config = config
         self._apply = apply
         node.add_on_set_parameters_callback(self._on_set)
+
+    def close(self) -> None:
+        """Stop handling changes (the node was cleaned up: nothing applies them now)."""
+        self._node.remove_on_set_parameters_callback(self._on_set)
 
     @property
     def config(self) -> NodeConfig:

@@ -1,16 +1,17 @@
 """policy_node's trajectory publishers: the core's messages as ``JointTrajectory``.
 
-The streaming core hands over :class:`~relay_ros.pipeline.controller_messages.TrajectoryMessage`
+The streaming core hands over :class:`~relay_ros.pipeline.gate.messages.TrajectoryMessage`
 values (plain arrays and exact ``(sec, nanosec)`` times); :func:`joint_trajectory`
 turns one into the ROS message and :class:`TrajectoryPublishers` sends it to its
 controller's topic or to ``~/preview``. A controller's publisher is created when first
 used, so a node started in ``dry_run`` does not show up as a publisher on the
-controllers' topics until ``dry_run`` is switched off.
+controllers' topics until ``dry_run`` is switched off. :meth:`TrajectoryPublishers.unheard`
+names the controller topics nobody subscribes to (a stopped controller, a typo).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from builtin_interfaces.msg import Duration as DurationMsg
@@ -20,9 +21,9 @@ from rclpy.node import Node
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from relay_ros.node.qos import RELIABLE
-from relay_ros.pipeline.controller_messages import TrajectoryMessage
+from relay_ros.pipeline.gate.messages import TrajectoryMessage
 
-__all__ = ["TrajectoryPublishers", "joint_trajectory"]
+__all__ = ["TrajectoryPublishers", "joint_trajectory", "unheard_problem"]
 
 
 def joint_trajectory(message: TrajectoryMessage) -> JointTrajectory:
@@ -46,6 +47,18 @@ def joint_trajectory(message: TrajectoryMessage) -> JointTrajectory:
         out.append(point)
     msg.points = out
     return msg
+
+
+def unheard_problem(unheard: Sequence[tuple[str, str]]) -> str | None:
+    """The ``/diagnostics`` sentence for controller topics nobody subscribes to
+    (``(output name, topic)`` pairs), or None when every one has a subscriber."""
+    if not unheard:
+        return None
+    topics = ", ".join(topic for _, topic in unheard)
+    return (
+        f"no controller subscribes to {topics}: is it running, and its topic spelt so? "
+        "(trajectories sent there move nothing)"
+    )
 
 
 class TrajectoryPublishers:
@@ -86,6 +99,26 @@ class TrajectoryPublishers:
             )
             self._publishers[name] = publisher
         return publisher
+
+    def create_all(self) -> None:
+        """Create every controller's publisher now (``dry_run`` switched off)."""
+        for name in self._topics:
+            self._output(name)
+
+    def unheard(self) -> list[tuple[str, str]]:
+        """(output name, resolved topic) of each controller publisher that exists and
+        has no subscriber: a stopped controller, or a misspelt topic."""
+        return [
+            (name, publisher.topic_name)
+            for name, publisher in self._publishers.items()
+            if publisher.get_subscription_count() == 0
+        ]
+
+    def destroy(self) -> None:
+        """Remove every publisher from the node."""
+        for publisher in [*self._publishers.values(), self._preview]:
+            self._node.destroy_publisher(publisher)
+        self._publishers.clear()
 
     def publish(self, message: TrajectoryMessage) -> None:
         """Send ``message`` to its controller, or to ``~/preview`` (only while someone

@@ -13,7 +13,8 @@ the wire.
 `committed_prefix` reads them from the `ChunkScheduler` that will publish the reply:
 
 - **rows**: what the controller follows from ``t_obs`` on: the current publication
-  (linear between points, its last point held after its end), or, when nothing of
+  (as the controller samples it, ``ChunkScheduler.commanded_state``; its last point
+  held after its end), or, when nothing of
   ours moves the arm (the first chunk after a start, a hold or a reset), the held
   state; at least up to the end of the soft region (``committed_steps +
   execute_horizon``) and the end of the current publication, at most ``H`` rows.
@@ -30,7 +31,8 @@ the wire.
   ``RequestClock.estimate``), at most ``d``: the robot cannot run more of the prefix
   before the new chunk takes over than the committed rows;
 - **execute_horizon** ``E``: the new chunk's rows ``d .. d+E-1`` run before the next
-  chunk takes over; its soft region must end by row ``d + E``.
+  chunk takes over (``ChunkScheduler.execute_horizon``, the latency's when automatic);
+  its soft region must end by row ``d + E``.
 
 Pure (time is passed in), no rclpy; the rows are in the scheduler's chunk columns
 (`to_action_space` spreads them into the server's action vector).
@@ -89,7 +91,7 @@ def committed_prefix(
         takeover = max(takeover, current.switch_time - cfg.publish_early_s)
     target = takeover + cfg.min_lead_s - TIME_EPS_S
     committed = min(cfg.horizon, max(0, math.ceil((target - t_obs) / cfg.dt - 1e-9)))
-    execute = cfg.execute_horizon
+    execute = scheduler.execute_horizon()
     wanted = min(cfg.horizon, max(committed + execute, 1))
     if current is None:
         rows = np.repeat(np.asarray(held, dtype=np.float64)[None, :], wanted, axis=0)

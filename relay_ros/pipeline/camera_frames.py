@@ -107,12 +107,14 @@ class FrameConversionError(ValueError):
     Attributes:
         key: The camera key.
         topic: The topic the message came from.
+        reason: What is wrong with the message (without the camera and topic).
     """
 
     def __init__(self, key: str, topic: str, reason: str) -> None:
         super().__init__(f"camera '{key}' on {topic}: {reason}")
         self.key = key
         self.topic = topic
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -241,10 +243,11 @@ class CameraFrames:
         self._deserialize = deserialize
         self._latest: dict[str, _Latest] = {}
         self._good: dict[str, _Latest] = {}  # the newest message that converted, per camera
+        # Why the newest message of a camera did not convert (until one does).
+        self._rejected: dict[str, str] = {}
         self._period: dict[str, float] = {}  # last interval between two messages per camera
         self._stored = 0  # messages stored so far, all cameras
         self._bounds = {key: _SizeBound() for key in self._cameras}
-        self._refusals: dict[str, str] = {}  # why a camera's newest message was refused
 
     # Arrival: keep a reference, nothing else.
 
@@ -295,8 +298,21 @@ class CameraFrames:
         return {key: latest.received for key, latest in self._latest.items()}
 
     def missing(self) -> list[str]:
-        """Cameras of the map with no message yet, in map order."""
+        """Cameras of the map with no usable message yet, in map order."""
         return [key for key in self._cameras if key not in self._latest]
+
+    def describe_camera(self, key: str) -> str:
+        """``camera '<key>' on <topic>``: how messages name a camera of the map."""
+        return f"camera '{key}' on {self._cameras[key].topic}"
+
+    def why_missing(self, key: str) -> str:
+        """Why camera ``key`` has no usable frame: none came yet, or the last one did
+        not convert (its reason: an unsupported encoding stays the cause on
+        ``/diagnostics``, not "no frame yet")."""
+        rejected = self._rejected.get(key)
+        if rejected is not None:
+            return f"no usable frame from {self.describe_camera(key)}: {rejected}"
+        return f"no frame yet from {self.describe_camera(key)}"
 
     def _reject(self, key: str) -> None:
         """The newest message of ``key`` did not convert: fall back to the last one
@@ -312,12 +328,13 @@ class CameraFrames:
         self._latest.clear()
         self._good.clear()
         self._period.clear()
-        self._refusals.clear()
+        self._rejected.clear()
 
     def refusal(self, key: str) -> str | None:
-        """Why camera ``key``'s newest message was refused, while no later one of it has
-        converted (None otherwise)."""
-        return self._refusals.get(key)
+        """Why camera ``key``'s newest message was refused (naming the camera and its
+        topic), while no later one of it has converted; None otherwise."""
+        rejected = self._rejected.get(key)
+        return None if rejected is None else f"{self.describe_camera(key)}: {rejected}"
 
     def prepare(self, key: str, image_size: tuple[int, int]) -> float:
         """Convert camera ``key``'s newest message now (a request is due soon).
@@ -338,10 +355,10 @@ class CameraFrames:
         try:
             latest.converted = self._convert(key, latest.msg, size, latest.received)
         except FrameConversionError as exc:
-            self._refusals[key] = str(exc)
+            self._rejected[key] = exc.reason
             self._reject(key)
             raise
-        self._refusals.pop(key, None)
+        self._rejected.pop(key, None)
         latest.size = size
         latest.processing_s = latest.read_s + time.perf_counter() - start
         self._good[key] = latest

@@ -2,7 +2,8 @@
 
 A robot team describes its cameras in a small YAML file (the node's ``camera_map``
 parameter). Each top-level key is a *model camera key* (``base_0_rgb`` for π0/π0.5,
-a GR00T ``video.*`` key) and each value says where the frames come from::
+a GR00T ``video.*`` key, a layout's camera name such as DROID's
+``exterior_image_1_left``) and each value says where the frames come from::
 
     base_0_rgb:
       topic: /camera/base/image_raw            # required
@@ -17,8 +18,9 @@ the QoS camera drivers publish with).
 
 The map is read and validated once, when the node starts, so a typo fails loudly
 instead of silently sending the model the wrong camera: :func:`load_model_camera_map`
-checks a π0-family map against the model's camera keys in the registry
-(:mod:`relay_ros.models`). GR00T keys depend on the embodiment the server runs, so a
+checks a map against the camera keys the node's wire format knows before a server
+answers (:mod:`relay_ros.formats`: the π0 family's from the model registry, a
+layout's camera names). GR00T keys depend on the embodiment the server runs, so a
 GR00T map is checked against the server's ``video_keys`` when it connects (by
 :class:`~relay_ros.pipeline.observation.ObservationBuilder`).
 """
@@ -33,7 +35,8 @@ from typing import Any
 
 import yaml
 
-from relay_ros.models import UnknownModelError, get_model
+from relay_ros.formats import FormatError, format_for
+from relay_ros.models import get_model
 from relay_ros.yaml_files import YamlFileError, load_yaml_file
 
 __all__ = [
@@ -84,7 +87,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     """SafeLoader that refuses a mapping with the same key twice (PyYAML keeps the last)."""
 
 
-def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict:
+def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
     seen: set[Any] = set()
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=True)
@@ -105,29 +108,31 @@ _UniqueKeyLoader.add_constructor(
 )
 
 
-def camera_constraints(model: str) -> tuple[tuple[str, ...] | None, int | None]:
-    """Return ``(allowed_keys, max_cameras)`` for ``model`` before a server answers.
+def camera_constraints(
+    model: str, layout: str | os.PathLike[str] | None = None
+) -> tuple[tuple[str, ...] | None, int | None]:
+    """Return ``(allowed_keys, max_cameras)`` for ``model`` (and ``layout``) before a
+    server answers, as the wire format says.
 
-    π0 family: the registry's camera keys and ``max_cameras``. GR00T: ``(None,
-    None)``, any key passes the structural check; the keys come with the server's
-    metadata (``video_keys``).
+    π0 family: the registry's camera keys and ``max_cameras``. A layout: its camera
+    names. GR00T: ``(None, None)``, any key passes the structural check; the keys
+    come with the server's metadata (``video_keys``).
 
     Raises:
-        CameraMapError: ``model`` is not a registered model ID.
+        CameraMapError: ``model`` is not a registered model ID, or a bad layout.
     """
     try:
-        info = get_model(model)
-    except UnknownModelError as exc:
+        return format_for(model, layout).camera_rules(get_model(model))
+    except (FormatError, ValueError) as exc:
         raise CameraMapError(str(exc)) from None
-    if info.family == "groot":
-        return None, None
-    return info.camera_keys, info.max_cameras
 
 
-def load_model_camera_map(path: str | os.PathLike[str], model: str) -> list[CameraEntry]:
-    """Read and validate the camera map of a node set to ``model`` (see
+def load_model_camera_map(
+    path: str | os.PathLike[str], model: str, layout: str | os.PathLike[str] | None = None
+) -> list[CameraEntry]:
+    """Read and validate the camera map of a node set to ``model`` and ``layout`` (see
     :func:`camera_constraints` and :func:`load_camera_map`)."""
-    allowed, max_cameras = camera_constraints(model)
+    allowed, max_cameras = camera_constraints(model, layout)
     return load_camera_map(path, allowed_keys=allowed, max_cameras=max_cameras)
 
 

@@ -9,17 +9,16 @@ says OK; forwards, the whole jump counts as stall time. rclpy reports the jump
 (:func:`restarted_scheduler`: a new scheduler with the same settings and latency
 measurements, the old one's stall counted up to the jump), forgets the camera
 frames and joint states (a joint state from before a jump back would stay the
-newest, freezing every observation at the jump), holds (back: where the robot was
-commanded just before the jump; forward: where the controller, on the same clock,
-commands now, the end of its trajectory), and :class:`ClockJumps` keeps a WARN on
-``/diagnostics`` for :data:`NOTICE_S` seconds.
+newest, freezing every observation at the jump), drops a reply to a request sent
+before the jump (a new ``timeline``: its latency would be negative, its actions for
+the old time), holds (the gate's stop from the controller's state, on the same clock:
+back, its last command before the jump; forward, the end of its trajectory), and
+:class:`ClockJumps` keeps a WARN on ``/diagnostics`` for :data:`NOTICE_S` seconds.
 
 Plain Python, no rclpy.
 """
 
 from __future__ import annotations
-
-import numpy as np
 
 from relay_ros.pipeline.scheduler import ChunkScheduler
 from relay_ros.pipeline.server_session import ServerSession
@@ -48,16 +47,14 @@ def restarted_scheduler(scheduler: ChunkScheduler) -> ChunkScheduler:
 
 def restart_timeline(
     session: ServerSession, counts: StreamingCounts, delta_s: float, now: float
-) -> np.ndarray | None:
-    """Give ``session`` a :func:`restarted_scheduler` after a jump of ``delta_s`` seconds
-    seen at ``now``; the old one's stall counts up to the jump (not the jump itself).
-    Returns the position to hold: back, as commanded just before the jump; forward,
-    what the controller commands now."""
+) -> None:
+    """Give ``session`` a :func:`restarted_scheduler` and a new ``timeline`` after a
+    jump of ``delta_s`` seconds seen at ``now`` (a reply to a request sent before it is
+    dropped); the old one's stall counts up to the jump (not the jump itself)."""
     old = session.scheduler
-    commanded = old.last_commanded(now - delta_s if delta_s < 0 else now)
     counts.retire(old, now - delta_s)
     session.scheduler = restarted_scheduler(old)
-    return commanded
+    session.timeline += 1
 
 
 class ClockJumps:

@@ -5,14 +5,17 @@ connection state. The level says what a robot team acts on:
 
 - ERROR: not connected to the policy server, the configuration does not fit it, or
   a commanded joint has no limits (waiting for the URDF);
-- WARN: disabled, holding position (the reason follows), a clock jump in the last
+- WARN: stopped by a switch (``~/enable``, the lifecycle state, the dead-man
+  switch: its reason), holding position (the reason follows), a clock jump in the last
   few seconds, or waiting for a chunk with nothing left to follow: a robot standing
   still is never OK;
 - OK ("streaming"): the controllers have points ahead.
 
 The values carry the latency percentiles, the stall time, the counters, the last
-refusal, the pipeline timing and the per-request latency split (upload, server,
-download, total, request bytes), as strings (``diagnostic_msgs/KeyValue``).
+refusal, the smoothing in force with the execute horizon and request lead it runs
+with (the latency's when automatic), the pipeline timing and the per-request
+latency split (upload, server, download, total, request bytes), as strings
+(``diagnostic_msgs/KeyValue``).
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from relay_ros.pipeline.server_session import lora_text
 
 if TYPE_CHECKING:
     from relay_ros.pipeline.streaming import StreamingCore
@@ -53,7 +58,7 @@ def assess(
 ) -> Health:
     """The health of ``core`` at ``now`` (node clock) with the connection's state."""
     hold = core.hold_reason
-    limits_problem = getattr(core.config, "limits_problem", None)
+    limits_problem = core.config.limits_problem
     if core.config_error is not None:
         level, message = Level.ERROR, core.config_error
     elif limits_problem is not None:
@@ -64,7 +69,7 @@ def assess(
             f": {connection_error}" if connection_error else ""
         )
     elif not core.enabled:
-        level, message = Level.WARN, "disabled (call ~/enable)"
+        level, message = Level.WARN, core.stop_reason or "disabled"
     elif hold is not None:
         level, message = Level.WARN, f"holding position: {hold}"
     elif (jump := core.clock_notice(now)) is not None:
@@ -77,12 +82,16 @@ def assess(
         "enabled": str(core.enabled),
         "dry_run": str(core.config.dry_run),
         "session_id": core.session_id,
+        "lora": lora_text(core.config.lora, core.config.lora_scale),
         "latency_p50_ms": _ms(core.latency.percentile(50), 1),
         "latency_p99_ms": _ms(core.latency.percentile(99), 1),
         "stall_time_s": f"{core.stall_time(now):.3f}",
         "last_refusal": core.last_refusal or "",
         "last_clamp": core.last_clamp or "",
         "hold_reason": hold or "",
+        "smoothing": core.smoothing or "",
+        "execute_horizon": "" if (execute := core.execute_horizon) is None else str(execute),
+        "request_lead_ms": _ms(core.request_lead_s, 1),
         **{key: str(value) for key, value in core.counts.items()},
     }
     for name, stats in core.pipeline_timing.items():

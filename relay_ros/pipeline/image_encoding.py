@@ -30,7 +30,7 @@ from typing import Any
 import cv2
 import numpy as np
 
-from relay_ros.models import UnknownModelError, family_of
+from relay_ros.formats import FormatError, format_for
 from relay_ros.pipeline.images import ImageConversionError, parse_image_size, resize_with_pad
 
 __all__ = [
@@ -68,12 +68,15 @@ def _check_quality(quality: Any) -> int:
     return int(quality)
 
 
-def check_image_encoding(model: str, encoding: str, quality: Any = DEFAULT_JPEG_QUALITY) -> None:
+def check_image_encoding(
+    model: str, encoding: str, quality: Any = DEFAULT_JPEG_QUALITY, layout: str | None = None
+) -> None:
     """Refuse an ``image_encoding`` / ``jpeg_quality`` the model's server cannot take.
 
     Raises:
         ImageEncodingError: an unknown encoding, a quality outside [1, 100], or
-            ``"jpeg"`` for a GR00T-family model (its servers take raw arrays only).
+            ``"jpeg"`` for a wire format whose servers take raw arrays only (GR00T,
+            a layout without ``jpeg: true``).
     """
     if encoding not in IMAGE_ENCODINGS:
         raise ImageEncodingError(
@@ -83,12 +86,13 @@ def check_image_encoding(model: str, encoding: str, quality: Any = DEFAULT_JPEG_
     if encoding != "jpeg":
         return
     try:
-        family = family_of(model)
-    except UnknownModelError as exc:
+        fmt = format_for(model, layout)
+    except FormatError as exc:
         raise ImageEncodingError(str(exc)) from None
-    if family != "pi":
+    if not fmt.jpeg_allowed:
+        what = f"model {model!r}" if not layout else f"model {model!r} with {fmt.name}"
         raise ImageEncodingError(
-            f"image_encoding 'jpeg' does not work with model {model!r}: its server takes raw "
+            f"image_encoding 'jpeg' does not work with {what}: its server takes raw "
             "arrays only; use image_encoding 'raw' (JPEG is for the pi0/pi05 family)"
         )
 

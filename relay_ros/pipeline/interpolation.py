@@ -18,7 +18,7 @@ depends on the velocities published with them. This module holds both sides:
   larger neighbouring secant, so a segment's peak speed is at most 1.5 times
   the fastest secant next to it.
 - :func:`segment_extremes`: the exact largest speed, acceleration and position
-  range of every cubic segment, what :func:`relay_ros.pipeline.motion_check.check_motion`
+  range of every cubic segment, what :func:`relay_ros.pipeline.gate.motion.check_motion`
   holds against the joint limits.
 
 Plain NumPy; times in seconds, positions in rad or m.
@@ -30,7 +30,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["SegmentExtremes", "TrajectoryError", "finite_difference_velocities", "segment_extremes"]
+__all__ = [
+    "SegmentExtremes",
+    "TrajectoryError",
+    "finite_difference_velocities",
+    "hermite_state",
+    "segment_extremes",
+]
 
 
 class TrajectoryError(ValueError):
@@ -143,3 +149,43 @@ def segment_extremes(
         lowest = np.where(valid, np.minimum(lowest, value), lowest)
         highest = np.where(valid, np.maximum(highest, value), highest)
     return SegmentExtremes(speed, acceleration, lowest, highest)
+
+
+def hermite_state(
+    times: np.ndarray, positions: np.ndarray, velocities: np.ndarray, t: np.ndarray | float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Position, velocity and acceleration at ``t`` of the cubic Hermite curve through
+    ``positions`` (N, J) with ``velocities`` (N, J) at ``times`` (N,, increasing): how
+    joint_trajectory_controller samples a trajectory whose points carry both.
+
+    ``t`` is a time (the results are (J,)) or an array of K times ((K, J) each).
+    Before the first point: the first point, its velocity, no acceleration; after the
+    last: the last point at rest (the controller holds it).
+    """
+    times = np.asarray(times, dtype=np.float64)
+    points = np.asarray(positions, dtype=np.float64)
+    slopes = np.asarray(velocities, dtype=np.float64)
+    at = np.atleast_1d(np.asarray(t, dtype=np.float64))
+    n = len(times)
+    j = np.clip(np.searchsorted(times, at, side="right") - 1, 0, max(0, n - 2))
+    if n == 1:
+        position = np.repeat(points[:1], len(at), axis=0)
+        velocity = np.zeros_like(position)
+        acceleration = np.zeros_like(position)
+    else:
+        span = (times[j + 1] - times[j])[:, None]
+        tau = np.clip(at - times[j], 0.0, None)[:, None]
+        p0, p1, v0, v1 = points[j], points[j + 1], slopes[j], slopes[j + 1]
+        delta = p1 - p0
+        c2 = (3.0 * delta - (2.0 * v0 + v1) * span) / span**2
+        c3 = (-2.0 * delta + (v0 + v1) * span) / span**3
+        position = p0 + v0 * tau + c2 * tau**2 + c3 * tau**3
+        velocity = v0 + 2.0 * c2 * tau + 3.0 * c3 * tau**2
+        acceleration = 2.0 * c2 + 6.0 * c3 * tau
+        before = at <= times[0]
+        position[before], velocity[before], acceleration[before] = points[0], slopes[0], 0.0
+    after = at >= times[-1]
+    position[after], velocity[after], acceleration[after] = points[-1], 0.0, 0.0
+    if np.ndim(t) == 0:
+        return position[0], velocity[0], acceleration[0]
+    return position, velocity, acceleration

@@ -1,17 +1,11 @@
-"""Wire observations for the π0 and GR00T families, and replies back to one flat chunk.
+"""Wire observations for the connected server, and its replies back to one flat chunk.
 
 :class:`ObservationBuilder` turns what the node has (RGB frames per camera key, the
 state vector in the configured joint order, the prompt) into exactly the observation
-map of the wire protocol (docs/protocol.md), for the server described by a
-:class:`~relay_ros.pipeline.server_spec.ServerSpec`:
-
-- π0 family: ``{"images": {key: (H, W, 3) uint8}, "state": float32 (state_width,),
-  "prompt": str, ...}``. The state is zero-padded to the server's ``action_dim``
-  (32 on the openpi checkpoints), the length the server expects.
-- GR00T: ``{"video": {key: (1, H, W, 3) uint8}, "state": {state_key: (1, k) float32},
-  "prompt": str, ...}``, with a frame for every ``video_keys`` entry. The flat state
-  vector is split into the ``state_keys`` groups consecutively, in metadata order,
-  by the group widths.
+map of the server described by a :class:`~relay_ros.pipeline.server_spec.ServerSpec`.
+The layout is its wire format's (``spec.format``, :mod:`relay_ros.formats`): the
+seeds' π0 family (``images`` + padded ``state``), GR00T (``video`` + state groups),
+or an openpi environment's layout; this module does what every format shares.
 
 Frames are resized on the client (aspect kept, zero padding) to the server's
 ``image_size``, so the server receives small frames.
@@ -24,9 +18,9 @@ only when the metadata says ``needs_observation_time``: the recorded policy of
 ``relay-ros replay`` (:mod:`relay_ros.server.recorded`) reads it. ``seed`` and
 ``sampling_params`` are sent when given (not None).
 
-:func:`reply_to_chunk` converts a successful reply into an (H, D) float32 chunk: the
-π0 array as is, or the GR00T action groups concatenated in the metadata
-``action_keys`` order. Error replies must be handled before; passing one raises
+:func:`reply_to_chunk` converts a successful reply into an (H, D) float32 chunk (the
+format's reading: the π0 array as is, the GR00T action groups concatenated in the
+metadata ``action_keys`` order). Error replies must be handled before; passing one raises
 :class:`ReplyError`. Finiteness is not checked here: that is the safety module's job
 (it refuses the chunk and reports why).
 """
@@ -39,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from relay_ros.formats import FormatError
 from relay_ros.pipeline.images import ImageConversionError, resize_with_pad
 from relay_ros.pipeline.server_spec import ServerSpec
 
@@ -73,7 +68,7 @@ class ObservationBuilder:
 
     Raises:
         ObservationError: Camera keys the server does not accept, too many of them,
-            a GR00T video key without a camera, or state joints that do not fit.
+            a camera the server needs missing, or state joints that do not fit.
     """
 
     def __init__(
@@ -93,54 +88,29 @@ class ObservationBuilder:
             raise ObservationError("camera_keys is empty; expected at least one camera")
         if len(set(keys)) != len(keys):
             raise ObservationError(f"camera_keys {list(keys)} lists a key more than once")
-        allowed = spec.camera_keys
-        for key in keys:
-            if key not in allowed:
-                raise ObservationError(f"camera key {key!r} is not one of {list(allowed)}")
-        if spec.all_cameras_required:
-            # The embodiment needs every video key (the reference server refuses others).
-            absent = [key for key in allowed if key not in keys]
-            if absent:
-                raise ObservationError(
-                    f"GR00T embodiment {spec.embodiment!r} needs every video key "
-                    f"{list(allowed)}; no camera for {absent}"
-                )
-        if len(keys) > spec.max_cameras:
-            raise ObservationError(
-                f"{len(keys)} cameras {list(keys)} exceed max_cameras={spec.max_cameras}"
-            )
-        self.camera_keys: tuple[str, ...] = keys
         self.state_joints: tuple[str, ...] | None = (
             None if state_joints is None else tuple(state_joints)
         )
         self.state_width = spec.state_width
-        if self.state_joints is not None:
-            n = len(self.state_joints)
-            if spec.family == "groot" and n != self.state_width:
-                raise ObservationError(
-                    f"state_joints has {n} joints {list(self.state_joints)}; GR00T state_keys "
-                    f"{dict(spec.state_groups)} need {self.state_width}"
-                )
-            if spec.family != "groot" and n > self.state_width:
-                raise ObservationError(
-                    f"state_joints has {n} joints; {self.model} takes at most "
-                    f"action_dim={self.state_width}"
-                )
+        try:
+            spec.format.check_cameras(keys, spec)
+            if self.state_joints is not None:
+                spec.format.check_state_joints(self.state_joints, spec)
+        except FormatError as exc:
+            raise ObservationError(str(exc)) from None
+        self.camera_keys: tuple[str, ...] = keys
 
     def _frame(self, key: str, frame: np.ndarray | bytes) -> np.ndarray | bytes:
         if isinstance(frame, bytes):
-            # JPEG bytes (relay_ros.pipeline.image_encoding), fitted before encoding.
-            if self.spec.family == "groot":
-                raise ObservationError(
-                    f"camera {key!r} is JPEG bytes; GR00T servers take raw arrays only"
-                )
+            # JPEG bytes (relay_ros.pipeline.image_encoding), fitted before encoding;
+            # the format says whether its server takes them.
             return frame
         try:
             return resize_with_pad(np.asarray(frame), *self.image_size)
         except ImageConversionError as exc:
             raise ObservationError(f"camera {key!r}: {exc}") from exc
 
-    def _state(self, state: np.ndarray) -> np.ndarray | dict[str, np.ndarray]:
+    def _state(self, state: np.ndarray) -> np.ndarray:
         flat = np.asarray(state, dtype=np.float64).reshape(-1)
         if self.state_joints is not None and flat.size != len(self.state_joints):
             raise ObservationError(
@@ -149,26 +119,7 @@ class ObservationBuilder:
             )
         if not np.isfinite(flat).all():
             raise ObservationError(f"state {flat.tolist()} contains NaN or Inf")
-        if self.spec.family != "groot":
-            if flat.size > self.state_width:
-                raise ObservationError(
-                    f"state has {flat.size} values; {self.model} takes at most "
-                    f"action_dim={self.state_width}"
-                )
-            padded = np.zeros(self.state_width, dtype=np.float32)
-            padded[: flat.size] = flat
-            return padded
-        if flat.size != self.state_width:
-            raise ObservationError(
-                f"state has {flat.size} values; GR00T state_keys {dict(self.spec.state_groups)} "
-                f"need {self.state_width}"
-            )
-        groups: dict[str, np.ndarray] = {}
-        offset = 0
-        for key, width in self.spec.state_groups.items():
-            groups[key] = flat[offset : offset + width].astype(np.float32).reshape(1, width)
-            offset += width
-        return groups
+        return flat
 
     def build(
         self,
@@ -178,7 +129,7 @@ class ObservationBuilder:
         *,
         session_id: str | None,
         seed: int | None,
-        sampling_params: dict | None = None,
+        sampling_params: Mapping[str, Any] | None = None,
         observation_time: float | None = None,
     ) -> dict[str, Any]:
         """Assemble one observation.
@@ -218,15 +169,10 @@ class ObservationBuilder:
         if not isinstance(prompt, str):
             raise ObservationError(f"prompt must be a str, got {type(prompt).__name__}")
         images = {key: self._frame(key, frames[key]) for key in self.camera_keys}
-        obs: dict[str, Any]
-        if self.spec.family == "groot":
-            obs = {
-                "video": {key: img[np.newaxis] for key, img in images.items()},
-                "state": self._state(state),
-                "prompt": prompt,
-            }
-        else:
-            obs = {"images": images, "state": self._state(state), "prompt": prompt}
+        try:
+            obs = self.spec.format.observation(images, self._state(state), prompt, self.spec)
+        except FormatError as exc:
+            raise ObservationError(str(exc)) from None
         if self.needs_session_id:
             if not isinstance(session_id, str) or not session_id:
                 raise ObservationError(
@@ -261,9 +207,10 @@ def reply_to_chunk(reply: Any, spec: ServerSpec) -> np.ndarray:
     """Turn a successful ``PolicyClient.infer`` reply into one (H, D) float32 chunk.
 
     Args:
-        reply: π0 family: the (H, action_dim) array. GR00T: ``{"action.x": (1, H, k)}``
-            (or (H, k)). A full reply map ``{"actions": ...}`` is unwrapped.
-        spec: The server (``action_horizon``, ``action_dim``, GR00T action groups).
+        reply: The actions in the server's format (π0: an (H, action_dim) array;
+            GR00T: ``{"action.x": (1, H, k)}``). A full reply map ``{"actions": ...}``
+            is unwrapped.
+        spec: The server (its format, ``action_horizon``, widths, groups).
 
     Returns:
         A new, writable float32 array of shape (action_horizon, D). Values are not
@@ -281,46 +228,7 @@ def reply_to_chunk(reply: Any, spec: ServerSpec) -> np.ndarray:
         )
     if isinstance(reply, Mapping) and "actions" in reply:
         reply = reply["actions"]
-    horizon = spec.action_horizon
-
-    if isinstance(reply, np.ndarray):
-        if reply.ndim != 2:
-            raise ReplyError(
-                f"actions have shape {reply.shape}; expected (action_horizon, action_dim)"
-            )
-        dim = spec.action_dim
-        if reply.shape[0] != horizon or (dim is not None and reply.shape[1] != dim):
-            raise ReplyError(f"actions have shape {reply.shape}; metadata says ({horizon}, {dim})")
-        return np.array(reply, dtype=np.float32)
-
-    if not isinstance(reply, Mapping):
-        raise ReplyError(
-            f"reply is a {type(reply).__name__}; expected an array (π0) or a dict of "
-            "action groups (GR00T)"
-        )
-    order = list(spec.action_groups) or list(reply)
-    missing = [k for k in order if k not in reply]
-    extra = [k for k in reply if k not in order]
-    if missing or extra:
-        raise ReplyError(
-            f"reply action groups {list(reply)} do not match the expected groups {order}"
-        )
-    parts = []
-    for key in order:
-        part = np.asarray(reply[key])
-        if part.ndim == 3 and part.shape[0] == 1:
-            part = part[0]
-        if part.ndim != 2:
-            raise ReplyError(
-                f"action group {key!r} has shape {np.shape(reply[key])}; expected (1, H, k)"
-            )
-        if part.shape[0] != horizon:
-            raise ReplyError(
-                f"action group {key!r} has {part.shape[0]} steps; metadata action_horizon "
-                f"is {horizon}"
-            )
-        width = spec.action_groups.get(key)
-        if width is not None and part.shape[1] != width:
-            raise ReplyError(f"action group {key!r} has width {part.shape[1]}; expected {width}")
-        parts.append(part)
-    return np.concatenate(parts, axis=1).astype(np.float32)
+    try:
+        return spec.format.reply_to_chunk(reply, spec)
+    except FormatError as exc:
+        raise ReplyError(str(exc)) from None

@@ -134,6 +134,8 @@ class ObservationInputs:
             its CDR reader does not understand into a message.
         refused: Called with a sentence and ``now`` when a frame or joint state
             message is refused (the core counts and logs it).
+        joint_states_topic: The joint states' resolved topic, named in every reason
+            about them (None: "joint states" alone).
     """
 
     def __init__(
@@ -147,6 +149,7 @@ class ObservationInputs:
         jpeg_quality: int = DEFAULT_JPEG_QUALITY,
         deserialize: Callable[[bytes], Any] | None = None,
         refused: Callable[[str, float], None],
+        joint_states_topic: str | None = None,
     ) -> None:
         keys = [c.key for c in cameras]
         if sources is not None and set(sources) != set(keys):
@@ -164,6 +167,11 @@ class ObservationInputs:
         self._clock = clock
         self._refused = refused
         self._limits: Mapping[str, Any] | None = None
+        self._joint_label = (
+            "joint states"
+            if joint_states_topic is None
+            else f"joint states on {joint_states_topic}"
+        )
         self.frames_received = 0
 
     @classmethod
@@ -177,10 +185,11 @@ class ObservationInputs:
         sources: Mapping[str, FrameSource] | None,
         deserialize: Callable[[bytes], Any] | None,
         refused: Callable[[str, float], None],
+        joint_states_topic: str | None = None,
     ) -> ObservationInputs:
         """The inputs ``settings`` need: the camera map's entries (None: raw frames
         under ``camera_keys``), the state joints then the other commanded joints, and
-        the wire encoding."""
+        the wire encoding; ``joint_states_topic`` as for the constructor."""
         entries = (
             list(cameras)
             if cameras is not None
@@ -196,6 +205,7 @@ class ObservationInputs:
             jpeg_quality=settings.jpeg_quality,
             deserialize=deserialize,
             refused=refused,
+            joint_states_topic=joint_states_topic,
         )
 
     @property
@@ -278,9 +288,9 @@ class ObservationInputs:
         try:
             self.joints.update(list(names), list(positions), now, measured_at=measured_at)
         except JointStateError as exc:
-            self._refused(f"joint states: {exc}", now)
+            self._refused(f"{self._joint_label}: {exc}", now)
         if self.joints.rejected_samples != rejected:
-            self._refused(f"joint states: {self.joints.last_rejection}", now)
+            self._refused(f"{self._joint_label}: {self.joints.last_rejection}", now)
 
     def measured(self, now: float, timeout_s: float, names: Sequence[str]) -> np.ndarray | None:
         """The measured positions of ``names`` at ``now``, or None when any is missing,
@@ -315,14 +325,11 @@ class ObservationInputs:
         """
         missing = self.frames.missing()
         if missing:
-            refused = self._refusal(missing)
-            if refused is not None:
-                return InputProblem(
-                    "frame_refused", f"no usable frame from camera(s) {missing}: {refused}"
-                )
-            return InputProblem("missing_input", f"no frame yet from camera(s) {missing}")
+            reasons = "; ".join(self.frames.why_missing(key) for key in missing)
+            refused = self._refusal(missing) is not None
+            return InputProblem("frame_refused" if refused else "missing_input", reasons)
         arrived = self.frames.stamps()
-        stamps = {f"camera '{key}'": t for key, t in arrived.items()}
+        stamps = {self.frames.describe_camera(key): t for key, t in arrived.items()}
         stale = check_fresh(stamps, now, timeout_s)
         if stale is not None:
             refused = self._refusal([k for k, t in arrived.items() if now - t > timeout_s])
@@ -339,7 +346,7 @@ class ObservationInputs:
             else:
                 state = self.joints.vector(now, timeout_s)
         except JointStateError as exc:
-            return InputProblem("joint_states", f"joint states: {exc}")
+            return InputProblem("joint_states", f"{self._joint_label}: {exc}")
         try:
             wire = self.frames.assemble(image_size, timed_after=timed_after)
         except FrameConversionError as exc:

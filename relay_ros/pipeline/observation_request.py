@@ -6,7 +6,8 @@ an observation from fresh, complete inputs only
 (:mod:`~relay_ros.pipeline.observation_inputs`; else an
 :class:`~relay_ros.pipeline.observation_inputs.InputProblem` for the core to hold
 on), builds it (:func:`build_observation`, with the ``action_prefix`` keys of
-:mod:`~relay_ros.pipeline.action_prefix` when the server takes them) and hands it to
+:mod:`~relay_ros.pipeline.action_prefix` when the smoothing in force is the server's
+prefix) and hands it to
 the connection with a :class:`RequestTag`, which comes back with the reply so that a
 reply from before a reconnect or an episode reset is never executed.
 """
@@ -23,6 +24,7 @@ import numpy as np
 from relay_ros.pipeline.action_prefix import add_prefix_keys
 from relay_ros.pipeline.camera_map import CameraEntry
 from relay_ros.pipeline.frame_source import FrameSource
+from relay_ros.pipeline.gate.decisions import Hold
 from relay_ros.pipeline.observation_inputs import (
     OBSERVATION_TIMINGS,
     InputProblem,
@@ -36,7 +38,13 @@ from relay_ros.pipeline.settings import StreamingSettings
 from relay_ros.pipeline.streaming_counts import StreamingCounts
 from relay_ros.pipeline.tick_plan import frames_just_came, frames_wanted
 
-__all__ = ["INPUT_WARNING_PERIOD_S", "RequestTag", "Requester", "build_observation"]
+__all__ = [
+    "INPUT_WARNING_PERIOD_S",
+    "RequestTag",
+    "Requester",
+    "build_observation",
+    "sampling_params",
+]
 
 #: A refused camera frame or joint state message is logged at most this often (each
 #: refusal is counted).
@@ -50,16 +58,33 @@ class RequestTag:
     Attributes:
         generation: Which connection the request was made on; a reply from an
             earlier one is dropped (its scheduler is gone).
+        timeline: Which scheduler of that connection: a jump of the node clock
+            starts a new one, and a reply from before it is dropped.
         session_id: The episode; a reply from before ``~/reset`` is never executed.
         t_obs: Observation time on the node clock (s).
         start: The request's start on the core's
             :class:`~relay_ros.pipeline.request_clock.RequestClock`.
+        origin: Where the commanded joints are commanded to be at ``t_obs`` (output
+            order; the measured state before anything was commanded): joint
+            velocity actions are integrated from it. None when the server's actions
+            are all positions.
     """
 
     generation: int
+    timeline: int
     session_id: str
     t_obs: float
     start: RequestStart
+    origin: tuple[float, ...] | None = None
+
+
+def sampling_params(lora: str, scale: float) -> dict[str, Any] | None:
+    """The ``sampling_params`` that select LoRA adapter ``lora`` at ``scale`` (the seed's
+    forms: the name alone at scale 1, else ``{"name", "scale"}``); None for the base
+    model (no key at all, which every server takes)."""
+    if not lora:
+        return None
+    return {"lora": lora if scale == 1.0 else {"name": lora, "scale": float(scale)}}
 
 
 def build_observation(
@@ -73,8 +98,8 @@ def build_observation(
     requested_at: float,
 ) -> tuple[dict[str, Any], int]:
     """The observation of ``snapshot`` for ``session``'s model, and how many of the
-    scheduler's committed steps it carries as ``action_prefix`` (0 when the server
-    takes no prefix).
+    scheduler's committed steps it carries as ``action_prefix`` (0 when the smoothing
+    in force is not the server's prefix).
 
     ``joint_names`` orders ``snapshot.state`` (the inputs' watched joints, state
     joints first); the prefix starts from the commanded joints' positions in it.
@@ -85,9 +110,10 @@ def build_observation(
         prompt,
         session_id=session_id,
         seed=settings.seed,
+        sampling_params=sampling_params(settings.lora, settings.lora_scale),
         observation_time=snapshot.t_obs,
     )
-    if not session.spec.action_prefix:
+    if not session.scheduler.config.smoothing.needs_prefix:
         return observation, 0
     order = {name: i for i, name in enumerate(joint_names)}
     commanded = np.array([snapshot.state[order[j]] for j in settings.commanded_joints])
@@ -103,10 +129,25 @@ def build_observation(
     return observation, committed
 
 
+def commanded_origin(
+    session: ServerSession,
+    snapshot: Snapshot,
+    settings: StreamingSettings,
+    joint_names: Sequence[str],
+) -> tuple[float, ...]:
+    """Where the commanded joints are commanded to be at the observation's time (the
+    current publication's command, else the measured state), in output order."""
+    commanded = session.scheduler.last_commanded(snapshot.t_obs)
+    if commanded is None:
+        order = {name: i for i, name in enumerate(joint_names)}
+        commanded = np.array([snapshot.state[order[j]] for j in settings.commanded_joints])
+    return tuple(float(q) for q in commanded)
+
+
 class Requester:
     """Requests a chunk when the scheduler wants one (or, timed to frames, when new
-    frames came), from the inputs' newest frames and joint states; holds when they
-    are missing or stale.
+    frames came), from the inputs' newest frames and joint states; returns a hold
+    when they are missing or stale.
 
     Args:
         settings: The settings the inputs are built for (cameras, joints, encoding).
@@ -119,8 +160,9 @@ class Requester:
         timing: Which moment an observation shows (``observation_timing``).
         sources: Camera key -> where its newest frame is read; None: pushed frames.
         deserialize: For frames the CDR reader does not understand (rclpy's).
-        hold: The core's hold (``reason, kind, now, refusal=...``).
         warning: Writes a WARN line (a refused message, at most every 5 s).
+        joint_states_topic: The joint states' resolved topic, named in every reason
+            about them.
 
     Raises:
         ValueError: ``timing`` is not one of ``OBSERVATION_TIMINGS``.
@@ -138,8 +180,8 @@ class Requester:
         timing: ObservationTiming,
         sources: Mapping[str, FrameSource] | None,
         deserialize: Callable[[bytes], Any] | None,
-        hold: Callable[..., None],
         warning: Callable[[str], Any],
+        joint_states_topic: str | None = None,
     ) -> None:
         if timing not in OBSERVATION_TIMINGS:
             raise ValueError(
@@ -153,12 +195,12 @@ class Requester:
             sources=sources,
             deserialize=deserialize,
             refused=self.input_refused,
+            joint_states_topic=joint_states_topic,
         )
         self._clock = clock
         self._counts = counts
         self._submit = submit
         self._timing = timing
-        self._hold = hold
         self._warning = warning
         self._warned_at = -math.inf
 
@@ -175,14 +217,12 @@ class Requester:
             self._warned_at = now
             self._warning(reason)
 
-    def _problem(self, problem: InputProblem, now: float) -> None:
+    def _problem(self, problem: InputProblem, now: float) -> Hold | None:
         if problem.kind == "frame_conversion":
             # That camera falls back to its previous frame; the next tick tries again.
             self.input_refused(problem.reason, now)
-        elif problem.kind == "missing_input":
-            self._hold(problem.reason, problem.kind, now)
-        else:
-            self._hold(problem.reason, problem.kind, now, refusal=True)
+            return None
+        return Hold(problem.reason, problem.kind, refusal=problem.kind != "missing_input")
 
     def run(
         self,
@@ -192,9 +232,9 @@ class Requester:
         *,
         prompt: str,
         session_id: str,
-    ) -> None:
-        """Read the cameras if a request is near, then request if one is wanted; hold
-        (or count a refused frame) when the inputs do not give an observation."""
+    ) -> Hold | None:
+        """Read the cameras if a request is near, then request if one is wanted; the
+        hold (or a refused frame, counted) when the inputs do not give an observation."""
         inputs = self._inputs
         scheduler = session.scheduler
         started = self._clock.perf_clock()
@@ -206,7 +246,7 @@ class Requester:
             scheduler.wants_request(now)
             or (timed_to_frames and frames_just_came(scheduler, inputs, now))
         ):
-            return
+            return None
         snapshot = inputs.snapshot(
             now,
             session.spec.image_size,
@@ -215,8 +255,7 @@ class Requester:
             at_frames=self._timing == "frame",
         )
         if isinstance(snapshot, InputProblem):
-            self._problem(snapshot, now)
-            return
+            return self._problem(snapshot, now)
         observation, committed = build_observation(
             session,
             snapshot,
@@ -227,8 +266,16 @@ class Requester:
             requested_at=now,
         )
         start = self._clock.start(started, snapshot.frames.newest_prepared_s, now)
-        tag = RequestTag(session.generation, session_id, snapshot.t_obs, start)
+        origin = (
+            commanded_origin(session, snapshot, settings, inputs.joints.joint_names)
+            if session.reader.integrates
+            else None
+        )
+        tag = RequestTag(
+            session.generation, session.timeline, session_id, snapshot.t_obs, start, origin
+        )
         if self._submit(observation, tag):
             scheduler.request_sent(snapshot.t_obs, committed_steps=committed)
             self._clock.sent(start, now)
             self._counts.requests += 1
+        return None

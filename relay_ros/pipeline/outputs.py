@@ -4,9 +4,12 @@ A chunk from :func:`relay_ros.pipeline.observation.reply_to_chunk` is one (H, D)
 ros2_control trajectory controller (arm, gripper, ...) gets the columns ``dims`` of it,
 published as a ``JointTrajectory`` with its ``joints`` on its ``topic``.
 
-The node passes the ``outputs`` parameters as a mapping name -> entry:
+The node passes the ``outputs`` parameters as a mapping name -> entry; which fields
+an entry has and how they name chunk columns is the server's wire format's
+(``ServerSpec.format.output_dims``, :mod:`relay_ros.formats`):
 
-- π0 family: ``{"topic": str, "joints": [names], "dims": [indices into 0..D-1]}``.
+- π0 family and openpi layouts: ``{"topic": str, "joints": [names], "dims": [indices
+  into 0..D-1]}``.
 - GR00T: ``{"topic": str, "joints": [names], "action_key": "action.single_arm",
   "dims": [indices within that group]}`` (``dims`` optional: the whole group). The
   flat dims are computed from the group offsets in the chunk, i.e. the server's
@@ -24,16 +27,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
+from relay_ros.formats import FormatError
 from relay_ros.pipeline.server_spec import ServerSpec
 
 __all__ = ["OutputController", "OutputsError", "load_outputs"]
 
 logger = logging.getLogger(__name__)
-
-_PI_FIELDS = ("topic", "joints", "dims")
-_GROOT_FIELDS = ("topic", "joints", "action_key", "dims")
 
 
 class OutputsError(ValueError):
@@ -57,17 +56,6 @@ class OutputController:
     dims: tuple[int, ...]
 
 
-def _int_list(name: str, field: str, value: Any) -> list[int]:
-    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
-        raise OutputsError(f"output {name!r}: {field} must be a list of integers, got {value!r}")
-    out = []
-    for item in value:
-        if isinstance(item, bool) or not isinstance(item, (int, np.integer)):
-            raise OutputsError(f"output {name!r}: {field} has {item!r}; expected integers")
-        out.append(int(item))
-    return out
-
-
 def load_outputs(
     spec: Mapping[str, Mapping[str, Any]], server: ServerSpec
 ) -> list[OutputController]:
@@ -75,7 +63,7 @@ def load_outputs(
 
     Args:
         spec: Controller name -> entry (see the module docstring).
-        server: The server's model family, chunk width and GR00T action groups.
+        server: The server: its wire format, chunk width and GR00T action groups.
 
     Returns:
         The controllers in ``spec`` order.
@@ -84,17 +72,10 @@ def load_outputs(
         OutputsError: Any invalid entry; the message names the entry and the
             expected values.
     """
-    width = server.chunk_width
     model = server.model
-    groot = server.family == "groot"
     if not spec:
         raise OutputsError("outputs is empty; expected at least one controller")
-    groups: dict[str, tuple[int, int]] = {}
-    offset = 0
-    for key, group_width in server.action_groups.items():
-        groups[key] = (offset, group_width)
-        offset += group_width
-    fields = _GROOT_FIELDS if groot else _PI_FIELDS
+    fields = server.format.output_fields
 
     controllers: list[OutputController] = []
     dim_owner: dict[int, str] = {}
@@ -130,35 +111,10 @@ def load_outputs(
                 raise OutputsError(f"output {name!r}: joint {joint!r} is already driven by {where}")
             joint_owner[joint] = name
 
-        if groot:
-            key = entry.get("action_key")
-            if key not in groups:
-                raise OutputsError(
-                    f"output {name!r}: action_key {key!r} is not one of {list(groups)}"
-                )
-            offset, group_width = groups[key]
-            if "dims" in entry:
-                local = _int_list(name, "dims", entry["dims"])
-            else:
-                local = list(range(group_width))
-            for d in local:
-                if not 0 <= d < group_width:
-                    raise OutputsError(
-                        f"output {name!r}: dim {d} is outside action group {key!r} "
-                        f"(width {group_width}, dims 0..{group_width - 1})"
-                    )
-            dims = [offset + d for d in local]
-        else:
-            if "dims" not in entry:
-                raise OutputsError(
-                    f"output {name!r}: missing dims (indices into the {width} action dims)"
-                )
-            dims = _int_list(name, "dims", entry["dims"])
-            for d in dims:
-                if not 0 <= d < width:
-                    raise OutputsError(
-                        f"output {name!r}: dim {d} is outside 0..{width - 1} (action_dim {width})"
-                    )
+        try:
+            dims = server.format.output_dims(str(name), entry, server)
+        except FormatError as exc:
+            raise OutputsError(str(exc)) from None
         if len(dims) != len(joints):
             raise OutputsError(
                 f"output {name!r}: {len(dims)} dims for {len(joints)} joints; "

@@ -2,18 +2,18 @@
 
 The :class:`~relay_ros.pipeline.scheduler.ChunkScheduler` builds publications; the
 trajectory messages, the holding logic and the checks read them. The helpers here
-answer "where is the arm told to be at time t" (:func:`commanded_position`), "what did
-a chunk say for time t" (:func:`chunk_at`) and how a new chunk is cross-faded in
-(:func:`smooth_weights`). Plain Python and NumPy.
+answer "what did a chunk say for time t" (:func:`chunk_at`) and give the smoothstep
+weights of a cross-fade (:func:`smooth_weights`). Plain Python and NumPy.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-__all__ = ["Publication", "chunk_at", "commanded_position", "smooth_weights"]
+__all__ = ["Publication", "chunk_at", "smooth_weights"]
 
 
 def smooth_weights(count: int) -> np.ndarray:
@@ -38,10 +38,12 @@ class Publication:
         switch_time: when the next chunk takes over (time of the last executed
             action), seconds.
         chunk_seq: 1-based sequence number of the chunk (order of receipt).
-        blended: how many leading points were cross-faded with the old chunk.
+        blended: how many leading points the smoothing changed
+            (:mod:`~relay_ros.pipeline.smoothing`).
         shift_s: how much later than ``t_obs + i*dt`` action ``i`` runs (s): the time
             the arm stood still between the observation and the publication, which
             is not skipped (a multiple of dt; 0 while the arm moved).
+        memo: What the smoothing keeps for the next switch (``Smoothed.memo``).
     """
 
     stamp: float
@@ -53,6 +55,7 @@ class Publication:
     chunk_seq: int
     blended: int = 0
     shift_s: float = 0.0
+    memo: Any = None
 
     @property
     def origin(self) -> float:
@@ -88,21 +91,3 @@ def chunk_at(chunk: np.ndarray, origin: float, dt: float, times: np.ndarray) -> 
     i1 = np.minimum(i0 + 1, chunk.shape[0] - 1)
     a = (f - i0)[:, None]
     return (1.0 - a) * chunk[i0] + a * chunk[i1]
-
-
-def commanded_position(publication: Publication, start: np.ndarray, now: float) -> np.ndarray:
-    """Where ``publication`` commands the joints at ``now`` (D,).
-
-    ``start`` is the position commanded when it was published: linear from there to
-    its first point, then between points, its last point after its end (what
-    joint_trajectory_controller does with linear segments).
-    """
-    times = np.concatenate(([publication.stamp], publication.times))
-    points = np.vstack((start[None, :], publication.positions))
-    if now <= times[0]:
-        return points[0].copy()
-    if now >= times[-1]:
-        return points[-1].copy()
-    j = int(np.searchsorted(times, now, side="right")) - 1
-    a = (now - times[j]) / (times[j + 1] - times[j])
-    return (1.0 - a) * points[j] + a * points[j + 1]

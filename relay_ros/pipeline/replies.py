@@ -6,7 +6,8 @@
    connection error, the server's error reply, or an action reply;
 2. **decode**: the action reply into one flat ``(H, D)`` chunk
    (:func:`~relay_ros.pipeline.observation.reply_to_chunk`) wide enough for every
-   output's dimensions;
+   output's dimensions, joint velocities integrated into positions from the
+   request's commanded position (:mod:`relay_ros.formats.action_space`);
 3. **check**: NaN/Inf anywhere in it (padding dimensions included: they mean the
    model's output is broken) and the joint limits of the commanded dimensions
    (:func:`~relay_ros.pipeline.safety.check_chunk`, refuse or clamp).
@@ -24,10 +25,11 @@ from typing import Any, Literal, cast
 
 import numpy as np
 
+from relay_ros.formats.action_space import ActionPart, integrate_velocities
+from relay_ros.logsafe import shorten
 from relay_ros.pipeline.observation import reply_to_chunk
 from relay_ros.pipeline.safety import JointLimits, LimitsMode, check_chunk
 from relay_ros.pipeline.server_spec import ServerSpec
-from relay_ros.wire.logsafe import shorten
 
 __all__ = ["ReplyKind", "ReplyReader", "ReplyVerdict", "judge_reply"]
 
@@ -68,11 +70,24 @@ class ReplyReader:
         spec: The connected server.
         used_dims: The chunk columns the outputs drive, in output order.
         dim_joints: Chunk column -> configured joint name (commanded columns only).
+        dt: Seconds per action (velocity actions are integrated over it).
     """
 
     spec: ServerSpec
     used_dims: np.ndarray
     dim_joints: Mapping[int, str]
+    dt: float = 0.02
+
+    @property
+    def parts(self) -> tuple[ActionPart, ...]:
+        """The chunk's columns by action space (the server's format says)."""
+        return self.spec.format.action_parts(self.spec)
+
+    @property
+    def integrates(self) -> bool:
+        """Whether some commanded column holds joint velocities."""
+        used = set(self.used_dims.tolist())
+        return any(p.space == "joint_velocity" and used.intersection(p.columns) for p in self.parts)
 
     def limits(self, width: int, joint_limits: Mapping[str, tuple[float, float]]) -> JointLimits:
         """Per-column limits of a ``width``-wide chunk: ``joint_limits`` on the
@@ -102,9 +117,24 @@ def judge_reply(
         chunk = _decode(reply, reader)
     except ValueError as exc:
         return ReplyVerdict("malformed_reply", str(exc))
+    limits = reader.limits(chunk.shape[1], joint_limits)
+    origin = outcome.tag.origin
+    if reader.integrates:
+        if origin is None:
+            return ReplyVerdict(
+                "malformed_reply", "velocity actions, but the request had no commanded position"
+            )
+        start = {int(d): float(q) for d, q in zip(reader.used_dims, origin)}
+        chunk = integrate_velocities(
+            chunk,
+            reader.parts,
+            start={c: start.get(c, 0.0) for c in range(chunk.shape[1])},
+            dt=reader.dt,
+            bounds={c: (limits.lower[c], limits.upper[c]) for c in start},
+        )
     checked = check_chunk(
         chunk,
-        reader.limits(chunk.shape[1], joint_limits),
+        limits,
         mode=cast(LimitsMode, limits_mode),
         horizon=reader.spec.action_horizon,
     )

@@ -6,7 +6,7 @@ inside the configured joint limits (clamped or refused, see ``LimitsMode``), its
 first point must not jump more than ``max_joint_step`` from the measured state,
 and the camera frames and joint states the observation came from must be fresh.
 The trajectory a controller will follow is checked segment by segment in
-:mod:`~relay_ros.pipeline.motion_check`, which shares :class:`Refusal` and
+:mod:`~relay_ros.pipeline.gate.motion`, which shares :class:`Refusal` and
 :class:`SafetyError`.
 
 Each failed check returns a :class:`Refusal` whose ``reason`` is one human

@@ -15,12 +15,13 @@ that joint_trajectory_controller follows it without pauses or jumps (see
   later is published at once.
 - **Early request** (mode ``"early"``): the next observation is sent at
   ``switch_time - lead``; ``lead`` is ``request_lead_s`` or, when that is
-  ``None`` ("auto"), the ``lead_percentile`` (95) of the measured latencies
-  (the :class:`LatencyStats` given to the scheduler) plus ``lead_margin_s``.
-  (An early request is always timed from a published chunk, whose reply was
-  measured, so no initial guess is ever needed.) The
-  whole rest of the chunk is published, so a late reply leaves the robot
-  following the current chunk instead of holding still.
+  ``None`` ("auto"), the rule of :mod:`~relay_ros.pipeline.adaptive_timing` over
+  the measured latencies (the :class:`LatencyStats` given to the scheduler). (An
+  early request is always timed from a published chunk, whose reply was
+  measured, so no initial guess is ever needed.) The whole rest of the chunk is
+  published, so a late reply leaves the robot following the current chunk
+  instead of holding still. With ``adaptive_execute_horizon`` E follows the
+  latency too (:meth:`ChunkScheduler.execute_horizon`).
 - **Sync** (mode ``"sync"``, openpi's ``ActionChunkBroker``): only the E executed
   actions are published and the next request is sent when they are used up.
 - **Latency compensation**: on publication at ``now``, the first point goes in
@@ -36,10 +37,11 @@ that joint_trajectory_controller follows it without pauses or jumps (see
   ``min(k, d)``: rows before ``d`` are what the arm follows anyway. A chunk is
   dropped (``chunks_dropped_late``) only when nothing of it is left after the
   previous trajectory, and a new one requested.
-- **Blending**: the first ``blend_steps`` published points cross-fade from the
-  previous chunk's actions at the same times (linearly interpolated; its last
-  action beyond its end) to the new chunk's, with smoothstep weights
-  ``s((j+1)/(B+1))``, ``s(x) = 3x^2 - 2x^3`` (:func:`smooth_weights`).
+- **Smoothing**: the re-timed rows go through the configured strategy
+  (:mod:`~relay_ros.pipeline.smoothing`), which sees the commanded position and
+  velocity at the stamp (cubic Hermite through the published velocities, as the
+  controller samples it: :meth:`ChunkScheduler.commanded_state`) and the previous
+  chunk as it was published.
 
 Times are float seconds on the node clock. Comparisons allow ``TIME_EPS_S``
 (1 ns, the ROS time resolution) so that float rounding never moves an action by
@@ -61,13 +63,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from relay_ros.pipeline.publication import (
-    Publication,
-    chunk_at,
-    commanded_position,
-    smooth_weights,
-)
+from relay_ros.pipeline.adaptive_timing import adaptive_execute_horizon, adaptive_lead
+from relay_ros.pipeline.interpolation import finite_difference_velocities, hermite_state
+from relay_ros.pipeline.publication import Publication
 from relay_ros.pipeline.scheduler_config import SchedulerConfig, SchedulerConfigError
+from relay_ros.pipeline.smoothing import Motion, Switch
 from relay_ros.pipeline.stats import LatencyStats
 
 __all__ = ["TIME_EPS_S", "ChunkError", "ChunkScheduler", "SchedulerStateError"]
@@ -87,9 +87,16 @@ class SchedulerStateError(RuntimeError):
 
 @dataclass
 class _Active:
-    chunk: np.ndarray
+    chunk: np.ndarray  # the chunk, its published rows as published
     publication: Publication
-    start: np.ndarray  # commanded position at publication.stamp
+    times: np.ndarray  # stamp, then every point's time
+    positions: np.ndarray  # commanded position at the stamp, then the points
+    velocities: np.ndarray  # commanded velocity at the stamp, then the points'
+
+    def state(self, t: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Commanded position, velocity and acceleration at ``t``, as the controller
+        samples them."""
+        return hermite_state(self.times, self.positions, self.velocities, t)
 
 
 @dataclass
@@ -163,7 +170,7 @@ class ChunkScheduler:
         """Run with ``config`` from now on (a live parameter change).
 
         The lead, retry delay and mode apply to the next request; execute
-        horizon and blending to the next publication. The chunk being followed
+        horizon and smoothing to the next publication. The chunk being followed
         and a held chunk stay as they are.
 
         Raises:
@@ -180,8 +187,9 @@ class ChunkScheduler:
     def request_lead(self) -> float:
         """The lead in seconds used for early requests now (0 in sync mode).
 
-        ``request_lead_s``, or in auto mode the ``lead_percentile`` of the
-        measured latencies plus ``lead_margin_s``; either way at most
+        ``request_lead_s``, or in auto mode
+        :func:`~relay_ros.pipeline.adaptive_timing.adaptive_lead` of the measured
+        latencies; either way at most
         ``(H-1)*dt - min_lead_s`` (and >= 0): a reply to an observation taken
         earlier than that before the switch would have no action left at the
         switch and would be dropped.
@@ -192,11 +200,20 @@ class ChunkScheduler:
         if cfg.request_lead_s is not None:
             lead = cfg.request_lead_s
         else:
-            measured = self.latencies.percentile(cfg.lead_percentile)
-            # Early requests are timed from a published chunk, whose reply was
-            # measured, so ``measured`` is only None before the first reply.
-            lead = (measured if measured is not None else 0.0) + cfg.lead_margin_s
+            measured = self.latencies.percentile(cfg.timing.lead_percentile)
+            lead = adaptive_lead(measured, cfg.timing)
         return max(0.0, min(lead, (cfg.horizon - 1) * cfg.dt - cfg.min_lead_s))
+
+    def execute_horizon(self) -> int:
+        """E for the next publication: ``execute_horizon``, or with
+        ``adaptive_execute_horizon`` the latency's
+        (:func:`~relay_ros.pipeline.adaptive_timing.adaptive_execute_horizon`, at most
+        ``execute_horizon``)."""
+        cfg = self._cfg
+        if not cfg.adaptive_execute_horizon:
+            return cfg.execute_horizon
+        median = self.latencies.percentile(50.0)
+        return adaptive_execute_horizon(median, cfg.dt, cfg.execute_horizon, cfg.timing)
 
     def next_request_time(self) -> float | None:
         """Earliest time the next request should be sent, in seconds.
@@ -324,32 +341,56 @@ class ChunkScheduler:
             self._pending = None
             self._drop_late(pending.t_obs, now)
             return None
-        end = cfg.horizon if cfg.mode == "early" else min(cfg.horizon, first + cfg.execute_horizon)
+        execute = self.execute_horizon()
+        end = cfg.horizon if cfg.mode == "early" else min(cfg.horizon, first + execute)
         n = end - first
         shift_s = (slot - first) * cfg.dt  # the time the arm stood still: not skipped
         tfs0 = (pending.t_obs - now) + slot * cfg.dt
         tfs = tfs0 + np.arange(n, dtype=np.float64) * cfg.dt
-        positions = pending.chunk[first:end].copy()
-        blended = 0
-        if self._current is not None and cfg.blend_steps > 0:
-            blended = min(cfg.blend_steps, n)
-            current = self._current
-            old = chunk_at(current.chunk, current.publication.origin, cfg.dt, now + tfs[:blended])
-            weights = smooth_weights(blended)[:, None]
-            positions[:blended] = (1.0 - weights) * old + weights * positions[:blended]
-        switch_index = min(first + cfg.execute_horizon - 1, cfg.horizon - 1)
-        positions.setflags(write=False)
         tfs.setflags(write=False)
+        origin = pending.t_obs + shift_s
+        smoothed = cfg.smoothing.smooth(
+            Switch(
+                stamp=float(now),
+                time_from_start=tfs,
+                positions=pending.chunk[first:end],
+                chunk=pending.chunk,
+                origin=origin,
+                first_index=first,
+                dt=cfg.dt,
+                execute_horizon=execute,
+                previous=self._motion(now),
+            )
+        )
+        positions = np.array(smoothed.positions, dtype=np.float64)
+        switch_index = min(first + execute - 1, cfg.horizon - 1)
+        positions.setflags(write=False)
         return Publication(
             stamp=float(now),
             positions=positions,
             time_from_start=tfs,
             t_obs=pending.t_obs,
             first_index=first,
-            switch_time=pending.t_obs + shift_s + switch_index * cfg.dt,
+            switch_time=origin + switch_index * cfg.dt,
             chunk_seq=pending.seq,
-            blended=blended,
+            blended=smoothed.changed,
             shift_s=shift_s,
+            memo=smoothed.memo,
+        )
+
+    def _motion(self, now: float) -> Motion | None:
+        """What the controllers follow at ``now``, for the smoothing (None: nothing)."""
+        current = self._current
+        if current is None:
+            return None
+        return Motion(
+            chunk=current.chunk,
+            origin=current.publication.origin,
+            end_time=current.publication.end_time,
+            times=current.times,
+            positions=current.positions,
+            velocities=current.velocities,
+            memo=current.publication.memo,
         )
 
     def commit(self, publication: Publication) -> None:
@@ -361,19 +402,31 @@ class ChunkScheduler:
                 arrived or the scheduler was reset since the peek).
         """
         pending = self._take_pending(publication, "commit")
-        start = publication.positions[0]
+        stamp = publication.stamp
         if self._current is not None:
-            self._stall_s += max(0.0, publication.stamp - self._current.publication.end_time)
-            start = self._commanded(self._current, publication.stamp)
-        chunk = pending.chunk
-        rows = slice(publication.first_index + publication.blended, None)
-        kept = publication.positions[publication.blended :]
-        if not np.array_equal(chunk[rows][: len(kept)], kept):
-            # The caller clamped the publication: blend the next chunk from what ran.
-            chunk = chunk.copy()
-            chunk[rows][: len(kept)] = kept
-            chunk.setflags(write=False)
-        self._current = _Active(chunk, publication, np.array(start, dtype=np.float64))
+            self._stall_s += max(0.0, stamp - self._current.publication.end_time)
+            start, start_velocity, _ = self._current.state(stamp)
+        else:
+            start = np.array(publication.positions[0], dtype=np.float64)
+            start_velocity = np.zeros_like(start)
+        # The next switch joins what was published (smoothed, maybe clamped).
+        chunk = pending.chunk.copy()
+        rows = publication.first_index + len(publication.positions)
+        chunk[publication.first_index : rows] = publication.positions[: self._cfg.horizon]
+        chunk.setflags(write=False)
+        tfs = np.asarray(publication.time_from_start, dtype=np.float64)
+        self._current = _Active(
+            chunk,
+            publication,
+            np.concatenate(([stamp], stamp + tfs)),
+            np.vstack((start[None, :], publication.positions)),
+            np.vstack(
+                (
+                    start_velocity[None, :],
+                    finite_difference_velocities(np.asarray(publication.positions), tfs),
+                )
+            ),
+        )
 
     def refuse(self, publication: Publication, now: float, reason: str) -> None:
         """``publication`` (the last :meth:`peek`) failed a check: nothing is published,
@@ -406,28 +459,39 @@ class ChunkScheduler:
         return pending
 
     def last_commanded(self, now: float) -> np.ndarray | None:
-        """The position (D,) the current publication commands at ``now``.
+        """The position (D,) the current publication commands at ``now``
+        (:meth:`commanded_state`); ``None`` before the first publication (or after
+        ``reset()``)."""
+        state = self.commanded_state(now)
+        return None if state is None else state[0]
 
-        Linear interpolation: from the position commanded when it was published
-        to its first point, then between points; its last point after its end.
-        ``None`` before the first publication (or after ``reset()``).
-        """
+    def commanded_state(self, now: float) -> tuple[np.ndarray, np.ndarray] | None:
+        """Position and velocity (D,) the current publication commands at ``now``, as
+        joint_trajectory_controller samples it: cubic Hermite segments from the state
+        commanded at its stamp (moving as it moved then) through its points with the
+        velocities the node publishes; its last point at rest after its end. ``None``
+        before the first publication (or after ``reset()``)."""
         if self._current is None:
             return None
-        return self._commanded(self._current, now)
+        position, velocity, _ = self._current.state(now)
+        return position, velocity
 
-    def reset(self) -> None:
+    def reset(self, *, not_before: float | None = None) -> None:
         """Start a new episode: forget the current and held chunks.
 
         A reply to a request still in flight will be discarded; the retry
         deadline of a failed request (the server's trouble outlives the
         episode), the drop count and the stall total are kept (a stall still
         going on at the reset is not added: the episode is over).
+        ``not_before``: no request before this time (a hold's stop still moves
+        the arm: the next chunk joins it once it stands).
         """
         self._current = None
         self._pending = None
         if self._in_flight is not None:
             self._discard_reply = True
+        if not_before is not None:
+            self._retry_not_before = max(self._retry_not_before, not_before)
 
     # ---------------------------------------------------------------- helpers
     def _validate_chunk(self, chunk: np.ndarray) -> np.ndarray:
@@ -487,7 +551,3 @@ class ChunkScheduler:
             now,
             self._cfg.min_lead_s,
         )
-
-    @staticmethod
-    def _commanded(active: _Active, now: float) -> np.ndarray:
-        return commanded_position(active.publication, active.start, now)

@@ -12,6 +12,9 @@ from typing import Literal
 
 import numpy as np
 
+from relay_ros.pipeline.adaptive_timing import AdaptiveTiming
+from relay_ros.pipeline.smoothing import NoSmoothing, Smoothing
+
 __all__ = ["MODES", "SchedulerConfig", "SchedulerConfigError", "SchedulerMode"]
 
 SchedulerMode = Literal["early", "sync"]
@@ -53,17 +56,22 @@ class SchedulerConfig:
         execute_horizon: actions E executed before the next chunk takes over
             (1 <= E <= H).
         request_lead_s: how long before the switch time the next observation is
-            sent (>= 0), or ``None`` for auto (``lead_percentile`` of the
-            measured latencies + ``lead_margin_s``). Ignored in sync mode.
-        blend_steps: points cross-faded from the old chunk to the new (>= 0).
+            sent (>= 0), or ``None`` for auto (``timing``'s rule over the measured
+            latencies, :func:`~relay_ros.pipeline.adaptive_timing.adaptive_lead`).
+            Ignored in sync mode.
+        adaptive_execute_horizon: E follows the measured latency
+            (:func:`~relay_ros.pipeline.adaptive_timing.adaptive_execute_horizon`),
+            ``execute_horizon`` is then its largest value; False: E is
+            ``execute_horizon``.
+        smoothing: How each new chunk joins the running one
+            (:mod:`~relay_ros.pipeline.smoothing`).
         min_lead_s: the first published point is at least this far after the
             publication stamp (> 0); ``None`` means ``dt``. After construction
             it always holds the effective number.
         mode: ``"early"`` (publish the rest of the chunk, request early) or
             ``"sync"`` (publish E actions, request when used up).
         retry_delay_s: wait after a failed request before the next (>= 0).
-        lead_margin_s: added to the latency percentile in auto lead.
-        lead_percentile: latency percentile for auto lead (0 < q <= 100).
+        timing: the constants of the automatic lead and execute horizon.
         latency_window: number of recent latencies kept for statistics.
         publish_early_s: a held chunk is published this long before the switch
             time (>= 0, < min_lead_s). Set it to the poll period: a poll that
@@ -79,12 +87,12 @@ class SchedulerConfig:
     horizon: int
     execute_horizon: int
     request_lead_s: float | None = None
-    blend_steps: int = 0
+    adaptive_execute_horizon: bool = False
+    smoothing: Smoothing = NoSmoothing()
     min_lead_s: float | None = None
     mode: SchedulerMode = "early"
     retry_delay_s: float = 0.0
-    lead_margin_s: float = 0.05
-    lead_percentile: float = 95.0
+    timing: AdaptiveTiming = AdaptiveTiming()
     latency_window: int = 100
     publish_early_s: float = 0.0
     join_still_arm: bool = True
@@ -96,28 +104,25 @@ class SchedulerConfig:
         lead = self.request_lead_s
         if lead is not None:
             lead = _check_number("request_lead_s", lead, minimum=0.0, strict=False)
-        blend = _check_int("blend_steps", self.blend_steps, minimum=0)
         min_lead = dt if self.min_lead_s is None else self.min_lead_s
         min_lead = _check_number("min_lead_s", min_lead, minimum=0.0, strict=True)
         if self.mode not in MODES:
             raise SchedulerConfigError(f"mode {self.mode!r} is not one of {list(MODES)}")
-        if not isinstance(self.join_still_arm, bool):
-            raise SchedulerConfigError(f"join_still_arm {self.join_still_arm!r} must be a bool")
+        for flag in ("join_still_arm", "adaptive_execute_horizon"):
+            if not isinstance(getattr(self, flag), bool):
+                raise SchedulerConfigError(f"{flag} {getattr(self, flag)!r} must be a bool")
+        if not isinstance(self.smoothing, Smoothing):
+            raise SchedulerConfigError(f"smoothing {self.smoothing!r} is not a Smoothing")
+        if not isinstance(self.timing, AdaptiveTiming):
+            raise SchedulerConfigError(f"timing {self.timing!r} is not an AdaptiveTiming")
         values = {
             "dt": dt,
             "horizon": horizon,
             "execute_horizon": execute,
             "request_lead_s": lead,
-            "blend_steps": blend,
             "min_lead_s": min_lead,
             "retry_delay_s": _check_number(
                 "retry_delay_s", self.retry_delay_s, minimum=0.0, strict=False
-            ),
-            "lead_margin_s": _check_number(
-                "lead_margin_s", self.lead_margin_s, minimum=0.0, strict=False
-            ),
-            "lead_percentile": _check_number(
-                "lead_percentile", self.lead_percentile, minimum=0.0, strict=True
             ),
             "latency_window": _check_int("latency_window", self.latency_window, minimum=1),
             "publish_early_s": _check_number(
@@ -128,7 +133,5 @@ class SchedulerConfig:
             raise SchedulerConfigError(
                 f"publish_early_s {self.publish_early_s!r} must be < min_lead_s {min_lead!r}"
             )
-        if values["lead_percentile"] > 100.0:
-            raise SchedulerConfigError(f"lead_percentile {self.lead_percentile!r} must be <= 100")
         for name, value in values.items():
             object.__setattr__(self, name, value)

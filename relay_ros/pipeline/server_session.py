@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from relay_ros.pipeline.adaptive_timing import AdaptiveTiming
 from relay_ros.pipeline.observation import ObservationBuilder, ObservationError
 from relay_ros.pipeline.outputs import OutputController, OutputsError, load_outputs
 from relay_ros.pipeline.replies import ReplyReader
@@ -30,11 +31,31 @@ from relay_ros.pipeline.settings import StreamingConfigError, StreamingSettings,
 from relay_ros.pipeline.stats import LatencyStats
 from relay_ros.pipeline.streaming_counts import StreamingCounts
 
-__all__ = ["ServerSession", "SessionError", "SessionSlot"]
+__all__ = ["ServerSession", "SessionError", "SessionSlot", "check_lora", "lora_text"]
 
 
 class SessionError(ValueError):
     """The node's configuration does not fit the connected server (the message says how)."""
+
+
+def check_lora(lora: str, spec: ServerSpec) -> None:
+    """Refuse a LoRA adapter the server does not serve, in the seed server's words.
+
+    Raises:
+        StreamingConfigError: ``lora`` is set and not in the server's ``lora_adapters``
+            (or the server announces none: an openpi server takes no adapter).
+    """
+    if not lora:
+        return
+    if spec.lora_adapters is None:
+        raise StreamingConfigError(
+            f"LoRA adapter {lora!r} is set, but the server announces no lora_adapters "
+            "(an openpi server runs its checkpoint only); set lora to '' for the base model"
+        )
+    if lora not in spec.lora_adapters:
+        raise StreamingConfigError(
+            f"Unknown LoRA adapter {lora!r}; this server serves {list(spec.lora_adapters)!r}"
+        )
 
 
 @dataclass
@@ -48,6 +69,8 @@ class ServerSession:
         outputs: The output controllers and the action dimensions each drives.
         reader: Decodes and checks its replies.
         generation: Counts the sessions of one core (replies carry it).
+        timeline: Counts the schedulers of this session: a jump of the node clock
+            gives it a new one (replies carry it; one from an old timeline is dropped).
     """
 
     spec: ServerSpec
@@ -56,6 +79,7 @@ class ServerSession:
     outputs: list[OutputController]
     reader: ReplyReader
     generation: int
+    timeline: int = 0
 
     @classmethod
     def open(
@@ -66,10 +90,11 @@ class ServerSession:
         camera_keys: Sequence[str],
         latencies: LatencyStats,
         generation: int,
+        timing: AdaptiveTiming | None = None,
     ) -> ServerSession:
         """Build the session for a server that announced ``metadata``; ``latencies``
         are the measurements the scheduler's automatic lead reads (kept across
-        sessions).
+        sessions), ``timing`` the rule it reads them with (None: the default).
 
         Raises:
             SessionError: malformed metadata, or settings the server cannot run
@@ -77,8 +102,9 @@ class ServerSession:
                 the camera keys).
         """
         try:
-            spec = ServerSpec.from_metadata(metadata, model=config.model)
-            sched_config = scheduler_config(config, spec)
+            spec = ServerSpec.from_metadata(metadata, model=config.model, layout=config.layout)
+            check_lora(config.lora, spec)
+            sched_config = scheduler_config(config, spec, timing=timing)
             outputs = load_outputs({o.name: o.as_mapping() for o in config.outputs}, spec)
             builder = ObservationBuilder(
                 spec, camera_keys=camera_keys, state_joints=config.state_joints
@@ -92,18 +118,42 @@ class ServerSession:
             scheduler=ChunkScheduler(sched_config, latencies),
             builder=builder,
             outputs=outputs,
-            reader=ReplyReader(spec, used_dims, dim_joints),
+            reader=ReplyReader(spec, used_dims, dim_joints, dt=sched_config.dt),
             generation=generation,
         )
 
     def describe(self, config: StreamingSettings) -> str:
-        """The log line for the connection."""
+        """The log line for the connection: the timeline, and how chunks are joined
+        (with whether the server advertises the action prefix)."""
         sched = self.scheduler.config
-        return (
-            f"connected: {config.model}, horizon {self.spec.action_horizon}, dt "
-            f"{1000.0 * sched.dt:.1f} ms, execute {sched.execute_horizon}, "
-            f"{config.request_mode} requests"
+        layout = f" ({self.spec.format.name})" if config.layout else ""
+        execute = (
+            f"execute automatic (latency's, {sched.timing.min_execute_horizon} to "
+            f"{sched.execute_horizon})"
+            if sched.adaptive_execute_horizon
+            else f"execute {sched.execute_horizon}"
         )
+        lead = (
+            "lead automatic (median latency)"
+            if config.request_lead_s is None
+            else f"lead {config.request_lead_s:g} s"
+        )
+        timing = f"{execute}, {lead}" if config.request_mode == "early" else execute
+        prefix = "advertises" if self.spec.action_prefix else "does not advertise"
+        return (
+            f"connected: {config.model}{layout}, {lora_text(config.lora, config.lora_scale)}, "
+            f"horizon {self.spec.action_horizon}, dt {1000.0 * sched.dt:.1f} ms, {timing}, "
+            f"{config.request_mode} requests; "
+            f"smoothing {sched.smoothing.describe()} ({config.smoothing!r}; the server "
+            f"{prefix} action_prefix)"
+        )
+
+
+def lora_text(lora: str, scale: float) -> str:
+    """``"LoRA 'towels' x0.5"`` or ``"base model"``, for the log and /diagnostics."""
+    if not lora:
+        return "base model"
+    return f"LoRA {lora!r}" + ("" if scale == 1.0 else f" x{scale:g}")
 
 
 class SessionSlot:
@@ -113,11 +163,15 @@ class SessionSlot:
         clock: The request clock, told when a session opens (its first reply may
             carry the server's warm-up) and when one is dropped (nothing in flight).
         counts: Keeps the stall time and late drops of each dropped scheduler.
+        timing: The automatic lead and execute horizon's rule (None: the default).
     """
 
-    def __init__(self, clock: RequestClock, counts: StreamingCounts) -> None:
+    def __init__(
+        self, clock: RequestClock, counts: StreamingCounts, timing: AdaptiveTiming | None = None
+    ) -> None:
         self._clock = clock
         self._counts = counts
+        self.timing = timing
         self._generation = 0
         self.current: ServerSession | None = None
         #: Why the configuration does not fit the last server announced, or None.
@@ -146,6 +200,7 @@ class SessionSlot:
                 camera_keys=camera_keys,
                 latencies=self._clock.estimate,
                 generation=self._generation + 1,
+                timing=self.timing,
             )
         except SessionError as exc:
             self.config_error = f"configuration does not fit the server: {exc}"

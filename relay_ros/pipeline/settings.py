@@ -18,9 +18,13 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, cast
 
+from relay_ros.pipeline.adaptive_timing import AdaptiveTiming
+from relay_ros.pipeline.gate.motion import MotionLimits
+from relay_ros.pipeline.joint_limits import JointLimit
 from relay_ros.pipeline.safety import LIMITS_MODES, JointLimits, SafetyError
 from relay_ros.pipeline.scheduler_config import SchedulerConfig, SchedulerConfigError, SchedulerMode
 from relay_ros.pipeline.server_spec import ServerSpec
+from relay_ros.pipeline.smoothing import SMOOTHING_CHOICES, SmoothingError, make_smoothing
 
 __all__ = [
     "FIXED_SETTINGS",
@@ -32,6 +36,7 @@ __all__ = [
     "StreamingSettings",
     "check_change",
     "check_live_settings",
+    "motion_limits",
     "scheduler_config",
 ]
 
@@ -56,6 +61,8 @@ class FixedSettings(Protocol):
     @property
     def model(self) -> str: ...
     @property
+    def layout(self) -> str: ...
+    @property
     def state_joints(self) -> tuple[str, ...]: ...
     @property
     def outputs(self) -> Sequence[OutputSettings]: ...
@@ -63,8 +70,6 @@ class FixedSettings(Protocol):
     def commanded_joints(self) -> tuple[str, ...]: ...
     @property
     def control_hz(self) -> float | None: ...
-    @property
-    def autostart(self) -> bool: ...
     @property
     def tick_hz(self) -> float: ...
     @property
@@ -81,7 +86,16 @@ class LiveSettings(Protocol):
     @property
     def seed(self) -> int | None: ...
     @property
+    def lora(self) -> str: ...
+    @property
+    def lora_scale(self) -> float: ...
+    @property
     def joint_limits(self) -> Mapping[str, tuple[float, float]]: ...
+    @property
+    def limits_problem(self) -> str | None:
+        """Why some commanded joint has no limits yet (waiting for the URDF), or None."""
+        ...
+
     @property
     def limits_mode(self) -> str: ...
     @property
@@ -91,11 +105,17 @@ class LiveSettings(Protocol):
     @property
     def request_mode(self) -> str: ...
     @property
+    def smoothing(self) -> str: ...
+    @property
     def blend_steps(self) -> int: ...
     @property
     def dry_run(self) -> bool: ...
     @property
     def max_joint_step(self) -> float: ...
+    @property
+    def interpolate_from_desired_state(self) -> bool: ...
+    @property
+    def max_tracking_error(self) -> float: ...
     @property
     def sensor_timeout_s(self) -> float: ...
     @property
@@ -124,25 +144,49 @@ FIXED_SETTINGS: tuple[str, ...] = tuple(
 )
 
 
-def scheduler_config(cfg: StreamingSettings, spec: ServerSpec) -> SchedulerConfig:
-    """The scheduler's settings for ``cfg`` and the connected server.
+def scheduler_config(
+    cfg: StreamingSettings, spec: ServerSpec, *, timing: AdaptiveTiming | None = None
+) -> SchedulerConfig:
+    """The scheduler's settings for ``cfg`` and the connected server; ``timing``: the
+    automatic lead and execute horizon's rule (None: its defaults).
+
+    ``execute_horizon`` None (the parameter's 0) lets E follow the latency in early
+    mode, up to half the server's horizon (:mod:`~relay_ros.pipeline.adaptive_timing`);
+    sync requests, openpi's broker, run E = H/2, and so does the server's prefix,
+    whose soft region the server sizes from E (a short one kinks). The smoothing is
+    ``cfg.smoothing`` for this server (:func:`~relay_ros.pipeline.smoothing.make_smoothing`).
 
     Raises:
-        StreamingConfigError: no control rate known, or values the server's horizon
-            does not allow (e.g. ``execute_horizon`` > ``action_horizon``).
+        StreamingConfigError: no control rate known, values the server's horizon
+            does not allow (e.g. ``execute_horizon`` > ``action_horizon``), or a
+            smoothing the server cannot support.
     """
     control_hz = cfg.control_hz or spec.control_hz
     if not control_hz:
         raise StreamingConfigError(
             "server metadata has no control_hz; set the 'control_hz' parameter"
         )
+    execute = cfg.execute_horizon or max(1, spec.action_horizon // 2)
     try:
+        smoothing = make_smoothing(
+            cfg.smoothing,
+            server_prefix=spec.action_prefix,
+            limits=motion_limits(cfg),
+            blend_steps=cfg.blend_steps,
+            execute_horizon=execute,
+        )
         return SchedulerConfig(
             dt=1.0 / control_hz,
             horizon=spec.action_horizon,
-            execute_horizon=cfg.execute_horizon or max(1, spec.action_horizon // 2),
+            execute_horizon=execute,
             request_lead_s=cfg.request_lead_s,
-            blend_steps=cfg.blend_steps,
+            adaptive_execute_horizon=(
+                cfg.execute_horizon is None
+                and cfg.request_mode == "early"
+                and not smoothing.needs_prefix
+            ),
+            smoothing=smoothing,
+            timing=timing or AdaptiveTiming(),
             mode=cast(SchedulerMode, cfg.request_mode),  # checked by SchedulerConfig
             retry_delay_s=cfg.retry_delay_s,
             # The timer polls every tick: publish up to one tick before the switch
@@ -151,8 +195,21 @@ def scheduler_config(cfg: StreamingSettings, spec: ServerSpec) -> SchedulerConfi
             # In dry run nothing the node publishes moves the arm.
             join_still_arm=not cfg.dry_run,
         )
-    except SchedulerConfigError as exc:
+    except (SchedulerConfigError, SmoothingError) as exc:
         raise StreamingConfigError(str(exc)) from None
+
+
+def motion_limits(cfg: StreamingSettings) -> MotionLimits | None:
+    """The commanded joints' limits in chunk columns, or None while some joint has
+    none (the core then publishes nothing)."""
+    limits = cfg.joint_limits
+    joints = cfg.commanded_joints
+    if not all(isinstance(limits.get(joint), JointLimit) for joint in joints):
+        return None
+    try:
+        return MotionLimits.from_joint_limits(cast(Mapping[str, JointLimit], limits), joints)
+    except SafetyError:
+        return None
 
 
 def check_change(old: StreamingSettings, new: StreamingSettings) -> None:
@@ -178,7 +235,11 @@ def check_live_settings(cfg: StreamingSettings) -> None:
         raise StreamingConfigError(
             f"limits_mode {cfg.limits_mode!r} is not one of {list(LIMITS_MODES)}"
         )
-    for name in ("max_joint_step", "sensor_timeout_s"):
+    if cfg.smoothing not in SMOOTHING_CHOICES:
+        raise StreamingConfigError(
+            f"smoothing {cfg.smoothing!r} is not one of {list(SMOOTHING_CHOICES)}"
+        )
+    for name in ("max_joint_step", "max_tracking_error", "sensor_timeout_s"):
         value = getattr(cfg, name)
         if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
             raise StreamingConfigError(f"{name} {value!r} must be a number > 0")

@@ -7,16 +7,17 @@ of work; each job is a module of its own:
 
 - **requests** (:mod:`~relay_ros.pipeline.observation_request`): camera reads, an
   observation from fresh, complete inputs
-  (:mod:`~relay_ros.pipeline.observation_inputs`) handed to the connection;
+  (:mod:`~relay_ros.pipeline.observation_inputs`) handed to the connection, or a hold;
 - **replies** (:mod:`~relay_ros.pipeline.reply_handling`): timed, judged, then
-  scheduled, or a hold with the reason;
-- **publication** (:mod:`~relay_ros.pipeline.chunk_publisher`): the due chunk through
-  the one check point, then one message per controller, or refused;
-- **holding** (:mod:`~relay_ros.pipeline.holding`): the reason, logged once per kind,
-  and the hold message, once per hold;
+  scheduled, or a hold or refusal with the reason;
+- **the gate** (:mod:`~relay_ros.pipeline.gate`): every trajectory the core sends,
+  the due chunk and every hold, checked as the controller will run it;
 - **clock jumps** (:mod:`~relay_ros.pipeline.clock_jump`): a new timeline, a hold;
 - **bookkeeping** (:mod:`~relay_ros.pipeline.streaming_counts`): the counters; times
   in the request clock, the retry deadline and stall in the scheduler.
+
+The jobs return their decisions as values (:mod:`~relay_ros.pipeline.gate.decisions`:
+publish, hold, refuse) and :meth:`StreamingCore._act` carries each out in one place.
 
 Not thread-safe: call it from one thread (the node's executor); replies cross from
 the connection's worker thread through the node's queue.
@@ -31,19 +32,26 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from relay_ros.pipeline.adaptive_timing import AdaptiveTiming
 from relay_ros.pipeline.camera_frames import CameraFrames
 from relay_ros.pipeline.camera_map import CameraEntry
-from relay_ros.pipeline.chunk_publisher import ChunkPublisher
 from relay_ros.pipeline.clock_jump import ClockJumps, restart_timeline
-from relay_ros.pipeline.controller_messages import TrajectoryMessage
+from relay_ros.pipeline.command_switches import CommandSwitches
 from relay_ros.pipeline.frame_source import FrameSource
-from relay_ros.pipeline.holding import Holding
+from relay_ros.pipeline.gate.decisions import Decision, Hold, Publish, Refuse
+from relay_ros.pipeline.gate.gate import Gate
+from relay_ros.pipeline.gate.messages import TrajectoryMessage
 from relay_ros.pipeline.observation_inputs import DEFAULT_OBSERVATION_TIMING, ObservationTiming
 from relay_ros.pipeline.observation_request import Requester, RequestTag
-from relay_ros.pipeline.publication_check import PublicationGate
 from relay_ros.pipeline.reply_handling import ReplyHandler
 from relay_ros.pipeline.request_clock import RequestClock
-from relay_ros.pipeline.server_session import ServerSession, SessionError, SessionSlot
+from relay_ros.pipeline.server_session import (
+    ServerSession,
+    SessionError,
+    SessionSlot,
+    check_lora,
+    lora_text,
+)
 from relay_ros.pipeline.server_spec import ServerSpec
 from relay_ros.pipeline.settings import (
     StreamingSettings,
@@ -55,7 +63,10 @@ from relay_ros.pipeline.stats import LatencyStats
 from relay_ros.pipeline.streaming_counts import StreamingCounts
 from relay_ros.pipeline.tick_plan import frames_wanted, next_deadline, stall_message
 
-__all__ = ["StreamingCore"]
+__all__ = ["ENABLE_STOP", "StreamingCore"]
+
+#: Why the robot is stopped after ``~/enable`` false (the ``enable`` switch's reason).
+ENABLE_STOP = "disabled through ~/enable (call ~/enable with true to command)"
 
 
 class Logger(Protocol):
@@ -90,6 +101,15 @@ class StreamingCore:
             (default), ``"frame"`` or ``"request"``
             (:mod:`~relay_ros.pipeline.observation_inputs`). Not a node parameter: a
             choice the benchmarks compare (docs/streaming.md).
+        stopped: Switches that stop the core from the start, each with its reason
+            (:mod:`~relay_ros.pipeline.command_switches`; e.g. ``{"lifecycle":
+            "inactive"}`` for a node that is configured but not active). Empty: the
+            core commands as soon as it can.
+        joint_states_topic: The joint states' resolved topic, named in every hold
+            reason about them (camera reasons name the topics of ``cameras``).
+        timing: The rule of the automatic lead and execute horizon
+            (:mod:`~relay_ros.pipeline.adaptive_timing`); None: its defaults. Not a
+            node parameter either: the benchmarks compare rules.
     """
 
     def __init__(
@@ -106,18 +126,24 @@ class StreamingCore:
         deserialize: Callable[[bytes], Any] | None = None,
         frame_sources: Mapping[str, FrameSource] | None = None,
         observation_timing: ObservationTiming = DEFAULT_OBSERVATION_TIMING,
+        stopped: Mapping[str, str] | None = None,
+        joint_states_topic: str | None = None,
+        timing: AdaptiveTiming | None = None,
     ) -> None:
         check_live_settings(config)
         self._cfg = config
         self._camera_keys = tuple(camera_keys)
         self._request_reset = request_reset
+        self._publish = publish
         self._log = log
         self._clock = RequestClock(perf_clock)
         self._prompt = config.prompt
         self._session_id = uuid.uuid4().hex
-        self._enabled = config.autostart
+        self._switches = CommandSwitches()
+        for switch, reason in (stopped or {}).items():
+            self._switches.set(switch, reason)
         self._counts = StreamingCounts()
-        self._slot = SessionSlot(self._clock, self._counts)
+        self._slot = SessionSlot(self._clock, self._counts, timing)
         self._requests = Requester(
             config,
             self._camera_keys,
@@ -128,23 +154,13 @@ class StreamingCore:
             timing=observation_timing,
             sources=frame_sources,
             deserialize=deserialize,
-            hold=self._hold,
             warning=log.warning,
+            joint_states_topic=joint_states_topic,
         )
         self._inputs = self._requests.inputs
-        self._gate = PublicationGate()  # what the controllers follow: accepted only
-        self._holding = Holding(
-            counts=self._counts,
-            gate=self._gate,
-            publish=publish,
-            info=log.info,
-            warning=log.warning,
-        )
-        self._publisher = ChunkPublisher(
-            self._gate, self._holding, self._counts, publish=publish, warning=log.warning
-        )
+        self._gate = Gate(info=log.info, warning=log.warning, error=log.error)
         self._replies = ReplyHandler(
-            self._clock, self._counts, log_error=log.error, hold=self._hold, refuse=self._refuse
+            self._clock, self._counts, log_error=log.error, log_warning=log.warning
         )
         self._jumps = ClockJumps()
 
@@ -165,8 +181,14 @@ class StreamingCore:
 
     @property
     def enabled(self) -> bool:
-        """Whether the core commands the robot (``autostart`` / ``~/enable``)."""
-        return self._enabled
+        """Whether the core may command the robot: no switch (``~/enable``, the
+        lifecycle state, the dead-man switch) stops it."""
+        return self._switches.on
+
+    @property
+    def stop_reason(self) -> str | None:
+        """Why a switch stops the robot (the first one's reason), or None."""
+        return self._switches.reason
 
     @property
     def prompt(self) -> str:
@@ -178,6 +200,26 @@ class StreamingCore:
         """The server connected to, None before the first connect or after a
         disconnect or a configuration that does not fit it."""
         return None if self._session is None else self._session.spec
+
+    @property
+    def smoothing(self) -> str | None:
+        """How chunks are joined now (the strategy in force, described), None without
+        a server (:mod:`~relay_ros.pipeline.smoothing`)."""
+        session = self._session
+        return None if session is None else session.scheduler.config.smoothing.describe()
+
+    @property
+    def execute_horizon(self) -> int | None:
+        """E for the next publication (the latency's when automatic), None without a
+        server (:mod:`~relay_ros.pipeline.adaptive_timing`)."""
+        session = self._session
+        return None if session is None else session.scheduler.execute_horizon()
+
+    @property
+    def request_lead_s(self) -> float | None:
+        """The lead of the next early request (s; 0 in sync mode), None without a server."""
+        session = self._session
+        return None if session is None else session.scheduler.request_lead()
 
     @property
     def image_size(self) -> tuple[int, int] | None:
@@ -194,6 +236,8 @@ class StreamingCore:
         counts["frames_received"] = self._inputs.frames_received
         counts["joint_samples_rejected"] = self._inputs.joints.rejected_samples
         counts["chunks_clamped"] = self._gate.clamped
+        counts["holds_sent"] = self._gate.holds_sent
+        counts["holds_not_sent"] = self._gate.holds_not_sent
         counts["clock_jumps"] = self._jumps.count
         counts["chunks_dropped_late"] = self._counts.dropped_late(scheduler)
         return counts
@@ -213,7 +257,7 @@ class StreamingCore:
     @property
     def hold_reason(self) -> str | None:
         """Why the robot is held now, or None while streaming."""
-        return self._holding.reason
+        return self._gate.reason
 
     @property
     def latency(self) -> LatencyStats:
@@ -240,6 +284,13 @@ class StreamingCore:
         """The newest message of each camera (and how frames are encoded)."""
         return self._inputs.frames
 
+    def commanded_at(self, t: float) -> np.ndarray | None:
+        """Where the controllers were commanded to be at ``t`` (``commanded_joints``
+        order), as they interpolate what was accepted and the holds; None while
+        nothing of ours commands them (before the first trajectory, in a dry run)."""
+        state = self._gate.motion.state_at(t)
+        return None if state is None else state[0]
+
     def request_timeout(self) -> float:
         """Seconds one request may take before the connection drops it and reconnects
         (:meth:`RequestClock.request_timeout` for ``request_timeout_s``). Safe to call
@@ -256,20 +307,20 @@ class StreamingCore:
         """Whether the cameras should be read now: streaming, and the next request is
         due within ``FRAME_LOOKAHEAD_S`` (:func:`~relay_ros.pipeline.tick_plan.frames_wanted`)."""
         session = self._session
-        if session is None or not self._enabled:
+        if session is None or not self._switches.on:
             return False
         return frames_wanted(session.scheduler, now)
 
     def next_deadline(self, now: float) -> float | None:
         """When :meth:`tick` next has work, on the node clock
         (:func:`~relay_ros.pipeline.tick_plan.next_deadline`); ``None`` when only an
-        event can bring work (a reply or a failure, a connection, ``set_enabled``).
+        event can bring work (a reply or a failure, a connection, ``set_switch``).
 
         A node may tick at that time instead of on a fixed period, as long as it
         also ticks after every event.
         """
         session = self._session
-        if session is None or not self._enabled:
+        if session is None or not self._switches.on:
             return None
         return next_deadline(session.scheduler, now, 1.0 / self._cfg.tick_hz)
 
@@ -312,54 +363,91 @@ class StreamingCore:
     # ------------------------------------------------------------------ commands
     def reset_episode(self, now: float) -> str:
         """Start a new episode: new session id, server reset, hold until a chunk
-        of the new session arrives. Returns the sentence for the service reply."""
+        of the new session arrives. Returns the sentence for the service reply.
+
+        The hold goes out first, from the commanded state (the arm may be moving),
+        then the schedule is reset."""
         self._session_id = uuid.uuid4().hex
         self._request_reset()
+        self._act(Hold("episode reset: waiting for a chunk from the new session", "reset"), now)
         if self._session is not None:
             self._session.scheduler.reset()
-        self._hold("episode reset: waiting for a chunk from the new session", "reset", now)
         message = f"new episode, session {self._session_id}"
         self._log.info(message)
         return message
 
     def set_enabled(self, enabled: bool, now: float) -> str:
-        """Start or stop commanding (``~/enable``); returns what happened."""
-        if enabled and not self._enabled:
-            self._enabled = True
-            self._holding.clear()
-            message = "enabled: commanding from the next fresh observation"
-        elif not enabled and self._enabled:
-            self._hold("disabled through ~/enable", "disabled", now)
-            self._enabled = False
+        """Start or stop commanding (``~/enable``, the ``enable`` switch); returns what
+        happened."""
+        if enabled != self._switches.stops("enable"):
+            message = "already " + ("enabled" if enabled else "disabled")
+        elif not enabled:
+            self.set_switch("enable", ENABLE_STOP, now)
             message = "disabled: holding position"
         else:
-            message = "already " + ("enabled" if self._enabled else "disabled")
+            self.set_switch("enable", None, now)
+            message = (
+                "enabled: commanding from the next fresh observation"
+                if self._switches.on
+                else f"enabled, but not commanding: {self._switches.reason}"
+            )
         self._log.info(message)
         return message
+
+    def set_switch(self, switch: str, stop: str | None, now: float) -> None:
+        """Switch ``switch`` stops the robot for reason ``stop``, or is released (None)
+        (:mod:`~relay_ros.pipeline.command_switches`).
+
+        The first stop holds (the hold message once, if a trajectory of ours moves
+        the robot) and ends requests and publications; another stop while stopped
+        only changes the reason shown; releasing the last one commands again from
+        the next fresh observation.
+
+        Raises:
+            ValueError: an unknown switch, or a stop without a reason.
+        """
+        was_on = self._switches.on
+        before = self._switches.reason
+        self._switches.set(switch, stop)
+        reason = self._switches.reason
+        if reason is None:
+            if not was_on:
+                self._gate.clear()
+        elif reason != before:
+            self._act(Hold(reason, "stopped"), now)
 
     def apply_config(self, config: StreamingSettings, now: float) -> None:
         """Run with ``config`` from now on; takes effect before this returns.
 
         The settings of :data:`~relay_ros.pipeline.settings.LIVE_SETTINGS` change.
-        Switching ``dry_run`` on sends the controllers a hold at the commanded
-        position first, so nothing keeps moving the robot; switching it off
-        starts commanding from the next chunk (first-step check included).
+        Switching ``dry_run`` on sends the controllers a hold from the commanded
+        state first, so nothing keeps moving the robot; switching it off starts
+        commanding from the next chunk (first-step check included).
+        A new ``lora`` or ``lora_scale`` is a new episode (:meth:`reset_episode`):
+        the chunks queued and in flight came from the other adapter, and the
+        server's session (its random stream, its committed actions) belongs to it;
+        the robot holds until the new adapter's first chunk.
 
         Raises:
             StreamingConfigError: a setting that only a restart changes
                 (:data:`~relay_ros.pipeline.settings.FIXED_SETTINGS`: model, joints,
                 outputs, rates, encoding), or values the connected server cannot
-                run with; nothing is changed then.
+                run with (an adapter it does not serve); nothing is changed then.
         """
         check_change(self._cfg, config)
         session = self._session
-        sched_config = None if session is None else scheduler_config(config, session.spec)
+        sched_config = (
+            None
+            if session is None
+            else scheduler_config(config, session.spec, timing=self._slot.timing)
+        )
+        if session is not None:
+            check_lora(config.lora, session.spec)
         old = self._cfg
         if config.dry_run and not old.dry_run:
             # Still routed to the controllers: stop them where they are.
-            self._hold(
-                "dry_run switched on: controllers hold, chunks go to ~/preview", "config", now
-            )
+            reason = "dry_run switched on: controllers hold, chunks go to ~/preview"
+            self._act(Hold(reason, "config"), now)
         self._cfg = config
         if config.prompt != old.prompt:
             self.set_prompt(config.prompt)
@@ -367,22 +455,24 @@ class StreamingCore:
             session.scheduler.reconfigure(sched_config)
             if config.dry_run != old.dry_run:
                 session.scheduler.reset()  # the next chunk starts from the robot, not the preview
-        if not config.dry_run and old.dry_run:
-            # What was published went to ~/preview: a hold must not move the robot there.
-            self._holding.forget_motion()
+        if config.dry_run != old.dry_run:
+            # What went to ~/preview never moved the robot: a hold must not move it there.
+            self._gate.dry_run_changed(config.dry_run)
         self._log.info("configuration changed")
+        if (config.lora, config.lora_scale) != (old.lora, old.lora_scale):
+            self._log.info(f"policy adapter: {lora_text(config.lora, config.lora_scale)}")
+            self.reset_episode(now)
 
     def clock_jumped(self, delta_s: float, now: float) -> None:
         """The node clock jumped by ``delta_s`` seconds (``use_sim_time``; ``now`` is the
         new time): restart the timeline, forget the inputs, hold, WARN for a while
         (:mod:`~relay_ros.pipeline.clock_jump`)."""
         reason = self._jumps.jumped(delta_s, now)
-        commanded = None
         if self._session is not None:
-            commanded = restart_timeline(self._session, self._counts, delta_s, now)
+            restart_timeline(self._session, self._counts, delta_s, now)
         self._inputs.clear(jump=(now - delta_s, now))
-        self._gate.motion.forget()  # its times are on the old timeline
-        self._hold(reason, "clock_jump", now, commanded=commanded)
+        self._gate.clock_jumped(delta_s, now)  # the controllers' state, on the new timeline
+        self._act(Hold(reason, "clock_jump"), now)
 
     def clock_notice(self, now: float) -> str | None:
         """The last clock jump's sentence for a few seconds after it, else None."""
@@ -397,7 +487,7 @@ class StreamingCore:
             reason = self._slot.config_error
             assert reason is not None
             self._log.error(reason)
-            self._hold(reason, "config", now)
+            self._act(Hold(reason, "config"), now)
             self._slot.drop(now)
             return
         self._inputs.clear_frames()  # the image size may have changed
@@ -406,73 +496,94 @@ class StreamingCore:
     def disconnected(self, reason: str, now: float) -> None:
         """The connection was lost (the connection reconnects by itself)."""
         self._counts.connection_errors += 1
-        self._hold(f"disconnected from the policy server: {reason}", "connection", now)
+        self._act(Hold(f"disconnected from the policy server: {reason}", "connection"), now)
         self._slot.drop(now)
 
     def result(self, outcome: Any, now: float) -> None:
         """What became of a submitted observation (a ``wire.connection.InferOutcome``):
         timed, judged, then scheduled or refused
         (:class:`~relay_ros.pipeline.reply_handling.ReplyHandler`)."""
-        self._replies.handle(
+        decision = self._replies.handle(
             outcome, self._session, now, session_id=self._session_id, settings=self._cfg
         )
+        self._act(decision, now)
 
     # ------------------------------------------------------------------ the loop
     def tick(self, now: float) -> None:
         """One timer period: publish what is due, read the cameras when a request is
         near, request what is wanted."""
         session = self._session
-        if session is None or not self._enabled:
+        if session is None or not self._switches.on:
             return
-        if (problem := getattr(self._cfg, "limits_problem", None)) is not None:  # no limits
-            self._hold(f"cannot command: {problem}", "no_limits", now)
+        if (problem := self._cfg.limits_problem) is not None:  # no limits
+            self._act(Hold(f"cannot command: {problem}", "no_limits"), now)
             return
-        self._publish_due(session, now)
+        measured, measured_at = self._measured(now)
+        self._act(
+            self._gate.publish_due(
+                session, now, self._cfg, measured=measured, measured_at=measured_at
+            ),
+            now,
+        )
         if self._session is not session:
             return
         # After the publication (it must not wait for the frames).
-        self._requests.run(
+        hold = self._requests.run(
             session, now, self._cfg, prompt=self._prompt, session_id=self._session_id
         )
+        self._act(hold, now)
 
-    def _publish_due(self, session: ServerSession, now: float) -> None:
-        """Publish the due publication if it passes the checks, else refuse it and hold."""
+    def _measured(self, now: float) -> tuple[np.ndarray | None, float | None]:
+        """The commanded joints' measured positions (None: missing or stale) and when
+        they were measured."""
         cfg = self._cfg
         joints = cfg.commanded_joints
         measured = self._inputs.measured(now, cfg.sensor_timeout_s, joints)
-        measured_at = self._inputs.measured_at(joints) if measured is not None else None
-        refusal = self._publisher.publish_due(session, now, cfg, measured, measured_at)
-        if refusal is not None:
-            self._refuse(refusal.reason, refusal.kind, now)
+        return measured, self._inputs.measured_at(joints) if measured is not None else None
 
-    # ------------------------------------------------------------------ holding
-    def _refuse(self, reason: str, kind: str, now: float) -> None:
-        """A chunk was refused by a safety check: count it, say why, hold."""
-        self._counts.refused(reason)
-        self._hold(reason, kind, now)
+    # ------------------------------------------------------------------ decisions
+    def _act(self, decision: Decision | None, now: float) -> None:
+        """Carry out a job's decision: the one place anything is published."""
+        if decision is None:
+            return
+        if isinstance(decision, Publish):
+            for message in decision.messages:
+                self._publish(message)
+            self._counts.chunks_published += 1
+            self._gate.streaming()
+            return
+        if isinstance(decision, Refuse):
+            # A chunk or reply refused by a check: counted, then a hold with its reason.
+            self._counts.refused(decision.reason)
+            decision = Hold(decision.reason, decision.kind)
+        self._hold(decision, now)
 
-    def _hold(
-        self,
-        reason: str,
-        kind: str,
-        now: float,
-        *,
-        refusal: bool = False,
-        commanded: np.ndarray | None = None,
-    ) -> None:
-        """Hold position for ``reason`` (:meth:`~relay_ros.pipeline.holding.Holding.hold`)."""
+    def _hold(self, decision: Hold, now: float) -> None:
+        """Hold for ``decision`` (:meth:`~relay_ros.pipeline.gate.gate.Gate.hold`): the
+        stop goes out from the commanded state, then the schedule is reset, so the next
+        chunk starts from where the robot stands (the next request waits until the stop
+        has settled)."""
         session = self._session
-        cfg = self._cfg
-        self._holding.hold(
-            reason,
-            kind,
+        scheduler = None if session is None else session.scheduler
+        startup = self._counts.chunks_published == 0
+        measured, measured_at = self._measured(now)
+        result = self._gate.hold(
+            decision,
             now,
-            settings=cfg,
-            scheduler=None if session is None else session.scheduler,
-            measured=lambda: self._inputs.measured(now, cfg.sensor_timeout_s, cfg.commanded_joints),
-            refusal=refusal,
-            commanded=commanded,
+            settings=self._cfg,
+            scheduler=scheduler,
+            startup=startup,
+            measured=measured,
+            measured_at=measured_at,
         )
+        if not result.new:
+            return
+        if decision.refusal and not startup:
+            self._counts.refused(decision.reason)
+        for message in result.messages:
+            self._publish(message)
+        if scheduler is not None:
+            scheduler.reset(not_before=result.settles)
 
     # ------------------------------------------------------------------ what is wrong
     @property

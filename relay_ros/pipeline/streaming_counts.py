@@ -24,6 +24,7 @@ class StreamingCounts:
         self.error_replies = 0
         self.refusals = 0
         self.connection_errors = 0
+        self.replies_before_clock_jump = 0
         self._last_refusal: str | None = None
         self._stall_before_s = 0.0
         self._dropped_before = 0
@@ -63,4 +64,5 @@ class StreamingCounts:
             "error_replies": self.error_replies,
             "refusals": self.refusals,
             "connection_errors": self.connection_errors,
+            "replies_before_clock_jump": self.replies_before_clock_jump,
         }

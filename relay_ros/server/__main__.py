@@ -93,6 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
         "'default'), a YAML path, or PATH.yaml:NAME",
     )
     p.add_argument(
+        "--layout",
+        metavar="NAME|FILE",
+        help="serve an openpi environment's observation layout (droid, aloha, libero, or "
+        "a layout YAML file) on every model path, as a stock openpi server would take it",
+    )
+    p.add_argument(
         "--policy",
         metavar="MODULE:FACTORY",
         help="serve the object FACTORY() returns (needs infer(obs) -> dict) instead of "
@@ -189,6 +195,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         max_message_mib=args.max_message_mib,
         direct_url=args.direct_url,
         embodiment=args.embodiment,
+        layout=args.layout,
         policy=policy,
         needs_session_id=args.needs_session_id,
         synthetic=args.synthetic,

@@ -1,8 +1,9 @@
 """Metadata the reference server sends on connect, per model (protocol version 1).
 
 The keys are exactly those of the protocol's metadata table; the per-model values
-come from the model registry (:mod:`relay_ros.models`) and mirror the public π0/π0.5
-and GR00T checkpoints (see docs/protocol.md).
+come from the model's wire format (:mod:`relay_ros.formats`: the registry's values
+for π0/π0.5, the embodiment's groups for GR00T, a layout's horizon, rate and width)
+and mirror the public checkpoints (see docs/protocol.md).
 """
 
 from __future__ import annotations
@@ -10,18 +11,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from relay_ros.models import MODEL_IDS, family_of, get_model
-from relay_ros.server.embodiment import Embodiment
+from relay_ros.formats import format_for
+from relay_ros.formats.embodiment import Embodiment
+from relay_ros.models import MODEL_IDS, get_model
 
 __all__ = [
-    "PI_CAMERA_KEYS",
     "PROTOCOL_VERSION",
     "build_metadata",
 ]
 
 PROTOCOL_VERSION = 1
-# Camera keys π0/π0.5 accept, in openpi's order (base camera first).
-PI_CAMERA_KEYS = get_model("pi05").camera_keys
 
 
 def build_metadata(
@@ -33,8 +32,9 @@ def build_metadata(
     embodiment: Embodiment | None = None,
     overrides: Mapping[str, Any] | None = None,
     action_prefix: bool = False,
+    layout: str | None = None,
 ) -> dict[str, Any]:
-    """The metadata map for ``model``.
+    """The metadata map for ``model`` (served in ``layout``'s format when given).
 
     Args:
         model: ``"pi05"``, ``"pi0"`` or ``"groot"``.
@@ -48,23 +48,16 @@ def build_metadata(
         action_prefix: advertise the ``action_prefix`` extension (``"action_prefix":
             true``): observations may carry the committed actions, and the chunk
             starts with them (docs/protocol.md, "Action prefix").
+        layout: an openpi layout (a shipped name or a YAML path): its fields instead
+            of the model's format's, plus ``layout`` with its name.
 
     Raises:
-        ValueError: unknown model, or GR00T without an embodiment.
+        ValueError: unknown model or layout, or GR00T without an embodiment.
     """
     if model not in MODEL_IDS:
         raise ValueError(f"model {model!r} is not one of {list(MODEL_IDS)!r}")
     meta: dict[str, Any] = {"protocol": PROTOCOL_VERSION, "model": model}
-    meta.update(get_model(model).server_metadata)
-    if family_of(model) == "groot":
-        if embodiment is None:
-            raise ValueError("model 'groot' needs an embodiment; none was given")
-        meta.update(
-            action_keys=embodiment.action_keys,
-            embodiment=embodiment.name,
-            state_keys=embodiment.state_keys,
-            video_keys=list(embodiment.video_keys),
-        )
+    meta.update(format_for(model, layout).metadata_fields(get_model(model), embodiment))
     if overrides:
         meta.update(overrides)
     meta.update(

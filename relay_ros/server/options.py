@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from relay_ros.formats import FormatError, format_for
 from relay_ros.models import MODEL_IDS
 from relay_ros.server.synthetic import POLICY_KINDS
 
@@ -63,6 +64,9 @@ class ServerOptions:
         direct_url: advertised as metadata ``direct_url`` when set.
         embodiment: GR00T embodiment: a name in ``config/groot_embodiments.yaml``, a
             YAML path, or ``path.yaml:name``; ``None`` uses the file's default.
+        layout: serve an openpi environment's observation layout (a shipped name:
+            ``droid``, ``aloha``, ``libero``, or a layout YAML path) on every model
+            path instead of the model's own format; ``None``: the model's format.
         policy: ``"module:factory"`` or a zero-argument callable returning a policy object
             with ``infer(obs: dict) -> dict | np.ndarray`` (openpi's ``BasePolicy``);
             optional ``metadata`` (dict merged into the metadata) and ``reset()``.
@@ -98,6 +102,7 @@ class ServerOptions:
     max_message_mib: float = 64.0
     direct_url: str | None = None
     embodiment: str | None = None
+    layout: str | None = None
     policy: str | Callable[[], Any] | None = None
     needs_session_id: bool = False
     synthetic: str = "flow"
@@ -117,6 +122,11 @@ class ServerOptions:
         for model in self.models:
             if model not in MODEL_IDS:
                 raise ValueError(f"model {model!r} is not one of {list(MODEL_IDS)!r}")
+        if self.layout:
+            try:
+                format_for(self.models[0], self.layout)
+            except FormatError as exc:
+                raise ValueError(f"layout: {exc}") from None
         if len(set(self.models)) != len(self.models):
             raise ValueError(f"models {list(self.models)!r} lists a model twice")
         if not 0 <= self.port <= 65535:

@@ -13,7 +13,7 @@ Decoding is bounded (:data:`relay_ros.wire.codec.OBSERVATION_LIMITS`: objects,
 nesting, string, map and array lengths, checked before anything is built) and runs,
 with validation, on the server's decode threads (started with the server, at most
 ``DECODE_THREADS``), so a client sending a costly frame delays only its own reply.
-Log lines quote client values through :func:`relay_ros.wire.logsafe.shorten`.
+Log lines quote client values through :func:`relay_ros.logsafe.shorten`.
 
 Its options are :mod:`relay_ros.server.options`; :mod:`relay_ros.server.in_thread`
 runs it in a background thread.
@@ -40,11 +40,19 @@ from websockets.asyncio.server import Request as HttpRequest
 from websockets.asyncio.server import Response, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
-from relay_ros.models import family_of
+from relay_ros.formats import WireFormat, format_for
+from relay_ros.formats.embodiment import Embodiment, load_embodiment
+from relay_ros.formats.requests import (
+    INTERNAL_ERROR,
+    INVALID_PAYLOAD,
+    ObservationError,
+    PublicRequestError,
+    Request,
+)
+from relay_ros.logsafe import shorten
 from relay_ros.server.chunk_noise import ChunkNoise
-from relay_ros.server.embodiment import Embodiment, load_embodiment, split_action_groups
 from relay_ros.server.idle_watchdog import IdleWatchdog
-from relay_ros.server.metadata import PI_CAMERA_KEYS, build_metadata
+from relay_ros.server.metadata import build_metadata
 from relay_ros.server.options import (
     ServerOptions,
     ServerStartError,
@@ -54,17 +62,7 @@ from relay_ros.server.options import (
 from relay_ros.server.sessions import Session, SessionTable
 from relay_ros.server.stats import ServerStats
 from relay_ros.server.synthetic import ReferencePolicy
-from relay_ros.server.validation import (
-    INTERNAL_ERROR,
-    INVALID_PAYLOAD,
-    ObservationError,
-    PublicRequestError,
-    Request,
-    validate_groot,
-    validate_pi,
-)
 from relay_ros.wire.codec import OBSERVATION_LIMITS, CodecError, packb, unpackb
-from relay_ros.wire.logsafe import shorten
 
 __all__ = ["DECODE_THREADS", "PolicyServer"]
 
@@ -127,7 +125,10 @@ class PolicyServer:
         self.stats = ServerStats()
         self.port: int | None = None
         self._embodiment: Embodiment | None = None
-        if any(family_of(m) == "groot" for m in options.models):
+        self._formats: dict[str, WireFormat] = {
+            model: format_for(model, options.layout) for model in options.models
+        }
+        if any(fmt.needs_embodiment for fmt in self._formats.values()):
             try:
                 self._embodiment = load_embodiment(options.embodiment)
             except (ValueError, RuntimeError) as exc:
@@ -166,7 +167,9 @@ class PolicyServer:
                 direct_url=opts.direct_url,
                 embodiment=self._embodiment,
                 overrides=overrides,
-                action_prefix=opts.action_prefix and self._factory is None,
+                # The seeds' extension: an openpi layout's server (like openpi's) has none.
+                action_prefix=opts.action_prefix and self._factory is None and not opts.layout,
+                layout=opts.layout,
             )
             self._metadata[model] = meta
             self._synthetic[model] = ReferencePolicy(
@@ -180,35 +183,22 @@ class PolicyServer:
     def _make_validator(
         self, model: str, meta: dict[str, Any]
     ) -> Callable[[dict[str, Any]], Request]:
-        """The checks for ``model`` with its per-model arguments bound once."""
+        """The checks for ``model`` with its per-model arguments bound once (its wire
+        format's, :mod:`relay_ros.formats`)."""
         opts = self.options
-        prefix_horizon = int(meta["action_horizon"]) if meta.get("action_prefix") else None
-        if family_of(model) == "groot":
-            assert self._embodiment is not None
-            self._action_dims[model] = self._embodiment.action_dim
-            return functools.partial(
-                validate_groot,
-                embodiment=self._embodiment,
-                needs_session_id=opts.needs_session_id,
-                adapters=opts.lora_adapters,
-                prefix_horizon=prefix_horizon,
-            )
+        fmt = self._formats[model]
         try:
-            action_dim, max_cameras = int(meta["action_dim"]), int(meta["max_cameras"])
+            self._action_dims[model] = fmt.action_width(meta, self._embodiment)
         except (KeyError, TypeError, ValueError):
-            # A custom policy's metadata made these unusable: every observation fails,
-            # as an internal error, where the conversion raises (in _validate_slow).
+            # A custom policy's metadata made it unusable; its own policy makes the
+            # actions, so only the checks below (which then refuse) need it.
             self._action_dims.pop(model, None)
-            return functools.partial(self._validate_slow, model)
-        self._action_dims[model] = action_dim
-        return functools.partial(
-            validate_pi,
-            action_dim=action_dim,
-            camera_keys=PI_CAMERA_KEYS,
-            max_cameras=max_cameras,
+        return fmt.validator(
+            meta,
+            embodiment=self._embodiment,
             needs_session_id=opts.needs_session_id,
             adapters=opts.lora_adapters,
-            prefix_horizon=prefix_horizon,
+            prefix_horizon=int(meta["action_horizon"]) if meta.get("action_prefix") else None,
         )
 
     def metadata(self, model: str) -> dict[str, Any]:
@@ -450,30 +440,16 @@ class PolicyServer:
             )
         return packb(_error(message))
 
-    def _validate_slow(self, model: str, obs: dict[str, Any]) -> Request:
-        """π0/π0.5 checks reading ``action_dim``/``max_cameras`` from the metadata now."""
-        meta = self._metadata[model]
-        return validate_pi(
-            obs,
-            action_dim=int(meta["action_dim"]),
-            camera_keys=PI_CAMERA_KEYS,
-            max_cameras=int(meta["max_cameras"]),
-            needs_session_id=self.options.needs_session_id,
-            adapters=self.options.lora_adapters,
-        )
-
     def _synthetic_actions(
         self, model: str, request: Request, session: Session
     ) -> np.ndarray | dict[str, np.ndarray]:
-        """The built-in policy's chunk: an array (π0/π0.5) or action groups (GR00T)."""
+        """The built-in policy's chunk in the model's wire format (π0/π0.5 an array,
+        GR00T action groups, a layout its action parts)."""
         rng = (
             np.random.default_rng(request.seed % 2**64) if request.seed is not None else session.rng
         )
         flat = self._synthetic[model].chunk(request, rng, action_dim=self._action_dims[model])
-        if family_of(model) != "groot":
-            return flat
-        assert self._embodiment is not None
-        return split_action_groups(flat, self._embodiment.action_groups)
+        return self._formats[model].reply_actions(flat, self._embodiment)
 
     async def _control(self, conn: _Connection, frame: dict[str, Any]) -> bytes:
         kind = frame.get("type")

@@ -27,15 +27,15 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from relay_ros.models import family_of
+from relay_ros.formats import WireFormat, format_for
+from relay_ros.formats.embodiment import Embodiment, load_embodiment
 from relay_ros.pipeline.outputs import load_outputs
 from relay_ros.pipeline.server_spec import ServerSpec
-from relay_ros.server.embodiment import load_embodiment, split_action_groups
 from relay_ros.server.metadata import build_metadata
 
 __all__ = [
@@ -69,8 +69,10 @@ class RecordedPolicy:
         control_hz: action rate (Hz); action ``i`` is for ``t + i / control_hz``.
         width: ``D``, the width of the flat chunk (π0: ``action_dim``; GR00T: the
             sum of the group widths).
-        action_groups: GR00T only: ``(action key, width)`` in chunk order; the reply
-            is then ``{"actions": {key: (1, H, width)}}``.
+        wire_format: The server's wire format: the reply's ``actions`` are its
+            reading of the flat chunk (GR00T: ``{key: (1, H, width)}``); None: the
+            flat chunk.
+        embodiment: The GR00T embodiment the format splits the chunk by.
 
     Raises:
         RecordedPolicyError: a joint without recorded samples, a dim out of range,
@@ -86,7 +88,8 @@ class RecordedPolicy:
         action_horizon: int,
         control_hz: float,
         width: int,
-        action_groups: Sequence[tuple[str, int]] | None = None,
+        wire_format: WireFormat | None = None,
+        embodiment: Embodiment | None = None,
     ) -> None:
         times = np.asarray(joint_times, dtype=np.float64)
         if times.ndim != 1 or times.size == 0:
@@ -95,9 +98,9 @@ class RecordedPolicy:
             raise RecordedPolicyError(
                 f"action_horizon={action_horizon}, control_hz={control_hz}; expected >= 1 and > 0"
             )
-        if action_groups is not None and sum(w for _k, w in action_groups) != width:
+        if embodiment is not None and embodiment.action_dim != width:
             raise RecordedPolicyError(
-                f"action groups {list(action_groups)} do not add up to width {width}"
+                f"action groups {list(embodiment.action_groups)} do not add up to width {width}"
             )
         self._series: list[tuple[int, np.ndarray, np.ndarray]] = []
         for joint, dim in dims.items():
@@ -116,7 +119,8 @@ class RecordedPolicy:
         self.action_horizon = int(action_horizon)
         self.control_hz = float(control_hz)
         self.width = int(width)
-        self.action_groups = None if action_groups is None else tuple(action_groups)
+        self._format = wire_format
+        self._embodiment = embodiment
         self._offsets = np.arange(self.action_horizon, dtype=np.float64) / self.control_hz
         self.start = float(times[0])
         self.end = float(times[-1])
@@ -155,9 +159,14 @@ class RecordedPolicy:
                 self.end,
             )
         flat = self.chunk(t)
-        if self.action_groups is None:
+        if self._format is None:
             return {"actions": flat}
-        return {"actions": split_action_groups(flat, self.action_groups)}
+        return {"actions": self._format.reply_actions(flat, self._embodiment)}
+
+    @property
+    def embodiment(self) -> Embodiment | None:
+        """The GR00T embodiment the reply is split by, or None."""
+        return self._embodiment
 
     def reset(self) -> None:
         """Nothing to forget: the chunk depends only on the observation time."""
@@ -198,11 +207,12 @@ def policy_for_config(
             commanded joint is not recorded.
     """
     try:
-        groot = family_of(config.model) == "groot"
-        body = load_embodiment(embodiment) if groot else None
-        metadata = build_metadata(config.model, embodiment=body)
+        layout = config.layout or None
+        fmt = format_for(config.model, layout)
+        body = load_embodiment(embodiment) if fmt.needs_embodiment else None
+        metadata = build_metadata(config.model, embodiment=body, layout=layout)
         # The node's view of this server: the same output mapping it will apply.
-        server = ServerSpec.from_metadata(metadata, model=config.model)
+        server = ServerSpec.from_metadata(metadata, model=config.model, layout=layout)
         outputs = load_outputs({o.name: o.as_mapping() for o in config.outputs}, server)
         width = server.chunk_width
     except ValueError as exc:
@@ -215,5 +225,6 @@ def policy_for_config(
         action_horizon=int(metadata["action_horizon"]),
         control_hz=float(metadata["control_hz"]),
         width=width,
-        action_groups=None if body is None else list(body.action_groups),
+        wire_format=fmt,
+        embodiment=body,
     )

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from relay_ros.wire.logsafe import shorten
+from relay_ros.logsafe import shorten
 
 __all__ = ["Session", "SessionTable"]
 

@@ -30,10 +30,12 @@ integrated in closed form at ``t = i / control_hz`` for ``i`` in ``0..H-1``: act
 phase comes from dimensions 0 and 1 only, a dimension whose state is always zero
 (pi0's padding to 32) never disturbs the others, and a gripper at dimension 6 moves
 as smoothly across chunk switches as the arm. Every action is clamped to
-``[-limit, limit]``. The prompt picks the direction and phases (different tasks
-look different), the LoRA adapter the speed; the random generator only perturbs
-``omega`` and the radius by a few percent, so seeded calls are reproducible and
-unseeded ones differ while staying smooth.
+``[-limit, limit]``, widened per joint to include where it starts (`keep_within`):
+action 0 is always the observed state, so a chunk never starts with a jump, whatever
+the pose (a dry-run arm that stands at 1.1 rad included). The prompt picks the
+direction and phases (different tasks look different), the LoRA adapter the speed;
+the random generator only perturbs ``omega`` and the radius by a few percent, so
+seeded calls are reproducible and unseeded ones differ while staying smooth.
 """
 
 from __future__ import annotations
@@ -44,10 +46,10 @@ from typing import Any
 
 import numpy as np
 
+from relay_ros.formats.requests import Request
 from relay_ros.server.action_prefix import apply_prefix
 from relay_ros.server.action_prefix import soft_steps as soft_window
 from relay_ros.server.chunk_noise import ChunkNoise
-from relay_ros.server.validation import Request
 
 __all__ = ["POLICY_KINDS", "FlowParams", "ReferencePolicy", "SyntheticPolicy"]
 
@@ -151,7 +153,7 @@ class SyntheticPolicy:
         if width > 2:
             target = radius * np.sin(harmonics * theta + phases)  # (H, width - 2)
             full[:, 2:] = target + (start[2:] - target[0]) * decay
-        np.clip(full, -p.limit, p.limit, out=full)
+        keep_within(full, start, p.limit)
         return full[:, :width].astype(np.float32)
 
     def _shape(self, prompt: str, width: int) -> tuple[float, np.ndarray, np.ndarray]:
@@ -251,8 +253,10 @@ class ReferencePolicy:
         if noisy:
             plan = self.noise.apply(plan, rng, self.dt)
             if self._visual is None:
-                limit = self._flow.params.limit
-                plan = np.clip(plan, -limit, limit)
+                start_row = np.asarray(start, dtype=np.float64).reshape(-1)
+                plan = keep_within(
+                    np.asarray(plan, dtype=np.float64), start_row, self._flow.params.limit
+                )
         if prefix is not None:
             window = self.soft_steps
             if window is None:
@@ -261,6 +265,20 @@ class ReferencePolicy:
         if self._visual is not None:
             plan = self._visual.limit_speed(plan, committed if prefix is not None else 0)
         return np.asarray(plan, dtype=np.float32)
+
+
+def keep_within(plan: np.ndarray, start: np.ndarray, limit: float) -> np.ndarray:
+    """``plan`` (H, D) clipped in place to ``[-limit, limit]`` per joint, widened to
+    include the joint's ``start``: a joint that starts outside the range (an arm at
+    1.1 rad) starts where it is and comes back into it smoothly, instead of a first
+    action ``limit`` away from the observed state (a dry run would refuse that jump).
+    Returns ``plan``."""
+    width = plan.shape[1]
+    begin = np.zeros(width)
+    n = min(width, start.shape[0])
+    begin[:n] = start[:n]  # padded dimensions start at 0
+    np.clip(plan, np.minimum(-limit, begin), np.maximum(limit, begin), out=plan)
+    return plan
 
 
 def _holds_still(rows: np.ndarray) -> bool:

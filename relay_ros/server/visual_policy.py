@@ -61,12 +61,16 @@ __all__ = [
 _SIDE_MIN_STEP = 1e-4
 _SIDE_MIN_DISTANCE = 1e-3
 
-#: Which model camera key is which camera, per the models' conventions.
+#: Which model camera key is which camera, per the models' and layouts' conventions.
 CAMERA_KEY_ROLES: dict[str, str] = {
     "base_0_rgb": "base",
     "left_wrist_0_rgb": "wrist",
     "video.front": "base",
     "video.wrist": "wrist",
+    "exterior_image_1_left": "base",  # the DROID layout
+    "wrist_image_left": "wrist",
+    "cam_high": "base",  # the ALOHA layout
+    "cam_left_wrist": "wrist",
 }
 
 # A pixel is "red" when R is high and both G and B are low (RGB order).

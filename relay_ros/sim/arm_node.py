@@ -19,9 +19,15 @@ Parameters (declared in `SimArmNode._declare_parameters`; see docs/simulation.md
 - ``controllers.<name>.allow_partial_joints_goal`` (bool): default false.
 - ``controllers.<name>.allow_nonzero_velocity_at_trajectory_end`` (bool): default
   false (Jazzy).
+- ``controllers.<name>.interpolate_from_desired_state`` (bool): default true (a new
+  trajectory starts from the last command; false: from the measured state, JTC's
+  default), and ``controllers.<name>.allow_trajectory_replacement`` (bool): default
+  false (true: the 2026 splice into the running trajectory); see
+  `relay_ros.sim.trajectory_follower`.
 - ``joint_states_topic`` (string), ``joint_states_rate_hz`` (double, 100),
   ``metrics_rate_hz`` (double, 1; 0 disables), ``tracking_time_constant_s``
-  (double, 0 = perfect tracking), ``history_length`` (int).
+  (double, default 0.04: the arm trails its command by a first-order lag; 0 =
+  perfect tracking), ``history_length`` (int).
 - ``robot_description_file`` (string, default the package's ``config/sim_arm.urdf``)
   published on ``robot_description_topic`` (default ``robot_description``,
   transient-local, as robot_state_publisher does): policy_node reads its limits there.
@@ -63,7 +69,7 @@ from relay_ros.sim._parameters import (
 )
 from relay_ros.sim.controller_measures import FollowerMetrics
 from relay_ros.sim.trajectory_command import TrajectoryCommand
-from relay_ros.sim.trajectory_follower import TrajectoryFollower
+from relay_ros.sim.trajectory_follower import DEFAULT_TRACKING_LAG_S, TrajectoryFollower
 from relay_ros.stop_signals import take_stop_signals
 
 __all__ = ["DEFAULT_CONTROLLERS", "SimArmConfigError", "SimArmNode", "main"]
@@ -93,9 +99,9 @@ _NODE_PARAMETERS: dict[str, tuple[Any, str]] = {
         "Rate of the diagnostic_msgs/DiagnosticArray on ~/metrics, Hz (0 disables).",
     ),
     "tracking_time_constant_s": (
-        0.0,
-        "0: joints follow the command exactly; > 0: first-order lag with this time "
-        "constant, seconds.",
+        DEFAULT_TRACKING_LAG_S,
+        "The joints trail the command through a first-order lag with this time constant, "
+        "seconds (a position-controlled arm: a few tens of ms); 0: they follow it exactly.",
     ),
     "history_length": (
         60_000,
@@ -144,6 +150,17 @@ _CONTROLLER_PARAMETERS: dict[str, tuple[Parameter.Type, str]] = {
     "allow_nonzero_velocity_at_trajectory_end": (
         Parameter.Type.BOOL,
         "Accept a non-zero velocity on the last point; default false (Jazzy; Humble: true).",
+    ),
+    "interpolate_from_desired_state": (
+        Parameter.Type.BOOL,
+        "A new trajectory starts from the last command (true, the default here; Humble: "
+        "open_loop_control) or from the measured state (false, joint_trajectory_controller's "
+        "default).",
+    ),
+    "allow_trajectory_replacement": (
+        Parameter.Type.BOOL,
+        "Splice a new trajectory into the running one as ros2_controllers 2026 does "
+        "(its default there: true); default false here (Humble and Jazzy replace it).",
     ),
 }
 
@@ -279,6 +296,8 @@ class SimArmNode(Node):
                         "allow_nonzero_velocity_at_trajectory_end"
                     ],
                     tracking_time_constant_s=config["tracking_time_constant_s"],
+                    interpolate_from_desired_state=settings["interpolate_from_desired_state"],
+                    allow_trajectory_replacement=settings["allow_trajectory_replacement"],
                     history_length=config["history_length"],
                     log_rejections=False,
                 )
@@ -310,7 +329,8 @@ class SimArmNode(Node):
                 for name, f in self._followers.items()
             )
             + f"; joint states on {self._joint_states_pub.topic_name} at "
-            f"{config['joint_states_rate_hz']:g} Hz"
+            f"{config['joint_states_rate_hz']:g} Hz; tracking lag "
+            f"{1000.0 * config['tracking_time_constant_s']:g} ms"
         )
 
     def _publish_description(self, config: Mapping[str, Any]) -> None:
@@ -387,6 +407,9 @@ class SimArmNode(Node):
                 "allow_nonzero_velocity_at_trajectory_end": bool(
                     settings["allow_nonzero_velocity_at_trajectory_end"]
                 ),
+                "interpolate_from_desired_state": settings["interpolate_from_desired_state"]
+                is not False,
+                "allow_trajectory_replacement": bool(settings["allow_trajectory_replacement"]),
             }
         values["controllers"] = controllers
         return values

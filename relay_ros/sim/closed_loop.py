@@ -22,15 +22,17 @@ from dataclasses import dataclass, field
 import cv2
 import numpy as np
 
+from relay_ros.formats.requests import Request
 from relay_ros.pipeline.action_prefix import committed_prefix
+from relay_ros.pipeline.adaptive_timing import AdaptiveTiming
 from relay_ros.pipeline.images import resize_with_pad
 from relay_ros.pipeline.scheduler import ChunkScheduler
 from relay_ros.pipeline.scheduler_config import SchedulerConfig
+from relay_ros.pipeline.smoothing import CrossFade, NoSmoothing
 from relay_ros.pipeline.trajectory import finite_difference_velocities
 from relay_ros.server.action_prefix import default_soft_steps
 from relay_ros.server.chunk_noise import ChunkNoise
 from relay_ros.server.synthetic import ReferencePolicy
-from relay_ros.server.validation import Request
 from relay_ros.sim.motion_measures import jerk_rms
 from relay_ros.sim.task import TaskMeasures, task_measures
 from relay_ros.sim.trajectory_command import TrajectoryCommand
@@ -162,9 +164,16 @@ def run_closed_loop(settings: LoopSettings | None = None) -> ClosedLoopResult:
             dt=dt,
             horizon=s.horizon,
             execute_horizon=s.execute_horizon,
-            blend_steps=default_soft_steps(s.horizon) if s.smoothing == "blend" else 0,
+            smoothing=(
+                CrossFade(default_soft_steps(s.horizon))
+                if s.smoothing == "blend"
+                else NoSmoothing()
+            ),
             mode=s.request_mode,  # type: ignore[arg-type]
             publish_early_s=tick,
+            # This loop's numbers (bench/boundaries.py) were taken with the earlier
+            # automatic lead: the p95 latency plus 50 ms.
+            timing=AdaptiveTiming(lead_percentile=95.0, lead_margin_s=0.05),
         )
     )
     follower = TrajectoryFollower(list(_JOINTS), [0.0] * len(_JOINTS), history_length=100_000)

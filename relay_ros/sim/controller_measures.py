@@ -23,6 +23,7 @@ per-cycle arrays grew 4.9 MiB a minute, up to 50 MiB; bench/soak.py ``--sim-arm`
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import deque
 from dataclasses import asdict, dataclass, field
@@ -204,6 +205,8 @@ class FollowerHistory:
         commanded: (N, D) commanded positions.
         positions: (N, D) followed positions.
         switch_times: (M,) times at which a new trajectory took over.
+        ages: (N,) action age at each cycle, ``now - t_obs`` of the trajectory it
+            executed (s); NaN where unknown (a hold, nothing yet).
     """
 
     joint_names: tuple[str, ...]
@@ -211,6 +214,7 @@ class FollowerHistory:
     commanded: np.ndarray
     positions: np.ndarray
     switch_times: np.ndarray
+    ages: np.ndarray
 
 
 class ControllerMeasures:
@@ -229,8 +233,8 @@ class ControllerMeasures:
         self._joint_names = joint_names
         self._history_length = int(history_length)
         self._ages = RowRing(_MAX_AGE_SAMPLES, 1)
-        # Per cycle: the time, then the commanded and the followed positions.
-        self._history = RowRing(self._history_length, 1 + 2 * len(joint_names))
+        # Per cycle: the time, the commanded and the followed positions, the action age.
+        self._history = RowRing(self._history_length, 2 + 2 * len(joint_names))
         self._lock = threading.Lock()
         self._holding = False
         self._init()
@@ -336,13 +340,13 @@ class ControllerMeasures:
         of the trajectory it executed (None: unknown or none); ``holding``: past its end."""
         with self._lock:
             self._holding = holding
+            age = math.nan if t_obs is None else now - t_obs
             if self._measure_since is not None and t_obs is not None:
-                age = now - t_obs
                 self._age_count += 1
                 self._age_sum += age
                 self._age_max = age if self._age_max is None else max(self._age_max, age)
                 self._ages.append(age)
-            self._history.append(now, commanded, followed)
+            self._history.append(now, commanded, followed, age)
 
     # ------------------------------------------------------------------ reads
 
@@ -393,8 +397,9 @@ class ControllerMeasures:
                 joint_names=self._joint_names,
                 times=rows[:, 0],
                 commanded=rows[:, 1 : 1 + dof],
-                positions=rows[:, 1 + dof :],
+                positions=rows[:, 1 + dof : 1 + 2 * dof],
                 switch_times=np.asarray(self._switch_times, dtype=np.float64),
+                ages=rows[:, 1 + 2 * dof],
             )
 
     def reset(self) -> None:

@@ -86,6 +86,14 @@ class SwitchSummary:
             return None
         return self.c0_median / self.typical_step
 
+    @property
+    def c0_p95_over_step(self) -> float | None:
+        """95th percentile of the position gap over a typical step (<= 1: even the
+        worst switches stay within one step)."""
+        if self.c0_p95 is None or not self.typical_step:
+            return None
+        return self.c0_p95 / self.typical_step
+
 
 def switch_summary(steps: Sequence[BoundaryStep], since: float = -np.inf) -> SwitchSummary:
     """Summarise the switches at or after ``since`` (s)."""

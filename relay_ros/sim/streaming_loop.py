@@ -14,14 +14,20 @@ and published chunk.
 
 Fairness between runs (``bench/motion.py``): the target moves on the world's time
 counted from the first accepted chunk (it stands still before), so early and sync
-requests, or two smoothings, see the same target motion for the same seed; the
-seed also fixes the chunk noise and the latency draws.
+requests, or two smoothings, see the same target motion for the same seed. Each
+random draw has its own seeded stream, indexed by what it is for: the k-th
+request's chunk noise ``[seed, 7, k]``, its inference time ``[seed, 13, k]``, its link
+delays ``[seed, 17, k]``, the controller cycles ``[seed, 11]``: two variants of one
+seed see the same draws for their k-th request whatever else differs (not only the
+same world).
 
-Smoothings: ``none``; ``blend`` (the node's ``blend_steps``, half the execute
-horizon, the server's soft window); ``prefix`` (the server's ``action_prefix``);
-``lerobot``: LeRobot async_inference's ``weighted_average`` aggregation emulated on
-the same run: each new chunk's actions for instants the running plan still covers
-become ``0.3 * old + 0.7 * new`` before the node sees them.
+The server is the seeds' by default (no ``action_prefix`` extension, as
+``../shared/seeds`` list its metadata); ``server_prefix`` advertises it. The node's
+``smoothing`` parameter picks the strategy (``auto``: the node's choice for that
+server). The arm trails its command through a first-order lag (``tracking_lag_s``,
+40 ms by default) and its controllers behave as the user's joint_trajectory_controller
+is set (``interpolate_from_desired_state``, ``allow_trajectory_replacement``:
+`relay_ros.sim.trajectory_follower`).
 """
 
 from __future__ import annotations
@@ -35,39 +41,40 @@ from typing import Any
 import numpy as np
 import yaml
 
-from relay_ros.models import family_of
+from relay_ros.formats import format_for
+from relay_ros.formats.embodiment import load_embodiment
 from relay_ros.node.node_config import NodeConfig, config_from_parameters
 from relay_ros.node.param_spec import flatten_parameters
 from relay_ros.paths import config_dir, config_file
+from relay_ros.pipeline.adaptive_timing import AdaptiveTiming
 from relay_ros.pipeline.camera_map import load_model_camera_map
-from relay_ros.pipeline.controller_messages import TrajectoryMessage
 from relay_ros.pipeline.frame_source import LatestFrame
+from relay_ros.pipeline.gate.messages import TrajectoryMessage
 from relay_ros.pipeline.observation_inputs import DEFAULT_OBSERVATION_TIMING
 from relay_ros.pipeline.observation_request import RequestTag
+from relay_ros.pipeline.smoothing import SMOOTHING_CHOICES
 from relay_ros.pipeline.streaming import StreamingCore
+from relay_ros.pipeline.trajectory import parse_t_obs
 from relay_ros.server.chunk_noise import ChunkNoise
-from relay_ros.server.embodiment import load_embodiment
-from relay_ros.server.metadata import PI_CAMERA_KEYS, build_metadata
+from relay_ros.server.metadata import build_metadata
 from relay_ros.server.synthetic import ReferencePolicy
-from relay_ros.server.validation import validate_groot, validate_pi
 from relay_ros.sim.controller_measures import BoundaryStep
 from relay_ros.sim.link_profiles import LinkProfile, get_profile
 from relay_ros.sim.motion_measures import SwitchSummary, jerk_rms, switch_summary
 from relay_ros.sim.task import TaskMeasures, task_measures
 from relay_ros.sim.trajectory_command import TrajectoryCommand
-from relay_ros.sim.trajectory_follower import TrajectoryFollower
+from relay_ros.sim.trajectory_follower import DEFAULT_TRACKING_LAG_S, TrajectoryFollower
 from relay_ros.sim.world_camera import WorldCamera
 from relay_ros.wire.codec import packb
 from relay_ros.wire.connection import InferOutcome
 from relay_ros.world import World
 
-__all__ = ["LOOP_SMOOTHINGS", "LoopRun", "LoopRunResult", "StartUp", "run_streaming_loop"]
+__all__ = ["DEFAULT_TRACKING_LAG_S", "LoopRun", "LoopRunResult", "StartUp", "run_streaming_loop"]
 
 logger = logging.getLogger(__name__)
 
-LOOP_SMOOTHINGS = ("none", "blend", "prefix", "lerobot")
-#: LeRobot async_inference's ``weighted_average``: ``0.3 * old + 0.7 * new``.
-LEROBOT_OLD_WEIGHT = 0.3
+# Seeded streams: one per kind of draw (the module docstring).
+_NOISE_STREAM, _CYCLE_STREAM, _LATENCY_STREAM, _LINK_STREAM = 7, 11, 13, 17
 _WORLD_T0 = 1000.0  # world time at the first accepted chunk
 _CYCLE_S = 0.01  # controller period (100 Hz)
 _CAMERA_S = 1.0 / 15.0
@@ -83,16 +90,27 @@ class LoopRun:
     Attributes:
         model: A model id: config/<model>.yaml (GR00T with the ``so100`` embodiment).
         request_mode: ``"early"`` or ``"sync"``.
-        smoothing: One of `LOOP_SMOOTHINGS`.
+        smoothing: The node's ``smoothing`` parameter (``auto``: its choice).
+        server_prefix: The reference server advertises ``action_prefix`` (False: the
+            seeds' server).
         latency_s: Server inference time per request (s).
         jitter_s: Uniform extra inference time in [-jitter, +jitter] (s).
         link: A link preset (``lan``, ``wan``, ``lte``) between node and server, or None.
-        execute_horizon: Actions per chunk before the next; None: the model's config.
+        execute_horizon: Actions per chunk before the next; None: the model's config
+            (0 there: automatic).
+        request_lead_s: The node's ``request_lead_s``; None: the model's config (auto).
         observation_timing: StreamingCore's ``observation_timing``.
         chunk_noise: Scale of the policy's chunk-to-chunk variation.
         seed: World, noise and latency seed.
         duration_s: Simulated seconds measured after the first accepted chunk.
         cycle_jitter_s: Each controller cycle is up to this early or late (s).
+        timing: The rule of the node's automatic lead and execute horizon (None: its
+            default; `relay_ros.pipeline.adaptive_timing`).
+        tracking_lag_s: The arm's first-order lag behind its command (s; 0: exact).
+        interpolate_from_desired_state: The controllers start a new trajectory from
+            their last command (True) or from the measured state (False).
+        allow_trajectory_replacement: The controllers splice a new trajectory into
+            the running one (ros2_controllers 2026).
         unchecked: Publish what the scheduler makes without the node's motion
             checks (velocity limits and ``max_joint_step`` out of reach): the
             reference that shows what smoothing removes, since with the checks a
@@ -101,23 +119,29 @@ class LoopRun:
 
     model: str = "pi05"
     request_mode: str = "early"
-    smoothing: str = "none"
+    smoothing: str = "auto"
+    server_prefix: bool = False
     latency_s: float = 0.08
     jitter_s: float = 0.02
     link: str | None = None
     execute_horizon: int | None = None
+    request_lead_s: float | None = None
     observation_timing: str = DEFAULT_OBSERVATION_TIMING
     chunk_noise: float = 1.0
     seed: int = 0
     duration_s: float = 12.0
     cycle_jitter_s: float = 0.0015
+    timing: AdaptiveTiming | None = None
+    tracking_lag_s: float = DEFAULT_TRACKING_LAG_S
+    interpolate_from_desired_state: bool = True
+    allow_trajectory_replacement: bool = False
     unchecked: bool = False
 
     def __post_init__(self) -> None:
-        if self.smoothing not in LOOP_SMOOTHINGS:
-            raise ValueError(f"smoothing {self.smoothing!r} is not one of {list(LOOP_SMOOTHINGS)}")
-        if family_of(self.model) == "groot" and self.smoothing == "lerobot":
-            raise ValueError("the LeRobot emulation runs π0-family models only")
+        if self.smoothing not in SMOOTHING_CHOICES:
+            raise ValueError(
+                f"smoothing {self.smoothing!r} is not one of {list(SMOOTHING_CHOICES)}"
+            )
 
 
 @dataclass(frozen=True)
@@ -146,6 +170,8 @@ class LoopRunResult:
         run: The settings.
         times: (N,) control cycles (real, jittered).
         commanded: (N, D) commanded positions of every joint.
+        followed: (N, D) followed (measured) positions of the arm controller's joints.
+        ages: (N,) observation age of the action each cycle ran (s, NaN in a hold).
         task: Tracking error to the target.
         jerk_rms: RMS jerk of the commanded positions from the real times (rad/s^3).
         switches: The switches' C0/C1 gaps (`switch_summary`).
@@ -153,12 +179,19 @@ class LoopRunResult:
         startup: The start.
         requests: Requests sent in the run (start-up included).
         refusals: Refusals while measured (after the first chunk).
+        refusal_reasons: Why each of them was refused.
         stall_time_s: Time the arm controller had nothing left to follow.
+        smoothing: What the node ran (its start-up description).
+        latency_p50_s: Median observation -> reply latency the node measured (s).
+        execute_horizon: The E of the last publication (the rule's when automatic).
+        joint_names: The columns of ``commanded``.
     """
 
     run: LoopRun
     times: np.ndarray
     commanded: np.ndarray
+    followed: np.ndarray
+    ages: np.ndarray
     task: TaskMeasures
     jerk_rms: float | None
     switches: SwitchSummary
@@ -166,7 +199,18 @@ class LoopRunResult:
     startup: StartUp
     requests: int
     refusals: int
+    refusal_reasons: list[str]
     stall_time_s: float
+    smoothing: str
+    latency_p50_s: float | None
+    execute_horizon: int
+    joint_names: tuple[str, ...]
+
+    @property
+    def age_p50_s(self) -> float | None:
+        """Median observation age of the executed actions (s), holds left out."""
+        ages = self.ages[np.isfinite(self.ages)]
+        return float(np.median(ages)) if ages.size else None
 
 
 def model_config(model: str) -> NodeConfig:
@@ -214,22 +258,25 @@ class _Loop:
     flight: _Flight | None = None
     event: bool = False
     last_roundtrip: float = 0.0
-    plans: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    requests: int = 0
+    inference_s: list[float] = field(default_factory=list)  # per request, its draw
+    refusals_seen: int = 0
+    refusal_reasons: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         r = self.run
         base = model_config(r.model)
-        changes: dict[str, Any] = {"request_mode": r.request_mode, "blend_steps": 0}
+        changes: dict[str, Any] = {"request_mode": r.request_mode, "smoothing": r.smoothing}
         if r.execute_horizon is not None:
             changes["execute_horizon"] = r.execute_horizon
-        self.embodiment = load_embodiment("so100") if family_of(r.model) == "groot" else None
+        if r.request_lead_s is not None:
+            changes["request_lead_s"] = r.request_lead_s
+        self.format = format_for(r.model)
+        self.embodiment = load_embodiment("so100") if self.format.needs_embodiment else None
         self.metadata = build_metadata(
-            r.model, embodiment=self.embodiment, action_prefix=r.smoothing == "prefix"
+            r.model, embodiment=self.embodiment, action_prefix=r.server_prefix
         )
         horizon = int(self.metadata["action_horizon"])
-        execute = r.execute_horizon or base.execute_horizon or horizon // 2
-        if r.smoothing == "blend":
-            changes["blend_steps"] = max(1, execute // 2)
         if r.unchecked:
             changes["max_joint_step"] = 1e3
             changes["joint_limits"] = {
@@ -238,10 +285,13 @@ class _Loop:
             }
         self.config = dataclasses.replace(base, **changes)
         self.dt = 1.0 / float(self.metadata["control_hz"])
-        self.action_dim = (
-            self.embodiment.action_dim
-            if self.embodiment is not None
-            else int(self.metadata["action_dim"])
+        self.action_dim = self.format.action_width(self.metadata, self.embodiment)
+        self.validate = self.format.validator(
+            self.metadata,
+            embodiment=self.embodiment,
+            needs_session_id=False,
+            adapters=(),
+            prefix_horizon=horizon if self.metadata.get("action_prefix") else None,
         )
         cameras = load_model_camera_map(config_dir() / f"{r.model}_cameras.yaml", r.model)
         self.keys = [c.key for c in cameras]
@@ -251,7 +301,6 @@ class _Loop:
             for k in self.keys
         }
         self.sources = {k: LatestFrame() for k in self.keys}
-        self.rng = np.random.default_rng([r.seed, 7])
         self.policy = ReferencePolicy(
             "visual",
             action_horizon=horizon,
@@ -264,6 +313,9 @@ class _Loop:
                 list(o.joints),
                 [0.0] * len(o.joints),
                 name=o.name,
+                tracking_time_constant_s=r.tracking_lag_s,
+                interpolate_from_desired_state=r.interpolate_from_desired_state,
+                allow_trajectory_replacement=r.allow_trajectory_replacement,
                 history_length=int((r.duration_s + 40.0) / _CYCLE_S),
                 log_rejections=False,
             )
@@ -281,6 +333,7 @@ class _Loop:
             perf_clock=lambda: self.now,
             frame_sources=self.sources,
             observation_timing=r.observation_timing,  # type: ignore[arg-type]
+            timing=r.timing,
         )
 
     # ------------------------------------------------------------ the world
@@ -305,42 +358,35 @@ class _Loop:
             return False
         if self.first_request is None:
             self.first_request = self.now
-        horizon = int(self.metadata["action_horizon"])
-        prefix_horizon = horizon if self.metadata.get("action_prefix") else None
-        if self.embodiment is not None:
-            request = validate_groot(
-                obs,
-                embodiment=self.embodiment,
-                needs_session_id=False,
-                adapters=(),
-                prefix_horizon=prefix_horizon,
-            )
-        else:
-            request = validate_pi(
-                obs,
-                action_dim=self.action_dim,
-                camera_keys=PI_CAMERA_KEYS,
-                max_cameras=int(self.metadata["max_cameras"]),
-                needs_session_id=False,
-                adapters=(),
-                prefix_horizon=prefix_horizon,
-            )
-        reply = self.policy.chunk(request, self.rng, action_dim=self.action_dim)
+        request = self.validate(obs)
+        k = self.requests
+        self.requests += 1
+        reply = self.policy.chunk(
+            request, self.stream(_NOISE_STREAM, k), action_dim=self.action_dim
+        )
         r = self.run
-        latency = max(0.0, r.latency_s + self.rng.uniform(-r.jitter_s, r.jitter_s))
-        latency += self.network_time(len(packb(obs)), reply.nbytes + _REPLY_OVERHEAD_BYTES)
+        draw = self.stream(_LATENCY_STREAM, k).uniform(-r.jitter_s, r.jitter_s)
+        latency = max(0.0, r.latency_s + draw)
+        self.inference_s.append(latency)
+        latency += self.network_time(
+            len(packb(obs)), reply.nbytes + _REPLY_OVERHEAD_BYTES, self.stream(_LINK_STREAM, k)
+        )
         self.flight = _Flight(tag, self.now + latency, reply)
         return True
 
-    def network_time(self, up_bytes: int, down_bytes: int) -> float:
-        """Delays, jitter and transmission of one request on the link; a stall that
-        starts while it is under way holds it for the stall's length."""
+    def stream(self, kind: int, index: int) -> np.random.Generator:
+        """The seeded generator of draw ``kind`` for the ``index``-th request."""
+        return np.random.default_rng([self.run.seed, kind, index])
+
+    def network_time(self, up_bytes: int, down_bytes: int, rng: np.random.Generator) -> float:
+        """Delays, jitter and transmission of one request on the link (jitter from
+        ``rng``); a stall that starts while it is under way holds it for its length."""
         link = self.link
         if link is None:
             return 0.0
         seconds = 0.0
         for nbytes, rate in ((up_bytes, link.up_mbit_s), (down_bytes, link.down_mbit_s)):
-            jitter = self.rng.uniform(-link.jitter_ms, link.jitter_ms)
+            jitter = rng.uniform(-link.jitter_ms, link.jitter_ms)
             seconds += max(0.0, link.delay_ms + jitter) / 1000.0
             if rate is not None:
                 seconds += nbytes * 8.0 / (rate * 1e6)
@@ -354,32 +400,12 @@ class _Loop:
         flight, self.flight = self.flight, None
         assert flight is not None
         reply: Any = flight.reply
-        if self.run.smoothing == "lerobot":
-            reply = self.aggregate(reply, flight.tag.t_obs)
-        if self.embodiment is not None:  # GR00T: one (1, H, k) array per action group
-            groups, start = {}, 0
-            for key, width in self.embodiment.action_groups:
-                groups[key] = np.ascontiguousarray(reply[None, :, start : start + width])
-                start += width
-            reply = groups
+        reply = self.format.reply_actions(reply, self.embodiment)
         roundtrip = self.now - flight.tag.t_obs
         self.last_roundtrip = roundtrip
         self.core.result(InferOutcome(flight.tag, reply, roundtrip, None, None, self.now), self.now)
+        self.note_refusals()
         self.event = True
-
-    def aggregate(self, chunk: np.ndarray, t_obs: float) -> np.ndarray:
-        """LeRobot's weighted average: actions for instants the running plan still
-        covers (from now to its end) mix ``0.3`` of the plan with ``0.7`` of the new."""
-        out = np.array(chunk, dtype=np.float32)
-        times = t_obs + self.dt * np.arange(len(out))
-        for name, (plan_t, plan_q) in self.plans.items():
-            overlap = (times >= self.now) & (times <= plan_t[-1])
-            for column, dim in enumerate(self.dims[name]):
-                old = np.interp(times[overlap], plan_t, plan_q[:, column])
-                out[overlap, dim] = (
-                    LEROBOT_OLD_WEIGHT * old + (1 - LEROBOT_OLD_WEIGHT) * (out[overlap, dim])
-                )
-        return out
 
     # ------------------------------------------------------------ the controllers
     def published(self, msg: TrajectoryMessage) -> None:
@@ -405,16 +431,22 @@ class _Loop:
                 for t, p, v in zip(points.time_from_start, points.positions, points.velocities)
             ],
         )
-        follower.receive(command, self.now)
-        self.plans[msg.output] = (
-            points.stamp + np.asarray(points.time_from_start),
-            np.asarray(points.positions, dtype=np.float64),
-        )
+        follower.receive(command, self.now, t_obs=parse_t_obs(msg.frame_id))
+
+    def note_refusals(self) -> None:
+        """Keep the reason of every refusal after the first chunk (the core says why
+        the last one was refused; its count says how many came since)."""
+        count = self.core.counts["refusals"]
+        if count > self.refusals_seen:
+            if self.first_chunk is not None:
+                reason = self.core.last_refusal or ""
+                self.refusal_reasons.extend([reason] * (count - self.refusals_seen))
+            self.refusals_seen = count
 
     # ------------------------------------------------------------ the clock
     def loop(self) -> None:
         r = self.run
-        cycle_rng = np.random.default_rng([r.seed, 11])
+        cycle_rng = np.random.default_rng([r.seed, _CYCLE_STREAM])
         k, next_cycle, next_frame, next_tick = 0, 0.0, 0.0, 0.0
         self.core.connected(self.metadata, 0.0)
         while True:
@@ -440,6 +472,7 @@ class _Loop:
                 self.event = False
                 self.core.joint_state(self.joints, list(self.positions()), self.now)
                 self.core.tick(self.now)
+                self.note_refusals()
                 deadline = self.core.next_deadline(self.now)
                 wait = _IDLE_TICK_S if deadline is None else min(_IDLE_TICK_S, deadline - self.now)
                 next_tick = self.now + max(_MIN_TICK_S, wait)
@@ -464,6 +497,8 @@ def run_streaming_loop(run: LoopRun | None = None) -> LoopRunResult:
         run=state.run,
         times=times[keep] - first,
         commanded=commanded,
+        followed=followed,
+        ages=histories[0].ages[keep],
         task=task_measures(
             state.world, state.world_time(times[keep]), followed[:, 0], followed[:, 1]
         ),
@@ -473,5 +508,10 @@ def run_streaming_loop(run: LoopRun | None = None) -> LoopRunResult:
         startup=state.startup,
         requests=counts["requests"],
         refusals=counts["refusals"] - state.startup.refusals,
+        refusal_reasons=list(state.refusal_reasons),
         stall_time_s=arm.measures.metrics().stall_time_s,
+        smoothing=state.core.smoothing or "none",
+        latency_p50_s=state.core.latency.percentile(50),
+        execute_horizon=state.core.execute_horizon or 0,
+        joint_names=tuple(j for f in state.followers.values() for j in f.joint_names),
     )

@@ -17,11 +17,29 @@ Controller rules reproduced here:
 - A segment is cubic (Hermite) when both of its points carry velocities, linear
   otherwise; after the last point the controller holds it.
 
-The "current state" a new trajectory starts from is the old trajectory's command
-at the adoption time, i.e. JTC with ``interpolate_from_desired_state: true`` (Jazzy)
-or ``open_loop_control: true`` (Humble) running at an infinitely fast rate. The
-followed (measured) joint state tracks the command perfectly, or through a
-first-order lag when ``tracking_time_constant_s > 0``.
+Which state a new trajectory starts from, as the controller's parameters say:
+
+- ``interpolate_from_desired_state: true`` (Jazzy; ``open_loop_control: true`` on
+  Humble): the old trajectory's command at the adoption cycle, position and
+  velocity (``last_commanded_state_``);
+- ``false`` (the default of both): the measured joint state at that cycle (position
+  and velocity), so an arm that lags its command is joined where it is, not where it
+  was told to be: a lagging arm sees the new trajectory start behind the old one;
+- ``allow_trajectory_replacement: true`` (ros2_controllers 2026, PR 2419,
+  ``blend_with_active_trajectory``): when the running trajectory has more than one
+  point, the new one is spliced into it instead. The "cursor" is where the
+  controller sampled the old trajectory on the previous cycle; the new message
+  starts at ``new_start`` = the cursor, or the cursor plus ``stamp - now`` when its
+  stamp is in the future; the old points between cursor and ``new_start`` are kept,
+  then a bridge point (the old trajectory sampled at ``new_start``, with its
+  velocity), then the new points at ``new_start + time_from_start``, all re-timed
+  from the adoption cycle (a stamp in the past is not honoured: the points are
+  timed from the cycle that adopts them). Position and velocity are continuous at
+  the bridge; the first segment after it is the cubic to the first new point.
+
+The followed (measured) joint state tracks the command perfectly, or through a
+first-order lag when ``tracking_time_constant_s > 0`` (a real arm under position
+control trails its command by a few tens of ms).
 
 Times are float seconds on one clock; positions in radians (or metres), velocities
 per second.
@@ -45,9 +63,14 @@ from relay_ros.sim.trajectory_command import (
     check_command,
 )
 
-__all__ = ["FollowerConfigError", "FollowerSample", "TrajectoryFollower"]
+__all__ = ["DEFAULT_TRACKING_LAG_S", "FollowerConfigError", "FollowerSample", "TrajectoryFollower"]
 
 logger = logging.getLogger(__name__)
+
+#: The simulated arm's tracking lag (first-order time constant, s) in sim_arm and the
+#: streaming loop: a position-controlled arm trails its command by a few tens of ms.
+#: The follower itself defaults to exact tracking.
+DEFAULT_TRACKING_LAG_S = 0.04
 
 
 class FollowerConfigError(ValueError):
@@ -118,6 +141,11 @@ class TrajectoryFollower:
             ``allow_nonzero_velocity_at_trajectory_end``; false on Jazzy, true on Humble).
         tracking_time_constant_s: 0 = the joints follow the command exactly; > 0 = a
             first-order lag with this time constant in seconds.
+        interpolate_from_desired_state: A new trajectory starts from the last command
+            (True) or from the measured state (False, JTC's default); see the module
+            docstring.
+        allow_trajectory_replacement: Splice a new trajectory into the running one
+            (ros2_controllers 2026; module docstring).
         history_length: Control cycles kept for the measures' history.
         log_rejections: Log each rejection at WARNING on this module's logger (a node
             that logs them through ROS passes False).
@@ -136,6 +164,8 @@ class TrajectoryFollower:
         allow_partial_joints: bool = False,
         allow_nonzero_velocity_at_end: bool = False,
         tracking_time_constant_s: float = 0.0,
+        interpolate_from_desired_state: bool = True,
+        allow_trajectory_replacement: bool = False,
         history_length: int = 60_000,
         log_rejections: bool = True,
     ) -> None:
@@ -171,6 +201,8 @@ class TrajectoryFollower:
         self._allow_partial = bool(allow_partial_joints)
         self._allow_nonzero_end = bool(allow_nonzero_velocity_at_end)
         self._tau = float(tracking_time_constant_s)
+        self._from_desired = bool(interpolate_from_desired_state)
+        self._replacement = bool(allow_trajectory_replacement)
         self._log_rejections = bool(log_rejections)
         self._lock = threading.RLock()
 
@@ -196,6 +228,21 @@ class TrajectoryFollower:
     def joint_names(self) -> tuple[str, ...]:
         """The controller's joints, in command order."""
         return self._joint_names
+
+    @property
+    def tracking_time_constant_s(self) -> float:
+        """The arm's first-order lag behind its command (s; 0: exact)."""
+        return self._tau
+
+    @property
+    def interpolate_from_desired_state(self) -> bool:
+        """A new trajectory starts from the last command (else the measured state)."""
+        return self._from_desired
+
+    @property
+    def allow_trajectory_replacement(self) -> bool:
+        """A new trajectory is spliced into the running one (ros2_controllers 2026)."""
+        return self._replacement
 
     @property
     def positions(self) -> np.ndarray:
@@ -294,14 +341,30 @@ class TrajectoryFollower:
         """Make ``new`` the running trajectory at control cycle ``now``."""
         old = self._active
         if old is not None:
-            before_pos, before_vel = self._evaluate(old, now)
+            commanded_pos, commanded_vel = self._evaluate(old, now)
         else:
-            before_pos, before_vel = self._cmd_pos.copy(), self._cmd_vel.copy()
+            commanded_pos, commanded_vel = self._cmd_pos.copy(), self._cmd_vel.copy()
+        if self._from_desired:
+            before_pos, before_vel = commanded_pos, commanded_vel
+        else:
+            before_pos, before_vel = self._pos.copy(), self._vel.copy()
         # Joints missing from a partial goal hold their current command (JTC fill_partial_goal).
         missing = np.isnan(new.positions[0])
         if np.any(missing):
-            new.positions[:, missing] = before_pos[missing]
-        new.start = now if new.stamp == 0.0 else new.stamp
+            new.positions[:, missing] = commanded_pos[missing]
+        spliced = (
+            self._replacement
+            and old is not None
+            and len(old.times) > 1
+            and not np.any(missing)
+            and self._last_update is not None
+        )
+        own = len(new.times)  # the message's own points come last (after a splice's)
+        if spliced:
+            assert old is not None and self._last_update is not None
+            self._splice(old, new, now, self._last_update)
+        else:
+            new.start = now if new.stamp == 0.0 else new.stamp
         new.before_time = now
         new.before_positions = before_pos
         new.before_velocities = before_vel
@@ -311,28 +374,54 @@ class TrajectoryFollower:
                 now,
                 first=True,
                 positions=new.positions,
-                before=before_pos,
+                before=commanded_pos,
                 at=now,
                 ahead=new.positions[0],
-                old=(before_pos, before_vel),
-                new=(before_pos, before_vel),
+                old=(commanded_pos, commanded_vel),
+                new=(commanded_pos, commanded_vel),
                 old_speed=0.0,
             )
             return
-        ahead = np.flatnonzero(new.start + new.times >= now)
+        first_own = len(new.times) - own
+        ahead = first_own + np.flatnonzero(new.start + new.times[first_own:] >= now)
         k = int(ahead[0]) if ahead.size else len(new.times) - 1
         at = max(now, new.start + float(new.times[k]))
         self.measures.adopted(
             now,
             first=False,
             positions=new.positions,
-            before=before_pos,
+            before=commanded_pos,
             at=at,
             ahead=new.positions[k],
             old=self._evaluate(old, at),
             new=(new.positions[k], self._point_velocity(new, k)),
-            old_speed=float(np.max(np.abs(before_vel))),
+            old_speed=float(np.max(np.abs(commanded_vel))),
         )
+
+    def _splice(
+        self, old: AcceptedTrajectory, new: AcceptedTrajectory, now: float, cursor: float
+    ) -> None:
+        """``new`` spliced into ``old`` as ``blend_with_active_trajectory`` does (module
+        docstring): kept old points, the bridge, the new points, timed from ``now``."""
+        new_start = cursor + (new.stamp - now if new.stamp > now else 0.0)
+        bridge_pos, bridge_vel = self._evaluate(old, new_start)
+        old_times = old.start + old.times
+        keep = (old_times > cursor) & (old_times < new_start)
+        times = [old_times[keep] - cursor]
+        positions = [old.positions[keep]]
+        velocities = [old.velocities[keep]]
+        has_velocity = [old.has_velocity[keep]]
+        new_times = new_start + new.times - cursor
+        if new_start - cursor < new_times[0]:
+            times.append(np.array([new_start - cursor]))
+            positions.append(bridge_pos[None, :])
+            velocities.append(bridge_vel[None, :])
+            has_velocity.append(np.array([True]))
+        new.times = np.concatenate(times + [new_times])
+        new.positions = np.vstack(positions + [new.positions])
+        new.velocities = np.vstack(velocities + [new.velocities])
+        new.has_velocity = np.concatenate(has_velocity + [new.has_velocity])
+        new.start = now
 
     @staticmethod
     def _point_velocity(traj: AcceptedTrajectory, k: int) -> np.ndarray:

@@ -42,13 +42,13 @@ import numpy as np
 from websockets.exceptions import ConnectionClosed
 from websockets.frames import Close, CloseCode
 
+from relay_ros.logsafe import shorten
 from relay_ros.models import get_model
 from relay_ros.wire.codec import REPLY_LIMITS, CodecError, DecodeLimits, unpackb
 from relay_ros.wire.deadline import Deadline
 from relay_ros.wire.env import direct_enabled, parse_server_url, redact_url, resolve_url
 from relay_ros.wire.errors import OpenCancelled, PolicyServerError, RequestTimeout
 from relay_ros.wire.idle_servicer import DEFAULT_IDLE_POLL_S, IdleServicer
-from relay_ros.wire.logsafe import shorten
 from relay_ros.wire.metadata import read_metadata
 from relay_ros.wire.reply import Reply, decode_reply
 from relay_ros.wire.request_timing import RequestTiming, server_seconds

@@ -15,10 +15,10 @@ import dataclasses
 import threading
 from typing import TYPE_CHECKING, Any
 
-from relay_ros.models import UnknownModelError, family_of
+from relay_ros.logsafe import shorten
+from relay_ros.models import UnknownModelError, get_model
 from relay_ros.wire.codec import REPLY_LIMITS, CodecError, unpackb
 from relay_ros.wire.errors import PolicyServerError
-from relay_ros.wire.logsafe import shorten
 
 if TYPE_CHECKING:
     from relay_ros.wire.deadline import Deadline
@@ -95,7 +95,7 @@ def check_metadata(metadata: dict[str, Any], model: str, source: str = "server")
 def _family(model: Any) -> str:
     """`` (family pi)`` for a registered model ID, else nothing."""
     try:
-        return f" (family {family_of(model)})" if isinstance(model, str) else ""
+        return f" (family {get_model(model).family})" if isinstance(model, str) else ""
     except UnknownModelError:
         return ""
 

@@ -1,5 +1,5 @@
 """``Reply``: one request's result, and :func:`decode_reply`, which checks a reply
-against the model family before the client hands it out.
+against the model's wire format (:mod:`relay_ros.formats`) before the client hands it out.
 
 A reply is a msgpack map with ``actions`` (π0/π0.5: a 2-D float array; GR00T: a dict
 of float arrays, one per action group) or the protocol's error map; a text frame (an
@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from relay_ros.models import family_of
+from relay_ros.formats import format_for
+from relay_ros.logsafe import shorten
 from relay_ros.wire.codec import REPLY_LIMITS, CodecError, DecodeLimits, unpackb
 from relay_ros.wire.errors import PolicyServerError
-from relay_ros.wire.logsafe import shorten
 from relay_ros.wire.request_timing import RequestTiming
 
 __all__ = ["Reply", "decode_reply"]
@@ -60,10 +60,10 @@ class Reply:
 def decode_reply(
     model: str, message: bytes | str, limits: DecodeLimits = REPLY_LIMITS, source: str = "server"
 ) -> Reply:
-    """Decode one reply to an observation and check it against the model family.
+    """Decode one reply to an observation and check it against the model's wire format.
 
     Args:
-        model: the model ID the client asked for (its family fixes the action type).
+        model: the model ID the client asked for (its format fixes the action type).
         message: the received message.
         limits: decode bounds (size cap, objects, nesting, lengths).
         source: who sent it, for error texts (a redacted URL).
@@ -103,23 +103,11 @@ def decode_reply(
 
 
 def _check_actions(model: str, actions: Any, url: str) -> None:
-    """Raise PolicyServerError unless ``actions`` has the model family's type:
-    π0/π0.5 a 2-D float array, GR00T a non-empty dict of float arrays."""
-    if family_of(model) == "groot":
-        if (
-            isinstance(actions, dict)
-            and actions
-            and all(
-                isinstance(key, str) and isinstance(value, np.ndarray) and value.dtype.kind == "f"
-                for key, value in actions.items()
-            )
-        ):
-            return
-        expected = "a dict of float arrays, one per action group"
-    else:
-        if isinstance(actions, np.ndarray) and actions.ndim == 2 and actions.dtype.kind == "f":
-            return
-        expected = "a 2-D float array (action_horizon, action_dim)"
+    """Raise PolicyServerError unless ``actions`` has the type of the model's wire
+    format: π0/π0.5 a 2-D float array, GR00T a non-empty dict of float arrays."""
+    expected = format_for(model).check_actions(actions)
+    if expected is None:
+        return
     if isinstance(actions, np.ndarray):
         got = f"an array of shape {actions.shape} and dtype {actions.dtype}"
     else:

@@ -9,8 +9,19 @@ for position range, velocity and acceleration (with
 :func:`~relay_ros.pipeline.interpolation.segment_extremes`), and either accepts the
 trajectory, slows and clips it (``limits_mode`` clamp) or refuses it with a
 :class:`~relay_ros.pipeline.safety.Refusal` naming the joint, the segment, the value
-and the limit. Kept apart from the chunk checks because it judges the timed
-trajectory, not the chunk's values.
+and the limit. Chunks and holds pass the same check.
+
+**The default acceleration bound.** A URDF has no acceleration limits and ros2_control's
+``joint_limits`` has them only where ``has_acceleration_limits`` is set. Without one, the
+trajectory's own points are still bounded: from one point to the next a joint's speed
+may change by at most its velocity limit, i.e. the second differences of the points stay
+within ``max_velocity / dt`` (:attr:`MotionLimits.action_acceleration`; ``dt`` the action
+period). A policy that chatters (±0.015 rad alternating every 20 ms point: a 3 rad/s swing,
+450 rad/s² on the controller's cubic) is refused, while a policy's starts, stops, turns
+and the chunk switches pass: the reference policies' chunks (flow and visual, every
+model, every smoothing of ``bench/motion.py``) change speed by at most 0.84 of the
+velocity limit per point (docs/node.md). Where an acceleration limit is set, it bounds
+every cubic segment the controller runs, from its current state to the last point.
 """
 
 from __future__ import annotations
@@ -33,8 +44,11 @@ class MotionLimits:
     """Each trajectory column's limits: position range, largest speed and acceleration.
 
     ``lower``/``upper`` may be infinite (a continuous joint); ``max_velocity`` is
-    finite and > 0; ``max_acceleration`` is ``inf`` where none is set. Build it with
-    :meth:`from_joint_limits`.
+    finite and > 0; ``max_acceleration`` is ``inf`` where none is set.
+    ``action_acceleration`` bounds the second differences of the points (module
+    docstring) and the stop of a hold: ``max_acceleration`` where set, else the
+    default ``max_velocity / dt`` (``inf`` when built without ``dt``). Build it
+    with :meth:`from_joint_limits`.
     """
 
     names: tuple[str, ...]
@@ -42,11 +56,14 @@ class MotionLimits:
     upper: np.ndarray
     max_velocity: np.ndarray
     max_acceleration: np.ndarray
+    action_acceleration: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.names)
+        if self.action_acceleration is None:
+            object.__setattr__(self, "action_acceleration", self.max_acceleration)
         arrays = {}
-        for label in ("lower", "upper", "max_velocity", "max_acceleration"):
+        for label in ("lower", "upper", "max_velocity", "max_acceleration", "action_acceleration"):
             value = np.array(getattr(self, label), dtype=np.float64).reshape(-1)
             if value.shape != (n,) or np.isnan(value).any():
                 raise SafetyError(f"motion limits: {label} must be {n} numbers, got {value}")
@@ -54,36 +71,49 @@ class MotionLimits:
             arrays[label] = value
         if not (np.isfinite(arrays["max_velocity"]).all() and (arrays["max_velocity"] > 0).all()):
             raise SafetyError(f"motion limits: max_velocity {arrays['max_velocity']} must be > 0")
-        if not (arrays["max_acceleration"] > 0).all():
-            raise SafetyError(
-                f"motion limits: max_acceleration {arrays['max_acceleration']} must be > 0"
-            )
+        for label in ("max_acceleration", "action_acceleration"):
+            if not (arrays[label] > 0).all():
+                raise SafetyError(f"motion limits: {label} {arrays[label]} must be > 0")
         object.__setattr__(self, "names", tuple(self.names))
         for label, value in arrays.items():
             object.__setattr__(self, label, value)
 
     @classmethod
     def from_joint_limits(
-        cls, limits: Mapping[str, JointLimit], joints: Sequence[str]
+        cls, limits: Mapping[str, JointLimit], joints: Sequence[str], *, dt: float | None = None
     ) -> MotionLimits:
-        """The limits of ``joints`` (the trajectory's columns, in order).
+        """The limits of ``joints`` (the trajectory's columns, in order); ``dt``, the
+        action period in seconds, gives joints without an acceleration limit the
+        default bound ``max_velocity / dt`` on the points' second differences.
 
         Raises:
-            SafetyError: A joint without an entry in ``limits``.
+            SafetyError: A joint without an entry in ``limits``, or ``dt`` <= 0.
         """
+        if dt is not None and not (math.isfinite(dt) and dt > 0.0):
+            raise SafetyError(f"motion limits: dt {dt!r} must be a finite number of seconds > 0")
         missing = [joint for joint in joints if joint not in limits]
         if missing:
             raise SafetyError(
                 f"no joint limits for joints {missing}; every commanded joint needs them"
             )
         chosen = [limits[joint] for joint in joints]
+        max_velocity = np.array([limit.max_velocity for limit in chosen])
+        max_acceleration = np.array([limit.max_acceleration for limit in chosen])
+        default = max_velocity / dt if dt is not None else np.full(len(chosen), math.inf)
         return cls(
             tuple(joints),
             np.array([limit.min_position for limit in chosen]),
             np.array([limit.max_position for limit in chosen]),
-            np.array([limit.max_velocity for limit in chosen]),
-            np.array([limit.max_acceleration for limit in chosen]),
+            max_velocity,
+            max_acceleration,
+            np.where(np.isfinite(max_acceleration), max_acceleration, default),
         )
+
+    @property
+    def stop_acceleration(self) -> np.ndarray:
+        """The largest acceleration a hold may command on its stop (per column)."""
+        assert self.action_acceleration is not None
+        return self.action_acceleration
 
 
 @dataclass(frozen=True, eq=False)
@@ -178,6 +208,36 @@ def _violations(
                 f"{limits.max_acceleration[j]:.4f}/s^2",
             )
         )
+    # The points' own second differences: the default bound where no acceleration
+    # limit is set (module docstring); implied by the cubic check where one is.
+    action = limits.action_acceleration
+    assert action is not None
+    if positions.shape[0] >= 3 and np.isfinite(action).any():
+        secants = np.diff(positions, axis=0) / np.diff(tfs)[:, None]
+        spans = 0.5 * (tfs[2:] - tfs[:-2])
+        change = np.abs(np.diff(secants, axis=0)) / spans[:, None]
+        ratio = change / action
+        if float(ratio.max()) > 1.0 + _LIMIT_SLACK:
+            i, j = (int(v) for v in np.unravel_index(int(np.argmax(ratio)), ratio.shape))
+            if np.isfinite(limits.max_acceleration[j]):
+                bound = f"its acceleration limit {action[j]:.4f}/s^2"
+            else:
+                bound = (
+                    f"the default bound {action[j]:.1f}/s^2 (its velocity limit "
+                    f"{limits.max_velocity[j]:.4f}/s per action period; no acceleration "
+                    "limit is set)"
+                )
+            found.append(
+                _Violation(
+                    float(ratio[i, j]),
+                    "acceleration",
+                    i + 2,
+                    j,
+                    f"joint {names[j]!r} would change speed from {secants[i, j]:.3f}/s to "
+                    f"{secants[i + 1, j]:.3f}/s at point {i + 1} (t = {tfs[i + 1]:.3f} s): "
+                    f"{change[i, j]:.1f}/s^2 between its points, more than {bound}",
+                )
+            )
     # The first segment starts where the controller is, which may be outside a range
     # (a gripper measured a hair past its limit): from there it may only move inwards.
     lower = np.broadcast_to(limits.lower, ext.lowest.shape).copy()

@@ -1,11 +1,15 @@
-"""The trajectories the streaming core sends: one per output controller, plus ``~/preview``.
+"""The trajectories the gate sends: one per output controller, plus ``~/preview``.
 
 A :class:`~relay_ros.pipeline.publication.Publication` (a chunk) becomes one
 :class:`TrajectoryMessage` per output controller with that controller's columns and
 joints, and one on ``~/preview`` with every commanded joint; in dry run the
 per-controller messages go to ``~/preview`` too and nothing reaches a controller. A
-hold becomes one single-point message per controller (zero velocity). The node
-turns each into a ``trajectory_msgs/JointTrajectory``.
+hold (:mod:`~relay_ros.pipeline.gate.stops`) becomes one single-point message per
+controller, zero velocity, **stamped zero**: joint_trajectory_controller starts a
+zero-stamped trajectory on its first control cycle after the message arrives, from
+its own state then, and never rejects it as ending in the past, however late it
+arrives (docs/node.md, "Holds"). The node turns each into a
+``trajectory_msgs/JointTrajectory``.
 """
 
 from __future__ import annotations
@@ -19,10 +23,10 @@ import numpy as np
 from relay_ros.pipeline.publication import Publication
 from relay_ros.pipeline.trajectory import TrajectoryPoints, build_points, format_t_obs
 
-__all__ = ["HOLD_TIME_S", "TrajectoryMessage", "chunk_messages", "hold_messages"]
+__all__ = ["HOLD_STAMP", "TrajectoryMessage", "chunk_messages", "hold_messages"]
 
-#: time_from_start of the single point of a hold trajectory, at least one control period.
-HOLD_TIME_S = 0.1
+#: ``header.stamp`` of every hold: zero, "start on the first control cycle after arrival".
+HOLD_STAMP = 0.0
 
 
 @dataclass(frozen=True, eq=False)
@@ -79,20 +83,19 @@ def chunk_messages(
 
 
 def hold_messages(
-    position: np.ndarray, outputs: Sequence[Output], *, dt: float, now: float, dry_run: bool
+    position: np.ndarray, outputs: Sequence[Output], *, duration: float, dry_run: bool
 ) -> list[TrajectoryMessage]:
-    """One single-point message per output that holds ``position`` (all commanded
-    joints, in output order), reached ``max(dt, HOLD_TIME_S)`` after ``now``."""
-    # Reach the hold point over a few cycles, not one: a message that arrives a
-    # little late must not already "end in the past" for the controller.
-    tfs = np.array([max(dt, HOLD_TIME_S)])
+    """One single-point message per output that stops at ``position`` (all commanded
+    joints, in output order) ``duration`` seconds after the controller takes it,
+    stamped :data:`HOLD_STAMP`."""
+    tfs = np.array([float(duration)])
     messages = []
     column = 0
     for output in outputs:
         width = len(output.joints)
         positions = position[column : column + width].reshape(1, width)
         column += width
-        points = TrajectoryPoints(positions, np.zeros_like(positions), tfs, float(now))
+        points = TrajectoryPoints(positions, np.zeros_like(positions), tfs, HOLD_STAMP)
         target = None if dry_run else output.name
         messages.append(TrajectoryMessage(target, "", tuple(output.joints), points))
     return messages

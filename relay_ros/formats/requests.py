@@ -1,6 +1,10 @@
-"""Request checks of the reference server: what each model accepts, per the protocol.
+"""The request checks every wire format's server side shares (the reference server's).
 
-Pure functions over decoded frames. Two kinds of failure:
+Each format (:mod:`relay_ros.formats`) checks its own observation layout with these
+pieces: the common keys (``prompt``, ``session_id``, ``seed``), ``sampling_params``
+(the LoRA adapter), the ``action_prefix`` extension, finite arrays and π-style
+frames (HxWx3 arrays or JPEG bytes). Pure functions over decoded frames. Two kinds
+of failure:
 
 - :class:`ObservationError` carries an *internal* detail ("state has shape (31,) ...")
   that the server logs; the client only ever receives ``Internal inference error``,
@@ -11,9 +15,9 @@ Pure functions over decoded frames. Two kinds of failure:
 A frame that is not a msgpack map is not handled here: the app answers
 ``Invalid request payload`` before calling these checks.
 
-Messages quote client values through :func:`relay_ros.wire.logsafe.shorten`, so a
+Messages quote client values through :func:`relay_ros.logsafe.shorten`, so a
 huge value never makes a huge log line. JPEG frames are measured from their header
-(:func:`jpeg_size`) before they are decoded: a few hundred bytes can declare a
+(:func:`relay_ros.image_size.jpeg_size`) before they are decoded: a few hundred bytes can declare a
 16000 x 16000 image, and frames over :data:`MAX_JPEG_PIXELS` are refused undecoded.
 """
 
@@ -25,12 +29,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import cv2
 import numpy as np
 
-from relay_ros.pipeline.images import MAX_FRAME_PIXELS, jpeg_size
-from relay_ros.server.embodiment import Embodiment
-from relay_ros.wire.logsafe import shorten
+from relay_ros.image_size import MAX_FRAME_PIXELS, jpeg_size
+from relay_ros.logsafe import shorten
 
 __all__ = [
     "INTERNAL_ERROR",
@@ -44,10 +46,12 @@ __all__ = [
     "PREFIX_KEYS",
     "PrefixKeys",
     "check_action_prefix",
+    "check_frame",
     "check_sampling_params",
+    "common_fields",
+    "finite_array",
     "jpeg_size",
-    "validate_groot",
-    "validate_pi",
+    "prefix_fields",
 ]
 
 INTERNAL_ERROR = "Internal inference error"
@@ -185,7 +189,7 @@ def check_action_prefix(obs: Mapping[str, Any], *, width: int, horizon: int) -> 
         if given:
             raise ObservationError(f"{given} without action_prefix")
         return PrefixKeys()
-    prefix = _finite_state(obs["action_prefix"], "action_prefix")
+    prefix = finite_array(obs["action_prefix"], "action_prefix")
     if prefix.ndim != 2 or prefix.shape[1] != width or not 1 <= prefix.shape[0] <= horizon:
         raise ObservationError(
             f"action_prefix has shape {prefix.shape}; "
@@ -199,12 +203,20 @@ def check_action_prefix(obs: Mapping[str, Any], *, width: int, horizon: int) -> 
     return PrefixKeys(prefix, steps, delay, execute)
 
 
-def _fields(keys: PrefixKeys) -> tuple[Any, ...]:
-    """The `Request` fields of the prefix keys, in field order."""
+def prefix_fields(keys: PrefixKeys) -> tuple[Any, ...]:
+    """The :class:`Request` fields of the prefix keys, in field order."""
     return (keys.action_prefix, keys.committed_steps, keys.inference_delay, keys.execute_horizon)
 
 
-def _common(obs: Mapping[str, Any], needs_session_id: bool) -> tuple[str, str | None, int | None]:
+def common_fields(
+    obs: Mapping[str, Any], needs_session_id: bool
+) -> tuple[str, str | None, int | None]:
+    """``prompt``, ``session_id`` and ``seed`` of ``obs``, checked.
+
+    Raises:
+        ObservationError: a value of the wrong type, a session id too long, or none
+            where the server needs one.
+    """
     prompt = obs.get("prompt", "")
     if not isinstance(prompt, str):
         raise ObservationError(f"prompt is {type(prompt).__name__}; expected str")
@@ -246,7 +258,7 @@ def _as_array(value: Any) -> np.ndarray:
             raise ValueError(str(exc)) from exc
 
 
-def _finite_state(value: Any, what: str) -> np.ndarray:
+def finite_array(value: Any, what: str) -> np.ndarray:
     try:
         arr = _as_array(value)
     except (ValueError, TypeError) as exc:
@@ -259,7 +271,7 @@ def _finite_state(value: Any, what: str) -> np.ndarray:
     return arr
 
 
-def _check_frame(key: str, frame: Any) -> None:
+def check_frame(key: str, frame: Any) -> None:
     """A π0/π0.5 frame: HxWx3 uint8, HxWx3 float in [0, 1], or JPEG bytes."""
     if isinstance(frame, (bytes, bytearray, memoryview)):
         data = bytes(frame)
@@ -275,6 +287,8 @@ def _check_frame(key: str, frame: Any) -> None:
                 f"camera {shorten(key, 80)}: JPEG declares {declared[1]}x{declared[0]} pixels; "
                 f"at most {MAX_JPEG_PIXELS} pixels are decoded"
             )
+        import cv2  # OpenCV only where a JPEG is decoded: the client never needs it
+
         decoded = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
         if decoded is None:
             raise ObservationError(f"camera {key!r}: JPEG bytes could not be decoded")
@@ -308,127 +322,3 @@ def _check_frame(key: str, frame: Any) -> None:
             f"camera {key!r} float values span [{low}, {high}]; expected [0, 1] "
             "(divide uint8 pixels by 255 or send uint8)"
         )
-
-
-def validate_pi(
-    obs: Mapping[str, Any],
-    *,
-    action_dim: int,
-    camera_keys: Sequence[str],
-    max_cameras: int,
-    needs_session_id: bool,
-    adapters: Sequence[str],
-    prefix_horizon: int | None = None,
-) -> Request:
-    """Check a π0/π0.5 observation.
-
-    ``prefix_horizon`` (the action horizon) turns on the ``action_prefix`` checks;
-    None (the extension not advertised) ignores those keys.
-
-    Raises:
-        ObservationError: the model cannot run on it (detail for the log).
-        PublicRequestError: bad ``sampling_params.lora``.
-    """
-    lora, scale = check_sampling_params(obs.get("sampling_params"), adapters)
-    prompt, session_id, seed = _common(obs, needs_session_id)
-    images = obs.get("images")
-    if not isinstance(images, Mapping):
-        raise ObservationError(
-            f"images is {type(images).__name__}; expected a map of camera key -> frame"
-        )
-    unknown = [k for k in images if k not in camera_keys]
-    if unknown:
-        raise ObservationError(
-            f"camera key {shorten(unknown[0], 80)} is not one of {list(camera_keys)!r}"
-        )
-    if not images:
-        raise ObservationError(f"no camera frames; expected at least one of {list(camera_keys)!r}")
-    if len(images) > max_cameras:
-        raise ObservationError(f"{len(images)} cameras; at most {max_cameras} allowed")
-    for key, frame in images.items():
-        _check_frame(key, frame)
-    if "state" not in obs:
-        raise ObservationError(f"observation has no state; expected float32 ({action_dim},)")
-    state = _finite_state(obs["state"], "state")
-    if state.shape not in ((action_dim,), (1, action_dim)):
-        raise ObservationError(
-            f"state has shape {state.shape}; expected ({action_dim},) or (1, {action_dim})"
-        )
-    keys = (
-        check_action_prefix(obs, width=action_dim, horizon=prefix_horizon)
-        if prefix_horizon is not None
-        else PrefixKeys()
-    )
-    return Request(state.reshape(-1), prompt, session_id, seed, lora, scale, images, *_fields(keys))
-
-
-def validate_groot(
-    obs: Mapping[str, Any],
-    *,
-    embodiment: Embodiment,
-    needs_session_id: bool,
-    adapters: Sequence[str],
-    prefix_horizon: int | None = None,
-) -> Request:
-    """Check a GR00T observation against ``embodiment``.
-
-    ``prefix_horizon`` as in `validate_pi`; the prefix is flat, action groups
-    concatenated in ``action_keys`` order.
-
-    Raises:
-        ObservationError: the model cannot run on it (detail for the log).
-        PublicRequestError: bad ``sampling_params.lora``.
-    """
-    lora, scale = check_sampling_params(obs.get("sampling_params"), adapters)
-    prompt, session_id, seed = _common(obs, needs_session_id)
-    video = obs.get("video")
-    if not isinstance(video, Mapping):
-        raise ObservationError(
-            f"video is {type(video).__name__}; expected a map of {list(embodiment.video_keys)!r}"
-        )
-    if set(video) != set(embodiment.video_keys):
-        raise ObservationError(
-            f"video keys {shorten(sorted(video, key=str))} differ from the embodiment's "
-            f"{list(embodiment.video_keys)!r}"
-        )
-    for key, frame in video.items():
-        if isinstance(frame, (bytes, bytearray, memoryview)):
-            raise ObservationError(f"video {key!r} is {len(frame)} bytes; GR00T takes raw arrays")
-        if (
-            not isinstance(frame, np.ndarray)
-            or frame.dtype != np.uint8
-            or frame.ndim != 4
-            or frame.shape[0] != 1
-            or frame.shape[3] != 3
-            or 0 in frame.shape
-        ):
-            desc = (
-                f"{frame.dtype} {frame.shape}"
-                if isinstance(frame, np.ndarray)
-                else type(frame).__name__
-            )
-            raise ObservationError(f"video {key!r} is {desc}; expected (1, H, W, 3) uint8")
-    state = obs.get("state")
-    if not isinstance(state, Mapping):
-        raise ObservationError(
-            f"state is {type(state).__name__}; expected a map of {embodiment.state_keys!r}"
-        )
-    if set(state) != set(embodiment.state_keys):
-        raise ObservationError(
-            f"state keys {shorten(sorted(state, key=str))} differ from the embodiment's "
-            f"{list(embodiment.state_keys)!r}"
-        )
-    parts = []
-    for key, width in embodiment.state_groups:
-        group = _finite_state(state[key], f"state {key!r}")
-        if group.shape != (1, width):
-            raise ObservationError(f"state {key!r} has shape {group.shape}; expected (1, {width})")
-        parts.append(group.reshape(-1))
-    keys = (
-        check_action_prefix(obs, width=embodiment.action_dim, horizon=prefix_horizon)
-        if prefix_horizon is not None
-        else PrefixKeys()
-    )
-    return Request(
-        np.concatenate(parts), prompt, session_id, seed, lora, scale, video, *_fields(keys)
-    )
