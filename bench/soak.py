@@ -32,8 +32,10 @@ second sample on (the first is taken while it still imports).
 ``--sim-arm`` soaks the simulated arm instead: ``sim_arm`` as its console script runs
 it (a subprocess, default parameters: arm and gripper controllers, 100 Hz), sent a
 10-point trajectory on each controller 4 times a second (as policy_node streams
-chunks) from a node in this process, its RSS sampled every 10 s; the growth per
-minute from the 30 s sample on, and the trajectories it accepted.
+chunks) from a node in this process. The soak starts when sim_arm publishes its first
+metrics (it has imported and built its node); its RSS is sampled every 10 s: the
+growth over the soak and per minute from the 60 s sample on, and the trajectories it
+accepted.
 """
 
 from __future__ import annotations
@@ -260,9 +262,15 @@ def sim_arm_soak(duration_s: float) -> str:
     executor = SingleThreadedExecutor()
     executor.add_node(node)
     samples: list[tuple[float, float]] = []
-    started = time.monotonic()
-    next_sample = started
     try:
+        up_by = time.monotonic() + 300.0
+        while not accepted:  # sim_arm is up: its first metrics came
+            if arm.poll() is not None or time.monotonic() > up_by:
+                raise RuntimeError("sim_arm did not start (no ~/metrics within 300 s)")
+            executor.spin_once(timeout_sec=0.05)
+        sent[0] = 0
+        started = time.monotonic()
+        next_sample = started
         while (now := time.monotonic()) - started < duration_s:
             if arm.poll() is not None:
                 raise RuntimeError(f"sim_arm exited with {arm.returncode}")
@@ -277,13 +285,13 @@ def sim_arm_soak(duration_s: float) -> str:
         executor.shutdown()
         node.destroy_node()
         rclpy.shutdown()
-    steady = [(t, rss) for t, rss in samples if t >= 30.0]
+    steady = [(t, rss) for t, rss in samples if t >= 60.0] or samples
     (t0, r0), (t1, r1) = steady[0], steady[-1]
     rows = [
         ("run", f"{duration_s:.0f} s, {sent[0]} trajectories sent per controller (4/s)"),
         ("accepted (sim_arm ~/metrics)", ", ".join(f"{k}: {v}" for k, v in accepted.items())),
-        ("sim_arm RSS", _growth(samples, 30.0)),
-        ("growth from 30 s on", f"{(r1 - r0) / (t1 - t0) * 60:+.2f} MiB/min"),
+        ("sim_arm RSS", _growth(samples, 60.0)),
+        ("growth from 60 s on", f"{(r1 - r0) / max(t1 - t0, 1e-9) * 60:+.2f} MiB/min"),
     ]
     width = max(len(name) for name, _ in rows)
     lines = [f"| {'sim_arm soak'.ljust(width)} | value |", f"|{'-' * (width + 2)}|-------|"]
