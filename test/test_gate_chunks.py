@@ -359,11 +359,16 @@ def test_the_default_bound_and_an_acceleration_limit_where_set() -> None:
     assert not np.isfinite(MotionLimits.from_joint_limits(limits, ("a",)).action_acceleration[0])
 
 
+@pytest.mark.parametrize("smoothing", ["auto", "prefix"])
 @pytest.mark.parametrize("model", ["pi05", "pi0", "groot"])
-def test_the_reference_policy_passes_the_default_bound(model: str) -> None:
-    """The visual reference policy with the server's prefix, through the node's core on
-    the synthetic clock, as bench/motion.py runs it: no chunk is refused."""
-    result = run_streaming_loop(LoopRun(model=model, smoothing="prefix", duration_s=4.0))
+def test_the_reference_policy_passes_the_default_bound(model: str, smoothing: str) -> None:
+    """The visual reference policy through the node's core on the synthetic clock, as
+    bench/motion.py runs it, on a server like the seeds' (the default smoothing) and on
+    one with the action_prefix extension (the server's prefix): no chunk is refused."""
+    run = LoopRun(
+        model=model, smoothing=smoothing, server_prefix=smoothing == "prefix", duration_s=4.0
+    )
+    result = run_streaming_loop(run)
     assert result.refusals == 0
     assert result.startup.refusals == 0
 
