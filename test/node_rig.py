@@ -79,13 +79,24 @@ def spinning(*executors: Executor) -> Iterator[list[threading.Thread]]:
 
 @contextlib.contextmanager
 def watched_controllers(
-    context: Any, model: str, topics: list[str], joint_states_topic: str = "/joint_states"
+    context: Any,
+    model: str,
+    topics: list[str],
+    joint_states_topic: str = "/joint_states",
+    *,
+    sim_time: bool = False,
+    from_desired_state: bool = True,
 ) -> Iterator[VelocityChecker]:
     """A velocity checker fed by a node of its own (spun on a thread while the block
     runs) with every trajectory on ``topics``, the arm measured from
     ``joint_states_topic`` at each message's header stamp: for a loop whose nodes a
-    test does not build (the demo, a replay)."""
-    node = Node(f"controller_watch_{next(_COUNTER)}", context=context)
+    test does not build (the demo, a replay: ``sim_time``, on its /clock).
+    ``from_desired_state``: the controller's ``interpolate_from_desired_state``
+    (:class:`~trajectory_checker.VelocityChecker`)."""
+    overrides = [Parameter("use_sim_time", value=True)] if sim_time else []
+    node = Node(
+        f"controller_watch_{next(_COUNTER)}", context=context, parameter_overrides=overrides
+    )
     latest: dict[str, float] = {}
     measured_at = [-math.inf]
     lock = threading.Lock()
@@ -99,7 +110,12 @@ def watched_controllers(
         with lock:
             return dict(latest), measured_at[0]
 
-    checker = VelocityChecker(robot_velocity_limits(model), measured, name=f"watch {topics}")
+    checker = VelocityChecker(
+        robot_velocity_limits(model),
+        measured,
+        name=f"watch {topics}",
+        from_desired_state=from_desired_state,
+    )
 
     def on_trajectory(topic: str, msg: JointTrajectory) -> None:
         if not msg.points or not set(msg.joint_names) <= set(measured()[0]):
@@ -109,7 +125,16 @@ def watched_controllers(
             [p.velocities if len(p.velocities) else [0.0] * positions.shape[1] for p in msg.points],
             dtype=float,
         )
-        checker.add(topic, list(msg.joint_names), stamp_of(msg), tfs_of(msg), positions, velocities)
+        arrived = node.get_clock().now().nanoseconds * 1e-9  # (a zero stamp starts then)
+        checker.add(
+            topic,
+            list(msg.joint_names),
+            stamp_of(msg),
+            tfs_of(msg),
+            positions,
+            velocities,
+            received=arrived,
+        )
 
     node.create_subscription(JointState, joint_states_topic, on_joints, 100)
     for topic in topics:
@@ -179,8 +204,9 @@ class Rig:
         n = next(_COUNTER)
         self.prefix = f"/rig{n}"
         self.node_name = f"policy_node_{n}"
-        # The node's /diagnostics status: named by its fully qualified name.
-        self.status_name = f"/{self.node_name}: policy"
+        # The node's /diagnostics statuses (policy, recording): named by its fully
+        # qualified name.
+        self.status_prefix = f"/{self.node_name}: "
         joints = GROOT_JOINTS if model == "groot" else PI_JOINTS
         self.joints = list(joints)
         self.state = np.array(state if state is not None else [0.1] * len(joints), dtype=float)
@@ -316,7 +342,7 @@ class Rig:
         self.feeder.create_subscription(JointTrajectory, topic, record, 10)
 
     def _on_diagnostics(self, msg: DiagnosticArray) -> None:
-        if any(status.name == self.status_name for status in msg.status):
+        if any(status.name.startswith(self.status_prefix) for status in msg.status):
             with self._lock:
                 self.received.diagnostics.append(msg)
 
@@ -443,7 +469,7 @@ class Rig:
         out = []
         for msg in arrays:
             for status in msg.status:
-                if status.name == self.status_name:
+                if status.name.startswith(self.status_prefix):
                     values: dict[str, Any] = {kv.key: kv.value for kv in status.values}
                     values["message"] = status.message
                     values["level"] = int.from_bytes(status.level, "little")

@@ -69,7 +69,9 @@ def test_a_glitching_joint_state_is_rejected_and_the_node_holds(ros_context, ser
         rig.joint_glitch = None
         first = wait_until(lambda: _joint2_first_points(rig), timeout=15)[0]
     assert held["level"] == 1
-    assert held["message"].startswith("holding position: joint states: joint 'joint2' is not ")
+    assert held["message"].startswith(
+        f"holding position: joint states on {rig.prefix}/joint_states: joint 'joint2' is not "
+    )
     assert "more than 3 x its velocity limit 2.5/s): rejected" in held["message"]
     assert "joint 'joint2' is not trusted" in still["message"]
     assert int(still["refusals"]) >= int(still["joint_samples_rejected"]) >= 200

@@ -126,9 +126,13 @@ def _replay(
 def reports(ros_context: Any, bags: dict[str, Path], out_dir: Path) -> dict[str, ReplayReport]:
     progress: list[Any] = []
     # What the node would have commanded (~/preview, a dry run) is checked against the
-    # robot's velocity limits as a controller would run it, from the recorded arm.
+    # robot's velocity limits as a controller would run it from the recorded arm, which
+    # went on with its recording whatever was previewed (a held preview included): a
+    # controller that starts each trajectory from the measured state.
     previews = [f"/replay_{storage}/preview" for storage in STORAGES]
-    with watched_controllers(ros_context, "pi05", previews, JOINT_TOPIC) as checker:
+    with watched_controllers(
+        ros_context, "pi05", previews, JOINT_TOPIC, sim_time=True, from_desired_state=False
+    ) as checker:
         out = {
             storage: _replay(
                 ros_context,
