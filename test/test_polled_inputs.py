@@ -147,6 +147,9 @@ def test_the_clock_rate_puts_a_system_age_on_the_node_clock() -> None:
     rate.observe(1.7e9 + 0.2, system_now=1010.11)
     rate.observe(1.7e9 + 0.4, system_now=1010.21)
     assert rate.rate() == pytest.approx(2.0)
+    # Not on a simulated clock: the node clock is the system clock, rate exactly 1.
+    rate.observe(1.7e9 + 0.6, system_now=1010.31, simulated=False)
+    assert rate.rate() == 1.0
 
 
 def test_depth_one_keeps_only_the_newest_message(ros_context) -> None:

@@ -535,7 +535,7 @@ class PolicyWiring:
         self._priority.apply()  # the first tick only
         self._ticks += 1
         now = self._now()
-        self._clock_rate.observe(now)
+        self._clock_rate.observe(now, simulated=self._node.get_clock().ros_time_is_active)
         while True:
             try:
                 kind, payload = self._events.get_nowait()

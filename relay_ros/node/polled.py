@@ -88,8 +88,17 @@ class ClockRate:
     def __init__(self) -> None:
         self._samples: deque[tuple[float, float]] = deque()  # (system s, node s)
 
-    def observe(self, node_now: float, system_now: float | None = None) -> None:
-        """The node clock reads ``node_now`` at ``system_now`` (default: now)."""
+    def observe(
+        self, node_now: float, system_now: float | None = None, *, simulated: bool = True
+    ) -> None:
+        """The node clock reads ``node_now`` at ``system_now`` (default: now).
+
+        ``simulated``: whether the node clock is a simulated one (``use_sim_time``);
+        when it is not, it is the system clock and the rate is exactly 1 (two clock
+        reads a preemption apart would make it seem otherwise on a loaded machine)."""
+        if not simulated:
+            self._samples.clear()
+            return
         system = time.time() if system_now is None else system_now
         if self._samples:
             last_system, last_node = self._samples[-1]
