@@ -92,3 +92,16 @@ def test_the_default_beats_sync_smoothly_without_the_prefix_extension() -> None:
         assert default.task.median_m < sync.task.median_m
         assert default.jerk_rms < broker.jerk_rms
         assert default.switches.c0_p95_over_step < 1.0
+
+
+def test_a_splice_that_needs_its_limiter_keeps_to_the_default_bound_between_points() -> None:
+    """Seed 1 at 300 ms, the arm 40 ms behind: one switch's fade (0.8 rad over 0.46 s)
+    was too fast for the velocity limit, so the splice's limiter ran at 2/3 of it and,
+    without an acceleration limit, turned in one step onto the chunk coming the other
+    way (-1.67 to +0.86 rad/s, 126.5 rad/s^2): the publication check's default bound on
+    the points' second differences (125 rad/s^2) refused it. The splice holds to the
+    check it is published through, that bound included: nothing is refused."""
+    result = run_streaming_loop(
+        LoopRun(latency_s=0.3, tracking_lag_s=0.04, seed=1, duration_s=10.0)
+    )
+    assert result.refusals == 0, result.refusal_reasons

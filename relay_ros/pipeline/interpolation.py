@@ -20,6 +20,9 @@ depends on the velocities published with them. This module holds both sides:
 - :func:`segment_extremes`: the exact largest speed, acceleration and position
   range of every cubic segment, what :func:`relay_ros.pipeline.gate.motion.check_motion`
   holds against the joint limits.
+- :class:`ControllerTrajectory` (:func:`hermite_state`): a trajectory as the
+  controller samples it, from the state it had at the stamp through the points with
+  their velocities, the last point held after its end.
 
 Plain NumPy; times in seconds, positions in rad or m.
 """
@@ -31,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = [
+    "ControllerTrajectory",
     "SegmentExtremes",
     "TrajectoryError",
     "finite_difference_velocities",
@@ -189,3 +193,87 @@ def hermite_state(
     if np.ndim(t) == 0:
         return position[0], velocity[0], acceleration[0]
     return position, velocity, acceleration
+
+
+@dataclass(frozen=True, eq=False)
+class ControllerTrajectory:
+    """A trajectory as joint_trajectory_controller samples it (:func:`hermite_state`).
+
+    Attributes:
+        times: (M,) increasing seconds: the stamp, then each point's time.
+        positions: (M, J) the state at the stamp, then the points.
+        velocities: (M, J) the velocity at the stamp, then the points' (the node's
+            published velocities).
+    """
+
+    times: np.ndarray
+    positions: np.ndarray
+    velocities: np.ndarray
+
+    def __post_init__(self) -> None:
+        times = np.array(self.times, dtype=np.float64).reshape(-1)
+        positions = np.array(self.positions, dtype=np.float64)
+        velocities = np.array(self.velocities, dtype=np.float64)
+        if (
+            positions.ndim != 2
+            or positions.shape[0] != times.shape[0]
+            or velocities.shape != positions.shape
+            or times.size == 0
+        ):
+            raise TrajectoryError(
+                f"a controller trajectory needs (M,), (M, J), (M, J) arrays with M >= 1, got "
+                f"{times.shape}, {positions.shape}, {velocities.shape}"
+            )
+        if (np.diff(times) <= 0.0).any():
+            raise TrajectoryError("a controller trajectory's times must strictly increase")
+        for name, value in (("times", times), ("positions", positions), ("velocities", velocities)):
+            value.setflags(write=False)
+            object.__setattr__(self, name, value)
+
+    @classmethod
+    def published(
+        cls,
+        stamp: float,
+        start: np.ndarray,
+        start_velocity: np.ndarray,
+        positions: np.ndarray,
+        time_from_start: np.ndarray,
+    ) -> ControllerTrajectory:
+        """A trajectory published at ``stamp`` that the controller starts from ``start``
+        moving at ``start_velocity``: ``positions`` (N, J) at ``stamp +
+        time_from_start`` with the node's velocities
+        (:func:`finite_difference_velocities`)."""
+        points = np.asarray(positions, dtype=np.float64)
+        tfs = np.asarray(time_from_start, dtype=np.float64)
+        return cls(
+            np.concatenate(([float(stamp)], float(stamp) + tfs)),
+            np.vstack((np.asarray(start, dtype=np.float64)[None, :], points)),
+            np.vstack(
+                (
+                    np.asarray(start_velocity, dtype=np.float64)[None, :],
+                    finite_difference_velocities(points, tfs),
+                )
+            ),
+        )
+
+    @classmethod
+    def standing(cls, at: float, position: np.ndarray) -> ControllerTrajectory:
+        """A controller that stands at ``position`` from ``at`` on."""
+        point = np.asarray(position, dtype=np.float64).reshape(1, -1)
+        return cls(np.array([float(at)]), point, np.zeros_like(point))
+
+    @property
+    def end_time(self) -> float:
+        """The last point's time (s); the controller stands at it after."""
+        return float(self.times[-1])
+
+    def shifted(self, offset: np.ndarray) -> ControllerTrajectory:
+        """The same motion moved by ``offset`` (J,) in position."""
+        return ControllerTrajectory(
+            self.times, self.positions + np.asarray(offset, dtype=np.float64), self.velocities
+        )
+
+    def state(self, t: np.ndarray | float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Position, velocity and acceleration at ``t`` (a time: (J,) each; K times:
+        (K, J) each), as the controller samples them (:func:`hermite_state`)."""
+        return hermite_state(self.times, self.positions, self.velocities, t)
