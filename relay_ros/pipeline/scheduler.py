@@ -401,10 +401,17 @@ class ChunkScheduler:
         pending = self._take_pending(publication, "commit")
         if self._current is not None:
             self._stall_s += max(0.0, publication.stamp - self._current.publication.end_time)
-        # The next switch joins what was published (smoothed, maybe clamped).
+        # The next switch joins what was published (smoothed, maybe clamped, its ends
+        # re-timed): each row the published point at its time, where there is one.
         chunk = pending.chunk.copy()
-        rows = publication.first_index + len(publication.positions)
-        chunk[publication.first_index : rows] = publication.positions[: self._cfg.horizon]
+        dt = self._cfg.dt
+        row_times = publication.origin + dt * np.arange(chunk.shape[0], dtype=np.float64)
+        times = publication.times
+        index = np.rint((row_times - times[0]) / dt).astype(np.int64)
+        inside = (index >= 0) & (index < len(times))
+        index = np.clip(index, 0, len(times) - 1)
+        inside &= np.abs(times[index] - row_times) < 1e-6
+        chunk[inside] = publication.positions[index[inside]]
         chunk.setflags(write=False)
         self._current = _Active(chunk, publication)
 

@@ -9,7 +9,9 @@
 
 then, optionally, seeded chunk-to-chunk variation (`relay_ros.server.chunk_noise`)
 and prefix conditioning (`relay_ros.server.action_prefix`), in that order, so the
-committed prefix is reproduced exactly whatever the noise.
+committed prefix is reproduced exactly whatever the noise; last, the robot's speed and
+acceleration (`relay_ros.server.motion_bounds`: the visual plan's 1.6 rad/s unless
+others are given).
 
 `SyntheticPolicy`: each chunk integrates an autonomous joint-space flow from the observed state, so
 action 0 is the state, the arm visibly moves, and the next chunk, started from
@@ -50,6 +52,7 @@ from relay_ros.formats.requests import Request
 from relay_ros.server.action_prefix import apply_prefix
 from relay_ros.server.action_prefix import soft_steps as soft_window
 from relay_ros.server.chunk_noise import ChunkNoise
+from relay_ros.server.motion_bounds import VISUAL_MAX_SPEED, MotionBounds
 
 __all__ = ["POLICY_KINDS", "FlowParams", "ReferencePolicy", "SyntheticPolicy"]
 
@@ -183,6 +186,8 @@ class ReferencePolicy:
         noise: chunk-to-chunk variation (None = none).
         soft_steps: cross-fade after an action prefix (None: from the request,
             `relay_ros.server.action_prefix.soft_steps`).
+        bounds: the speed and acceleration of the robot the chunks are for (None: the
+            visual plan's `VISUAL_MAX_SPEED`, the flow's none).
 
     Raises:
         ValueError: an unknown kind, or a bad horizon or rate.
@@ -196,10 +201,14 @@ class ReferencePolicy:
         control_hz: float,
         noise: ChunkNoise | None = None,
         soft_steps: int | None = None,
+        bounds: MotionBounds | None = None,
     ) -> None:
         if kind not in POLICY_KINDS:
             raise ValueError(f"policy kind {kind!r} is not one of {list(POLICY_KINDS)}")
         self.kind = kind
+        if bounds is None:
+            bounds = MotionBounds((VISUAL_MAX_SPEED,)) if kind == "visual" else MotionBounds()
+        self.bounds = bounds
         self.dt = 1.0 / float(control_hz)
         self.noise = noise
         self.soft_steps = soft_steps
@@ -262,8 +271,7 @@ class ReferencePolicy:
             if window is None:
                 window = soft_window(request.execute_horizon, len(plan))
             plan = apply_prefix(plan, prefix, committed, window)
-        if self._visual is not None:
-            plan = self._visual.limit_speed(plan, committed if prefix is not None else 0)
+        plan = self.bounds.apply(plan, committed if prefix is not None else 0, self.dt)
         return np.asarray(plan, dtype=np.float32)
 
 

@@ -90,30 +90,15 @@ class VisualParams:
         max_speed_rad_s: speed limit of joints 1-2 (rad/s).
         home_s: time constant of the other joints' return to 0 (s).
         min_pixels: fewest red pixels that count as "target in view".
-        max_output_speed_rad_s: fastest any joint moves between two actions of a
-            reply, noise and the prefix's cross-fade included (`limit_speed`): a
-            policy trained on a robot's demonstrations stays within what the robot
-            can do. 1.6 rad/s keeps the controller's cubic segments (at most 1.5x
-            the secant next to them) at 2.4 rad/s, under the simulated arm's 2.5
-            rad/s (config/sim_arm.urdf, joints 1-4).
+
+    The reply's speed (noise and the prefix's cross-fade included) is bounded
+    afterwards, as the robot's (:mod:`~relay_ros.server.motion_bounds`).
     """
 
     approach_s: float = 0.2
     max_speed_rad_s: float = 1.2
     home_s: float = 1.0
     min_pixels: int = 6
-    max_output_speed_rad_s: float = 1.6
-
-
-def limit_speed(chunk: np.ndarray, first: int, max_step: float) -> np.ndarray:
-    """``chunk`` (H, D) with every row from ``first`` on at most ``max_step`` per
-    column from the row before it (rows before ``first`` are kept exactly: the
-    committed actions of a prefix); a new float64 array. A row the limit holds back
-    catches up with the rows after it as fast as the limit allows."""
-    out = np.array(chunk, dtype=np.float64)
-    for i in range(max(1, int(first)), out.shape[0]):
-        out[i] = out[i - 1] + np.clip(out[i] - out[i - 1], -max_step, max_step)
-    return out
 
 
 def crop_letterbox(frame: np.ndarray) -> np.ndarray:
@@ -242,11 +227,6 @@ class VisualPolicy:
                 heading = self.arm.heading(q1, q2)
                 estimates[role] = self.world.wrist.to_world(pixel, ee, heading, w, h)
         return estimates.get("wrist", estimates.get("base"))
-
-    def limit_speed(self, chunk: np.ndarray, first: int) -> np.ndarray:
-        """``chunk`` with no joint faster than ``max_output_speed_rad_s`` between two
-        actions from row ``first`` on (`limit_speed`)."""
-        return limit_speed(chunk, first, self.params.max_output_speed_rad_s * self.dt)
 
     def chunk(
         self,

@@ -57,7 +57,8 @@ from relay_ros.pipeline.streaming import StreamingCore
 from relay_ros.pipeline.trajectory import parse_t_obs
 from relay_ros.server.chunk_noise import ChunkNoise
 from relay_ros.server.metadata import build_metadata
-from relay_ros.server.synthetic import ReferencePolicy
+from relay_ros.server.motion_bounds import MotionBounds
+from relay_ros.server.synthetic import POLICY_KINDS, ReferencePolicy
 from relay_ros.sim.controller_measures import BoundaryStep
 from relay_ros.sim.link_profiles import LinkProfile, get_profile
 from relay_ros.sim.motion_measures import SwitchSummary, jerk_rms, switch_summary
@@ -115,6 +116,12 @@ class LoopRun:
             checks (velocity limits and ``max_joint_step`` out of reach): the
             reference that shows what smoothing removes, since with the checks a
             jump is refused and becomes a hold, which has no jerk. Never a node setting.
+        node_parameters: policy_node parameters on top of config/<model>.yaml, by
+            name, as a params file gives them (e.g.
+            ``("joint_limits.joint1.has_acceleration_limits", True)``).
+        policy: The reference server's plan, ``"visual"`` or ``"flow"``.
+        policy_bounds: The reference policy's speed and acceleration (the robot's:
+            ``relay-policy-server --max-speed/--max-acceleration``); None: its default.
     """
 
     model: str = "pi05"
@@ -136,8 +143,13 @@ class LoopRun:
     interpolate_from_desired_state: bool = True
     allow_trajectory_replacement: bool = False
     unchecked: bool = False
+    node_parameters: tuple[tuple[str, Any], ...] = ()
+    policy: str = "visual"
+    policy_bounds: MotionBounds | None = None
 
     def __post_init__(self) -> None:
+        if self.policy not in POLICY_KINDS:
+            raise ValueError(f"policy {self.policy!r} is not one of {list(POLICY_KINDS)}")
         if self.smoothing not in SMOOTHING_CHOICES:
             raise ValueError(
                 f"smoothing {self.smoothing!r} is not one of {list(SMOOTHING_CHOICES)}"
@@ -213,15 +225,17 @@ class LoopRunResult:
         return float(np.median(ages)) if ages.size else None
 
 
-def model_config(model: str) -> NodeConfig:
+def model_config(model: str, parameters: tuple[tuple[str, Any], ...] = ()) -> NodeConfig:
     """policy_node's configuration from ``config/<model>.yaml`` (its first node's
-    ``ros__parameters``, node defaults for the rest), as the node would resolve it."""
+    ``ros__parameters``, node defaults for the rest) with ``parameters`` on top, as the
+    node would resolve it."""
     path = config_file(f"{model}.yaml")
     with open(path, encoding="utf-8") as stream:
         data = yaml.safe_load(stream)
     for entry in data.values() if isinstance(data, dict) else ():
         if isinstance(entry, dict) and isinstance(entry.get("ros__parameters"), dict):
             given = flatten_parameters(entry["ros__parameters"])
+            given.update(dict(parameters))
             return config_from_parameters(given, default_config_dir=config_dir)
     raise ValueError(f"parameter file {str(path)!r} has no 'ros__parameters' section")
 
@@ -265,7 +279,7 @@ class _Loop:
 
     def __post_init__(self) -> None:
         r = self.run
-        base = model_config(r.model)
+        base = model_config(r.model, r.node_parameters)
         changes: dict[str, Any] = {"request_mode": r.request_mode, "smoothing": r.smoothing}
         if r.execute_horizon is not None:
             changes["execute_horizon"] = r.execute_horizon
@@ -302,10 +316,11 @@ class _Loop:
         }
         self.sources = {k: LatestFrame() for k in self.keys}
         self.policy = ReferencePolicy(
-            "visual",
+            r.policy,
             action_horizon=horizon,
             control_hz=1.0 / self.dt,
             noise=ChunkNoise(scale=r.chunk_noise),
+            bounds=r.policy_bounds,
         )
         self.link: LinkProfile | None = get_profile(r.link) if r.link else None
         self.followers = {

@@ -74,13 +74,14 @@ class CommandedMotion:
         start_velocity: np.ndarray,
         positions: np.ndarray,
         time_from_start: np.ndarray,
+        velocities: np.ndarray | None = None,
     ) -> None:
         """An accepted trajectory: from ``start`` moving at ``start_velocity`` at
         ``stamp`` through ``positions`` (N, J) at ``stamp + time_from_start``, with
-        the velocities the node publishes with them."""
+        the ``velocities`` the node publishes with them (default: the monotone rule)."""
         self._frozen_velocity = None
         self._trajectory = ControllerTrajectory.published(
-            stamp, start, start_velocity, positions, time_from_start
+            stamp, start, start_velocity, positions, time_from_start, velocities
         )
 
     def freeze(self, at: float, position: np.ndarray, velocity: np.ndarray) -> None:

@@ -175,6 +175,7 @@ class Gate:
                 verdict.start_velocity,
                 accepted.positions,
                 accepted.time_from_start,
+                accepted.velocities,
             )
         if verdict.note is not None:
             self.clamped += 1

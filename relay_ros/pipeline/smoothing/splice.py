@@ -54,6 +54,7 @@ from typing import ClassVar
 import numpy as np
 
 from relay_ros.pipeline.gate.motion import MotionLimits, check_motion
+from relay_ros.pipeline.gate.retiming import braked_tail
 from relay_ros.pipeline.interpolation import ControllerTrajectory, finite_difference_velocities
 from relay_ros.pipeline.smoothing.switch import Smoothed, Smoothing, Switch, changed_rows
 
@@ -92,11 +93,14 @@ def within_limits(
     limits: MotionLimits,
 ) -> bool:
     """Whether the trajectory the controller runs from ``(start, start_velocity)`` at
-    time 0 through ``positions`` at ``time_from_start`` (with the node's velocities)
-    passes the publication check's motion check
-    (:func:`~relay_ros.pipeline.gate.motion.check_motion`): every joint's position
-    range, velocity and acceleration limit, and the default bound on the points'
-    second differences."""
+    time 0 through ``positions`` at ``time_from_start`` passes the publication check's
+    motion check (:func:`~relay_ros.pipeline.gate.motion.check_motion`): every joint's
+    position range, velocity and acceleration limit, and the default bound on the
+    points' second differences; with its tail braked as the gate publishes it where a
+    joint has an acceleration limit (:func:`~relay_ros.pipeline.gate.retiming.braked_tail`)."""
+    braked = braked_tail(positions, time_from_start, limits)
+    if braked is not None:
+        positions, time_from_start = braked
     return check_motion(start, positions, time_from_start, limits, start_velocity=start_velocity).ok
 
 
@@ -158,12 +162,15 @@ def _limited(
     )
     target = np.clip(positions, limits.lower, limits.upper)
     out = np.empty_like(target)
-    previous, secant, t_previous = start.copy(), np.clip(start_velocity, -speed, speed), 0.0
+    previous, secant, t_previous = start.copy(), np.asarray(start_velocity, float), 0.0
     for j in range(target.shape[0]):
         h = float(tfs[j] - t_previous)
         wanted = (target[j] - previous) / h
         wanted = np.clip(wanted, secant - change * h, secant + change * h)
-        secant = np.clip(wanted, -speed, speed)
+        # Down to the speed budget no faster than the change allows: a controller
+        # moving faster than it at the stamp slows down, it does not jump.
+        bound = np.maximum(speed, np.abs(secant) - change * h)
+        secant = np.clip(wanted, -bound, bound)
         previous = np.clip(previous + secant * h, limits.lower, limits.upper)
         out[j] = previous
         t_previous = float(tfs[j])
@@ -212,7 +219,11 @@ def splice_positions(
     if limits is None or within_limits(p0, v0, out, tfs, limits):
         return out
     if len(tfs) > 1 and not within_limits(
-        rows[0], finite_difference_velocities(rows, tfs)[0], rows[1:], tfs[1:] - tfs[0], limits
+        rows[0],
+        finite_difference_velocities(rows, tfs, limits.centred)[0],
+        rows[1:],
+        tfs[1:] - tfs[0],
+        limits,
     ):
         return out  # the chunk itself is over the limits: for the publication check
     limited = out
