@@ -29,7 +29,7 @@ from relay_ros.pipeline.interpolation import (
 )
 from relay_ros.pipeline.joint_limits import JointLimit
 from relay_ros.pipeline.publication import Publication
-from relay_ros.server.motion_bounds import MotionBounds
+from relay_ros.server.policy_robot import PolicyRobot
 from relay_ros.sim.streaming_loop import LoopRun, run_streaming_loop
 
 DT = 0.02
@@ -212,7 +212,7 @@ def test_the_reference_policies_stream_under_acceleration_limits(
         policy=policy,
         chunk_noise=noise,
         node_parameters=_acceleration_parameters(joints, ACCELERATION),
-        policy_bounds=MotionBounds((1.6,), (0.3 * ACCELERATION,)),
+        policy_robot=PolicyRobot((1.6,), (0.3 * ACCELERATION,)),
     )
     result = run_streaming_loop(run)
     assert result.startup.refusals == 0

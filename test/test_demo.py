@@ -338,6 +338,14 @@ def test_server_command():
     ]  # fmt: skip
     prefix = server_command("pi05", policy=DemoPolicy(smoothing="prefix"))
     assert prefix[-1] == "--action-prefix"
+    # A layout's server moves like that layout's robot (config/droid.yaml: a Franka,
+    # 2.175 rad/s, joint 4 in -3.07..-0.07, the gripper in 0..1), not the simulated arm.
+    droid = server_command("pi05", policy=DemoPolicy(layout="droid"))
+    assert droid[droid.index("--layout") :] == [
+        "--layout", "droid",
+        "--max-speed=1.392,1.392,1.392,1.392,1.6704,1.6704,1.6704,1.28",
+        "--rest-pose=0,0,0,-1.5708,0,1.8675,0,0.5",
+    ]  # fmt: skip
     with pytest.raises(DemoArgumentError) as info:
         server_command("pi05", jitter_ms=float("inf"))
     assert str(info.value) == "jitter_ms inf is not a finite number of ms >= 0"

@@ -8,6 +8,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from relay_ros.server.policy_robot import VISUAL_MAX_SPEED, PolicyRobot
 from relay_ros.sim.streaming_loop import LoopRun, _Loop, run_streaming_loop
 
 
@@ -105,3 +106,25 @@ def test_a_splice_that_needs_its_limiter_keeps_to_the_default_bound_between_poin
         LoopRun(latency_s=0.3, tracking_lag_s=0.04, seed=1, duration_s=10.0)
     )
     assert result.refusals == 0, result.refusal_reasons
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", ["droid", "aloha"])
+def test_a_layout_demo_streams_without_refusals(layout: str) -> None:
+    """``make demo LAYOUT=droid`` (and ``aloha``) as the node runs it: the layout's
+    config, camera map and wire format, the reference server told the layout's robot
+    (relay_ros.sim.robot.policy_robot: its speed and rest pose). Before, the server's
+    policy moved like the simulated arm: 1.6 rad/s secants, run by the controller's
+    cubics at up to 2.4 rad/s against the Franka's 2.175 ("joint1 at 2.39/s"), and its
+    idle joints relaxed towards 0, outside the Franka's joint 4 (-3.07..-0.07) and onto
+    the gripper's lower limit: both refused, run after run."""
+    base = LoopRun(layout=layout, duration_s=10.0, seed=0)
+    result = run_streaming_loop(base)
+    assert result.refusals == 0, result.refusal_reasons
+    assert result.startup.refusals == 0
+    assert result.stall_time_s == 0.0
+    if layout == "droid":
+        arm_as_simulated = run_streaming_loop(
+            dataclasses.replace(base, policy_robot=PolicyRobot((VISUAL_MAX_SPEED,)))
+        )
+        assert arm_as_simulated.refusals > 0

@@ -167,6 +167,14 @@ def build_parser() -> argparse.ArgumentParser:
         "value for the rest); default: none",
     )
     p.add_argument(
+        "--rest-pose",
+        type=_numbers,
+        default=(),
+        metavar="RAD[,RAD...]",
+        help="built-in policy: the robot's rest pose per action dimension (the last value "
+        "for the rest), where the plans keep what they do not move; default 0",
+    )
+    p.add_argument(
         "--seed",
         type=int,
         help="seed the random streams of observations without a seed (reproducible runs)",
@@ -181,7 +189,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _numbers(text: str) -> tuple[float, ...]:
-    """``"1.6,1.6,1.28"`` as numbers (argparse's type: a bad one is a usage error)."""
+    """``"1.6,1.6,1.28"`` as numbers (argparse's type: a bad one is a usage error;
+    ``"-1.5,0"`` works too, though argparse needs ``--rest-pose=-1.5,0`` for it)."""
     try:
         values = tuple(float(part) for part in text.split(","))
     except ValueError:
@@ -230,6 +239,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         action_prefix=args.action_prefix,
         max_speed=args.max_speed,
         max_acceleration=args.max_acceleration,
+        rest_pose=args.rest_pose,
         seed=args.seed,
         max_sessions=args.max_sessions,
     )

@@ -14,7 +14,8 @@ than errors, as on a real robot:
   (from the state), gives a finer estimate; it wins when available.
 - **Plan**: inverse kinematics to the estimate, then a first-order approach with a
   speed limit for joints 1-2 (time constant ``approach_s``, at most
-  ``max_speed_rad_s``); every other dimension relaxes to 0 (``home_s``). Action 0 is
+  ``max_speed_rad_s``); every other dimension relaxes to the robot's rest pose, 0
+  unless given (``home_s``; `relay_ros.server.policy_robot`). Action 0 is
   the start (the state, or where the committed actions of an action prefix end),
   action ``i`` is for ``t_obs + i / control_hz``. No target in view: hold still.
 - **Approach side** (a sampled mode, as a multi-modal VLA has them): the approach
@@ -92,7 +93,7 @@ class VisualParams:
         min_pixels: fewest red pixels that count as "target in view".
 
     The reply's speed (noise and the prefix's cross-fade included) is bounded
-    afterwards, as the robot's (:mod:`~relay_ros.server.motion_bounds`).
+    afterwards, as the robot's (:mod:`~relay_ros.server.policy_robot`).
     """
 
     approach_s: float = 0.2
@@ -238,6 +239,7 @@ class VisualPolicy:
         turn: float = 0.0,
         side: int = 1,
         committed: np.ndarray | None = None,
+        rest: np.ndarray | None = None,
     ) -> np.ndarray:
         """One chunk ``(H, action_dim)`` float32 from the state and the frames by camera key.
 
@@ -250,12 +252,18 @@ class VisualPolicy:
             side: The sampled side of the turn (+1 or -1).
             committed: Committed actions (rows, action space) ending at ``start``:
                 when they show a side (`approach_side`), it replaces ``side``.
+            rest: The robot's rest pose (action space) the other dimensions relax
+                to; default 0.
         """
         width = state.shape[0] if action_dim is None else action_dim
         observed = _widened(state, width)
         begin = observed if start is None else _widened(start, width)
         out = np.empty((self.action_horizon, begin.size), dtype=np.float64)
-        out[:, 2:] = begin[2:] * self._home_decay
+        if rest is None:
+            out[:, 2:] = begin[2:] * self._home_decay
+        else:
+            home = _widened(np.asarray(rest, dtype=np.float64), width)[2:]
+            out[:, 2:] = home + (begin[2:] - home) * self._home_decay
         target = self.locate(observed, images)
         if target is None:
             out[:, :2] = begin[:2]

@@ -57,11 +57,12 @@ from relay_ros.pipeline.streaming import StreamingCore
 from relay_ros.pipeline.trajectory import parse_t_obs
 from relay_ros.server.chunk_noise import ChunkNoise
 from relay_ros.server.metadata import build_metadata
-from relay_ros.server.motion_bounds import MotionBounds
+from relay_ros.server.policy_robot import PolicyRobot
 from relay_ros.server.synthetic import POLICY_KINDS, ReferencePolicy
 from relay_ros.sim.controller_measures import BoundaryStep
 from relay_ros.sim.link_profiles import LinkProfile, get_profile
 from relay_ros.sim.motion_measures import SwitchSummary, jerk_rms, switch_summary
+from relay_ros.sim.robot import policy_robot, resting_position
 from relay_ros.sim.task import TaskMeasures, task_measures
 from relay_ros.sim.trajectory_command import TrajectoryCommand
 from relay_ros.sim.trajectory_follower import DEFAULT_TRACKING_LAG_S, TrajectoryFollower
@@ -70,7 +71,13 @@ from relay_ros.wire.codec import packb
 from relay_ros.wire.connection import InferOutcome
 from relay_ros.world import World
 
-__all__ = ["DEFAULT_TRACKING_LAG_S", "LoopRun", "LoopRunResult", "StartUp", "run_streaming_loop"]
+__all__ = [
+    "DEFAULT_TRACKING_LAG_S",
+    "LoopRun",
+    "LoopRunResult",
+    "StartUp",
+    "run_streaming_loop",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -120,8 +127,12 @@ class LoopRun:
             name, as a params file gives them (e.g.
             ``("joint_limits.joint1.has_acceleration_limits", True)``).
         policy: The reference server's plan, ``"visual"`` or ``"flow"``.
-        policy_bounds: The reference policy's speed and acceleration (the robot's:
-            ``relay-policy-server --max-speed/--max-acceleration``); None: its default.
+        policy_robot: The robot the reference policy stands in for: speed,
+            acceleration, rest pose (``relay-policy-server --max-speed``,
+            ``--max-acceleration``, ``--rest-pose``); None: its default.
+        layout: An openpi layout (``droid``, ``aloha``): the server speaks it and the
+            node runs config/<layout>.yaml with its camera map, as ``make demo
+            LAYOUT=...``; None: the model's own format and config.
     """
 
     model: str = "pi05"
@@ -145,7 +156,8 @@ class LoopRun:
     unchecked: bool = False
     node_parameters: tuple[tuple[str, Any], ...] = ()
     policy: str = "visual"
-    policy_bounds: MotionBounds | None = None
+    policy_robot: PolicyRobot | None = None
+    layout: str | None = None
 
     def __post_init__(self) -> None:
         if self.policy not in POLICY_KINDS:
@@ -279,16 +291,20 @@ class _Loop:
 
     def __post_init__(self) -> None:
         r = self.run
-        base = model_config(r.model, r.node_parameters)
+        base = model_config(r.layout or r.model, r.node_parameters)
         changes: dict[str, Any] = {"request_mode": r.request_mode, "smoothing": r.smoothing}
         if r.execute_horizon is not None:
             changes["execute_horizon"] = r.execute_horizon
         if r.request_lead_s is not None:
             changes["request_lead_s"] = r.request_lead_s
-        self.format = format_for(r.model)
+        self.format = format_for(r.model, r.layout)
         self.embodiment = load_embodiment("so100") if self.format.needs_embodiment else None
         self.metadata = build_metadata(
-            r.model, embodiment=self.embodiment, action_prefix=r.server_prefix
+            r.model,
+            embodiment=self.embodiment,
+            # The seeds' extension: an openpi layout's server (like openpi's) has none.
+            action_prefix=r.server_prefix and r.layout is None,
+            layout=r.layout,
         )
         horizon = int(self.metadata["action_horizon"])
         if r.unchecked:
@@ -307,7 +323,9 @@ class _Loop:
             adapters=(),
             prefix_horizon=horizon if self.metadata.get("action_prefix") else None,
         )
-        cameras = load_model_camera_map(config_dir() / f"{r.model}_cameras.yaml", r.model)
+        cameras = load_model_camera_map(
+            config_dir() / f"{r.layout or r.model}_cameras.yaml", r.model, r.layout
+        )
         self.keys = [c.key for c in cameras]
         self.world = World(seed=r.seed)
         self.cameras = {
@@ -320,13 +338,14 @@ class _Loop:
             action_horizon=horizon,
             control_hz=1.0 / self.dt,
             noise=ChunkNoise(scale=r.chunk_noise),
-            bounds=r.policy_bounds,
+            # A layout's robot is not the simulated arm the policy knows (make demo).
+            robot=r.policy_robot or (policy_robot(self.config) if r.layout else None),
         )
         self.link: LinkProfile | None = get_profile(r.link) if r.link else None
         self.followers = {
             o.name: TrajectoryFollower(
                 list(o.joints),
-                [0.0] * len(o.joints),
+                [resting_position(self.config.joint_limits[j]) for j in o.joints],
                 name=o.name,
                 tracking_time_constant_s=r.tracking_lag_s,
                 interpolate_from_desired_state=r.interpolate_from_desired_state,
