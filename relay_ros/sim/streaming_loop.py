@@ -292,7 +292,13 @@ class _Loop:
     def __post_init__(self) -> None:
         r = self.run
         base = model_config(r.layout or r.model, r.node_parameters)
-        changes: dict[str, Any] = {"request_mode": r.request_mode, "smoothing": r.smoothing}
+        changes: dict[str, Any] = {
+            "request_mode": r.request_mode,
+            "smoothing": r.smoothing,
+            # The node is told what its controllers do (docs/node.md, "ros2_control
+            # settings"): where the check and the splice start a new trajectory.
+            "interpolate_from_desired_state": r.interpolate_from_desired_state,
+        }
         if r.execute_horizon is not None:
             changes["execute_horizon"] = r.execute_horizon
         if r.request_lead_s is not None:
