@@ -16,16 +16,19 @@ Plain Python.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 from relay_ros.node.node_config import NodeConfig
 from relay_ros.pipeline.joint_limits import JointLimit
-from relay_ros.server.policy_robot import VISUAL_MAX_SPEED, PolicyRobot
 
-__all__ = ["ACCELERATION_SHARE", "SPEED_SHARE", "policy_robot", "resting_position"]
+__all__ = ["ACCELERATION_SHARE", "SPEED_SHARE", "RobotMotion", "policy_robot", "resting_position"]
 
-#: The policy's speed bound over a joint's velocity limit: the simulated arm's 1.6 of
-#: 2.5 rad/s (the controller's monotone cubics peak at up to 1.5x their secant).
-SPEED_SHARE = VISUAL_MAX_SPEED / 2.5
+#: The policy's speed bound over a joint's velocity limit: the reference visual plan's
+#: 1.6 rad/s (``server.policy_robot.VISUAL_MAX_SPEED``) of the simulated arm's 2.5
+#: (the controller's monotone cubics peak at up to 1.5x their secant). Not imported
+#: from there: this module is imported by the demo's launch helpers, which must load
+#: without the server (and its websockets) when ROS's apt websockets is too old.
+SPEED_SHARE = 0.64
 #: The policy's acceleration bound over a joint's acceleration limit: the splice's
 #: fade may take up to half of it (test/test_acceleration_limits.py).
 ACCELERATION_SHARE = 0.3
@@ -40,7 +43,15 @@ def resting_position(limit: JointLimit) -> float:
     return 0.0 if lower + margin <= 0.0 <= upper - margin else (lower + upper) / 2.0
 
 
-def policy_robot(config: NodeConfig) -> PolicyRobot | None:
+class RobotMotion(NamedTuple):
+    """A ``PolicyRobot``'s fields (``server/policy_robot.py``), per action dimension."""
+
+    max_speed: tuple[float, ...]
+    max_acceleration: tuple[float, ...]
+    rest: tuple[float, ...]
+
+
+def policy_robot(config: NodeConfig) -> RobotMotion | None:
     """The robot ``config`` commands, as the reference policy's action dimensions see it
     (each output's ``dims``): per dimension :data:`SPEED_SHARE` of its joint's velocity
     limit, :data:`ACCELERATION_SHARE` of its acceleration limit where every joint has
@@ -67,4 +78,4 @@ def policy_robot(config: NodeConfig) -> PolicyRobot | None:
         speed.append(SPEED_SHARE * limit.max_velocity)
         acceleration.append(ACCELERATION_SHARE * limit.max_acceleration)
         rest.append(resting_position(limit))
-    return PolicyRobot(tuple(speed), tuple(acceleration) if bounded else (), tuple(rest))
+    return RobotMotion(tuple(speed), tuple(acceleration) if bounded else (), tuple(rest))

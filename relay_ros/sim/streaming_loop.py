@@ -345,7 +345,7 @@ class _Loop:
             control_hz=1.0 / self.dt,
             noise=ChunkNoise(scale=r.chunk_noise),
             # A layout's robot is not the simulated arm the policy knows (make demo).
-            robot=r.policy_robot or (policy_robot(self.config) if r.layout else None),
+            robot=r.policy_robot or self.layout_robot(),
         )
         self.link: LinkProfile | None = get_profile(r.link) if r.link else None
         self.followers = {
@@ -375,6 +375,12 @@ class _Loop:
             observation_timing=r.observation_timing,  # type: ignore[arg-type]
             timing=r.timing,
         )
+
+    def layout_robot(self) -> PolicyRobot | None:
+        """For a layout, the robot its config commands (the demo tells its server the
+        same); None: the reference policy's default, the simulated arm."""
+        motion = policy_robot(self.config) if self.run.layout else None
+        return None if motion is None else PolicyRobot(*motion)
 
     # ------------------------------------------------------------ the world
     def world_time(self, t: float | np.ndarray) -> Any:
