@@ -10,14 +10,15 @@ region ends). The server then returns a chunk that starts with the committed
 actions and blends into its own plan: real-time chunking (Black et al. 2025) over
 the wire.
 
-`committed_prefix` reads them from the `ChunkScheduler` that will publish the reply:
+`committed_prefix` reads them from the `ChunkScheduler` that will publish the reply
+and what the controllers follow:
 
-- **rows**: what the controller follows from ``t_obs`` on: the current publication
-  (as the controller samples it, ``ChunkScheduler.commanded_state``; its last point
-  held after its end), or, when nothing of
-  ours moves the arm (the first chunk after a start, a hold or a reset), the held
-  state; at least up to the end of the soft region (``committed_steps +
-  execute_horizon``) and the end of the current publication, at most ``H`` rows.
+- **rows**: what the controller follows from ``t_obs`` on: the gate's commanded
+  motion (``Gate.followed``, as the controller samples it; its last point held after
+  its end; in a dry run the arm standing where it was measured), or, when no chunk
+  of ours runs (the first chunk after a start, a hold or a reset), the held state;
+  at least up to the end of the soft region (``committed_steps + execute_horizon``)
+  and the end of the current publication, at most ``H`` rows.
   Rows beyond what is published repeat the last action (never zeros: a zero is a
   real position, lerobot #4454);
 - **committed_steps** ``d``: the first index the scheduler will keep when it
@@ -46,6 +47,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from relay_ros.pipeline.interpolation import ControllerTrajectory
 from relay_ros.pipeline.scheduler import TIME_EPS_S, ChunkScheduler
 
 __all__ = ["CommittedPrefix", "committed_prefix", "to_action_space"]
@@ -74,13 +76,14 @@ def committed_prefix(
     t_obs: float,
     held: np.ndarray,
     *,
+    followed: ControllerTrajectory | None,
     requested_at: float | None = None,
 ) -> CommittedPrefix:
     """The prefix for an observation at ``t_obs``, requested at ``requested_at``
     (default ``t_obs``; later when the observation shows its frames' moment: the
     scheduler's latencies count from the request); ``held`` (D,) is where the arm
     stands (the measured state of the commanded joints), used when nothing of ours
-    moves it."""
+    moves it; ``followed`` what the controllers follow (the gate's commanded motion)."""
     cfg = scheduler.config
     current = scheduler.current
     latency = scheduler.latencies.percentile(50.0)
@@ -93,13 +96,13 @@ def committed_prefix(
     committed = min(cfg.horizon, max(0, math.ceil((target - t_obs) / cfg.dt - 1e-9)))
     execute = scheduler.execute_horizon()
     wanted = min(cfg.horizon, max(committed + execute, 1))
-    if current is None:
+    if current is None or followed is None:
         rows = np.repeat(np.asarray(held, dtype=np.float64)[None, :], wanted, axis=0)
     else:
         covered = math.floor((current.end_time - t_obs) / cfg.dt + 1e-9) + 1
         count = min(cfg.horizon, max(wanted, covered))
         times = t_obs + np.arange(count, dtype=np.float64) * cfg.dt
-        rows = np.stack([scheduler.last_commanded(float(t)) for t in times])
+        rows = followed.state(times)[0]
     delay = math.ceil((reply - t_obs) / cfg.dt - 1e-9) if latency is not None else 0
     return CommittedPrefix(
         rows=rows.astype(np.float32),
@@ -115,13 +118,14 @@ def add_prefix_keys(
     t_obs: float,
     held: np.ndarray,
     *,
+    followed: ControllerTrajectory | None,
     requested_at: float,
     used_dims: Sequence[int],
     chunk_width: int,
 ) -> int:
     """Real-time chunking: add the ``action_prefix`` keys (:func:`committed_prefix`,
     in the server's action space) to ``observation``; returns ``committed_steps``."""
-    prefix = committed_prefix(scheduler, t_obs, held, requested_at=requested_at)
+    prefix = committed_prefix(scheduler, t_obs, held, followed=followed, requested_at=requested_at)
     observation["action_prefix"] = to_action_space(prefix.rows, used_dims, chunk_width)
     observation["committed_steps"] = prefix.committed_steps
     observation["inference_delay"] = prefix.inference_delay

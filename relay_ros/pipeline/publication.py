@@ -44,6 +44,10 @@ class Publication:
             the arm stood still between the observation and the publication, which
             is not skipped (a multiple of dt; 0 while the arm moved).
         memo: What the smoothing keeps for the next switch (``Smoothed.memo``).
+        velocities: (N, D) the velocities published with the points, set by the gate
+            once it knows where the controller starts them
+            (:func:`~relay_ros.pipeline.interpolation.published_velocities`); None:
+            the monotone rule of the points alone.
     """
 
     stamp: float
@@ -56,6 +60,7 @@ class Publication:
     blended: int = 0
     shift_s: float = 0.0
     memo: Any = None
+    velocities: np.ndarray | None = None
 
     @property
     def origin(self) -> float:

@@ -171,7 +171,7 @@ def scheduler_config(
         smoothing = make_smoothing(
             cfg.smoothing,
             server_prefix=spec.action_prefix,
-            limits=motion_limits(cfg),
+            limits=motion_limits(cfg, dt=1.0 / control_hz),
             blend_steps=cfg.blend_steps,
             execute_horizon=execute,
         )
@@ -199,15 +199,16 @@ def scheduler_config(
         raise StreamingConfigError(str(exc)) from None
 
 
-def motion_limits(cfg: StreamingSettings) -> MotionLimits | None:
-    """The commanded joints' limits in chunk columns, or None while some joint has
-    none (the core then publishes nothing)."""
+def motion_limits(cfg: StreamingSettings, *, dt: float | None = None) -> MotionLimits | None:
+    """The commanded joints' limits in chunk columns, with the default acceleration
+    bound of the action period ``dt`` (the gate's), or None while some joint has none
+    (the core then publishes nothing)."""
     limits = cfg.joint_limits
     joints = cfg.commanded_joints
     if not all(isinstance(limits.get(joint), JointLimit) for joint in joints):
         return None
     try:
-        return MotionLimits.from_joint_limits(cast(Mapping[str, JointLimit], limits), joints)
+        return MotionLimits.from_joint_limits(cast(Mapping[str, JointLimit], limits), joints, dt=dt)
     except SafetyError:
         return None
 

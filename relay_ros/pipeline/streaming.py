@@ -529,7 +529,14 @@ class StreamingCore:
             return
         # After the publication (it must not wait for the frames).
         hold = self._requests.run(
-            session, now, self._cfg, prompt=self._prompt, session_id=self._session_id
+            session,
+            now,
+            self._cfg,
+            prompt=self._prompt,
+            session_id=self._session_id,
+            followed=lambda: self._gate.followed(
+                now, self._cfg, measured=measured, measured_at=measured_at
+            ),
         )
         self._act(hold, now)
 

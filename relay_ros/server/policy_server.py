@@ -177,6 +177,7 @@ class PolicyServer:
                 action_horizon=int(meta["action_horizon"]),
                 control_hz=float(meta["control_hz"]),
                 noise=ChunkNoise(scale=opts.chunk_noise),
+                robot=opts.policy_robot,
             )
             self._validators[model] = self._make_validator(model, meta)
 

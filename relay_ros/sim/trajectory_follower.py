@@ -63,7 +63,12 @@ from relay_ros.sim.trajectory_command import (
     check_command,
 )
 
-__all__ = ["DEFAULT_TRACKING_LAG_S", "FollowerConfigError", "FollowerSample", "TrajectoryFollower"]
+__all__ = [
+    "DEFAULT_TRACKING_LAG_S",
+    "FollowerConfigError",
+    "FollowerSample",
+    "TrajectoryFollower",
+]
 
 logger = logging.getLogger(__name__)
 
