@@ -43,6 +43,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
 
@@ -89,7 +90,7 @@ def committed_prefix(
     takeover = reply
     if current is not None:
         takeover = max(takeover, current.switch_time - cfg.publish_early_s)
-    target = takeover + cfg.min_lead_s - TIME_EPS_S
+    target = takeover + cfg.effective_min_lead_s - TIME_EPS_S
     committed = min(cfg.horizon, max(0, math.ceil((target - t_obs) / cfg.dt - 1e-9)))
     execute = scheduler.execute_horizon()
     wanted = min(cfg.horizon, max(committed + execute, 1))
@@ -99,7 +100,8 @@ def committed_prefix(
         covered = math.floor((current.end_time - t_obs) / cfg.dt + 1e-9) + 1
         count = min(cfg.horizon, max(wanted, covered))
         times = t_obs + np.arange(count, dtype=np.float64) * cfg.dt
-        rows = np.stack([scheduler.last_commanded(float(t)) for t in times])
+        # Never None while a publication is current.
+        rows = np.stack([cast(np.ndarray, scheduler.last_commanded(float(t))) for t in times])
     delay = math.ceil((reply - t_obs) / cfg.dt - 1e-9) if latency is not None else 0
     return CommittedPrefix(
         rows=rows.astype(np.float32),
@@ -110,7 +112,7 @@ def committed_prefix(
 
 
 def add_prefix_keys(
-    observation: dict,
+    observation: dict[str, Any],
     scheduler: ChunkScheduler,
     t_obs: float,
     held: np.ndarray,
