@@ -44,6 +44,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -92,7 +93,7 @@ def committed_prefix(
     takeover = reply
     if current is not None:
         takeover = max(takeover, current.switch_time - cfg.publish_early_s)
-    target = takeover + cfg.min_lead_s - TIME_EPS_S
+    target = takeover + cfg.effective_min_lead_s - TIME_EPS_S
     committed = min(cfg.horizon, max(0, math.ceil((target - t_obs) / cfg.dt - 1e-9)))
     execute = scheduler.execute_horizon()
     wanted = min(cfg.horizon, max(committed + execute, 1))
@@ -113,7 +114,7 @@ def committed_prefix(
 
 
 def add_prefix_keys(
-    observation: dict,
+    observation: dict[str, Any],
     scheduler: ChunkScheduler,
     t_obs: float,
     held: np.ndarray,

@@ -195,7 +195,7 @@ class ChunkScheduler:
         else:
             measured = self.latencies.percentile(cfg.timing.lead_percentile)
             lead = adaptive_lead(measured, cfg.timing)
-        return max(0.0, min(lead, (cfg.horizon - 1) * cfg.dt - cfg.min_lead_s))
+        return max(0.0, min(lead, (cfg.horizon - 1) * cfg.dt - cfg.effective_min_lead_s))
 
     def execute_horizon(self) -> int:
         """E for the next publication: ``execute_horizon``, or with
@@ -485,7 +485,7 @@ class ChunkScheduler:
 
     def _first_index(self, t_obs: float, now: float) -> int:
         cfg = self._cfg
-        target = now + cfg.min_lead_s - TIME_EPS_S
+        target = now + cfg.effective_min_lead_s - TIME_EPS_S
         k = max(0, math.ceil((target - t_obs) / cfg.dt))
         while k > 0 and t_obs + (k - 1) * cfg.dt >= target:
             k -= 1

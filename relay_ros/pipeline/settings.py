@@ -90,7 +90,7 @@ class LiveSettings(Protocol):
     @property
     def lora_scale(self) -> float: ...
     @property
-    def joint_limits(self) -> Mapping[str, tuple[float, float]]: ...
+    def joint_limits(self) -> Mapping[str, JointLimit]: ...
     @property
     def limits_problem(self) -> str | None:
         """Why some commanded joint has no limits yet (waiting for the URDF), or None."""
@@ -208,7 +208,7 @@ def motion_limits(cfg: StreamingSettings, *, dt: float | None = None) -> MotionL
     if not all(isinstance(limits.get(joint), JointLimit) for joint in joints):
         return None
     try:
-        return MotionLimits.from_joint_limits(cast(Mapping[str, JointLimit], limits), joints, dt=dt)
+        return MotionLimits.from_joint_limits(limits, joints, dt=dt)
     except SafetyError:
         return None
 
@@ -216,9 +216,7 @@ def motion_limits(cfg: StreamingSettings, *, dt: float | None = None) -> MotionL
 def check_change(old: StreamingSettings, new: StreamingSettings) -> None:
     """Refuse a live change of ``old`` to ``new`` that touches a :data:`FIXED_SETTINGS`
     setting, or values the safety checks would reject (:func:`check_live_settings`)."""
-    fixed = [
-        name for name in FIXED_SETTINGS if getattr(new, name, None) != getattr(old, name, None)
-    ]
+    fixed = [name for name in FIXED_SETTINGS if getattr(new, name) != getattr(old, name)]
     if fixed:
         raise StreamingConfigError(
             f"{fixed} cannot change while the node runs; restart the node with the new values"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,7 +54,8 @@ class ServerOptions:
     Attributes:
         host: interface to bind.
         port: TCP port; 0 picks a free one (see :attr:`ServerHandle.port`).
-        models: model IDs served, each on ``/{model}``.
+        models: model IDs served, each on ``/{model}`` (default: every registered one,
+            :data:`~relay_ros.models.MODEL_IDS`, a live view).
         lora_adapters: adapter names accepted in ``sampling_params.lora``.
         latency_ms: simulated inference time added to every observation (ms).
         jitter_ms: uniform random extra in ``[-jitter_ms, +jitter_ms]`` (ms, total >= 0).
@@ -102,7 +103,7 @@ class ServerOptions:
 
     host: str = "127.0.0.1"
     port: int = 0
-    models: tuple[str, ...] = MODEL_IDS
+    models: Sequence[str] = MODEL_IDS
     lora_adapters: tuple[str, ...] = ()
     latency_ms: float = 0.0
     jitter_ms: float = 0.0

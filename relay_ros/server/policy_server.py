@@ -36,9 +36,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import numpy as np
-from websockets.asyncio.server import Request as HttpRequest
-from websockets.asyncio.server import Response, ServerConnection, serve
+from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
+from websockets.http11 import Request as HttpRequest
+from websockets.http11 import Response
 
 from relay_ros.formats import WireFormat, format_for
 from relay_ros.formats.embodiment import Embodiment, load_embodiment

@@ -239,10 +239,12 @@ class ReferencePolicy:
         arm could not have begun.
         """
         prefix, committed = request.action_prefix, request.committed_steps
-        noisy = self.noise is not None and self.noise.enabled
-        side = self.noise.sample_side(rng) if noisy else 1  # drawn even when pinned
-        held = prefix is not None and committed > 0 and _holds_still(prefix[:committed])
-        start = prefix[committed - 1] if held else request.state
+        noise = self.noise if self.noise is not None and self.noise.enabled else None
+        side = noise.sample_side(rng) if noise is not None else 1  # drawn even when pinned
+        held = None  # the committed rows when they hold still
+        if prefix is not None and committed > 0 and _holds_still(prefix[:committed]):
+            held = prefix[:committed]
+        start = held[-1] if held is not None else request.state
         rest = self.robot.rest_pose(action_dim) if self.robot.rest else None
         if self._visual is not None:
             plan = self._visual.chunk(
@@ -250,7 +252,7 @@ class ReferencePolicy:
                 request.images or {},
                 action_dim=action_dim,
                 start=start,
-                turn=self.noise.turn if noisy else 0.0,
+                turn=noise.turn if noise is not None else 0.0,
                 side=side,
                 committed=None if prefix is None else prefix[:committed],
                 rest=rest,
@@ -265,11 +267,11 @@ class ReferencePolicy:
                 action_dim=action_dim,
                 rest=rest,
             )
-        if held:
+        if held is not None:
             # The plan's action 0 is the last committed row: shift it there.
-            plan = np.vstack([prefix[: committed - 1], plan[: len(plan) - committed + 1]])
-        if noisy:
-            plan = self.noise.apply(plan, rng, self.dt)
+            plan = np.vstack([held[:-1], plan[: len(plan) - committed + 1]])
+        if noise is not None:
+            plan = noise.apply(plan, rng, self.dt)
             if self._visual is None:
                 start_row = np.asarray(start, dtype=np.float64).reshape(-1)
                 plan = keep_within(

@@ -53,18 +53,11 @@ CLAMP_WARNING_PERIOD_S = 5.0
 _STARTUP_KINDS = ("missing_input", "joint_states")
 
 
-def controller_model(settings: Any) -> ControllerModel:
-    """The :class:`ControllerModel` of ``settings`` (its defaults where they have none)."""
-    default = ControllerModel()
+def controller_model(settings: StreamingSettings) -> ControllerModel:
+    """The :class:`ControllerModel` of ``settings``."""
     return ControllerModel(
-        interpolate_from_desired_state=bool(
-            getattr(
-                settings, "interpolate_from_desired_state", default.interpolate_from_desired_state
-            )
-        ),
-        max_tracking_error=float(
-            getattr(settings, "max_tracking_error", default.max_tracking_error)
-        ),
+        interpolate_from_desired_state=bool(settings.interpolate_from_desired_state),
+        max_tracking_error=float(settings.max_tracking_error),
     )
 
 
@@ -154,7 +147,7 @@ class Gate:
             motion=motion,
             measured=measured,
             measured_at=measured_at,
-            limits_problem=getattr(settings, "limits_problem", None),
+            limits_problem=settings.limits_problem,
             controller=controller_model(settings),
             dt=scheduler.config.dt,
         )
