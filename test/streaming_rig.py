@@ -190,7 +190,7 @@ class CoreRig:
         # limits (not ones a test raised); conftest.py judges it when the test ends. The
         # state is brought up to date at every step, before the tick publishes.
         self.checker = VelocityChecker(
-            robot_velocity_limits(self.model),
+            robot_velocity_limits(self.layout or self.model),
             lambda: (dict(zip(self.joints, self.state.tolist())), self.now),
             name=f"CoreRig({self.model})",
             from_desired_state=bool(self.config.interpolate_from_desired_state),

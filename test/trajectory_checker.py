@@ -45,10 +45,10 @@ CHECKERS: list[VelocityChecker] = []
 Measured = tuple[Mapping[str, float], float]
 
 
-def robot_velocity_limits(model: str) -> dict[str, float]:
-    """Joint -> velocity limit of the simulated robot for ``model`` (config/<model>.yaml,
-    whose limits are the sim URDF's: test_sim_urdf.py)."""
-    shipped = yaml.safe_load((config_dir() / f"{model}.yaml").read_text())
+def robot_velocity_limits(config: str) -> dict[str, float]:
+    """Joint -> velocity limit of the simulated robot of ``config``, a model or a layout
+    (config/<config>.yaml; a model's limits are the sim URDF's: test_sim_urdf.py)."""
+    shipped = yaml.safe_load((config_dir() / f"{config}.yaml").read_text())
     limits = shipped["/**"]["ros__parameters"]["joint_limits"]
     return {joint: float(limit["max_velocity"]) for joint, limit in limits.items()}
 
