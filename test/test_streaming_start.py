@@ -50,7 +50,7 @@ def moving_policy(*, honour_prefix: bool) -> Any:
     return infer
 
 
-def started_rig(latency_s: float, prefix: bool) -> CoreRig:
+def started_rig(latency_s: float, prefix: bool, **overrides: Any) -> CoreRig:
     rig = CoreRig(
         latency_s=latency_s,
         policy=moving_policy(honour_prefix=prefix),
@@ -58,7 +58,7 @@ def started_rig(latency_s: float, prefix: bool) -> CoreRig:
         follow=True,
         # The reference server's prefix cross-fade steps up to 2.55 rad/s: over the
         # shipped 2.5 rad/s, which is not what these tests are about.
-        overrides={"joint_limits": velocity_limits("pi05", 5.0)},
+        overrides={"joint_limits": velocity_limits("pi05", 5.0), **overrides},
     )
     rig.connect()
     return rig
@@ -116,7 +116,8 @@ def test_first_chunk_after_start_hold_and_reset_joins_the_state(
 def test_without_the_join_the_first_point_would_jump_past_max_joint_step() -> None:
     # The instrument: the same world with the old latency compensation (skip the
     # actions before the first slot) refuses the first chunk at 200 ms.
-    rig = started_rig(0.2, prefix=False)
+    # (No ramp-in: the first point's time gives its slot.)
+    rig = started_rig(0.2, prefix=False, ramp_in_s=0.0)
     _, msg = first_chunk_after(rig, -1.0)
     slot = round((msg.points.stamp + msg.points.time_from_start[0] - rig.sent[0]) / 0.02)
     assert slot == 11

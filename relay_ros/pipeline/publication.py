@@ -8,10 +8,13 @@ weights of a cross-fade (:func:`smooth_weights`). Plain Python and NumPy.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from relay_ros.pipeline.ramp_in import RampIn
 
 __all__ = ["Publication", "chunk_at", "smooth_weights"]
 
@@ -42,8 +45,12 @@ class Publication:
             (:mod:`~relay_ros.pipeline.smoothing`).
         shift_s: how much later than ``t_obs + i*dt`` action ``i`` runs (s): the time
             the arm stood still between the observation and the publication, which
-            is not skipped (a multiple of dt; 0 while the arm moved).
+            is not skipped (a multiple of dt; 0 while the arm moved), plus the time a
+            ramp-in loses after the observation.
         memo: What the smoothing keeps for the next switch (``Smoothed.memo``).
+        ramp: The ramp-in whose stretched times these are
+            (:mod:`~relay_ros.pipeline.ramp_in`), None: the points run on the chunk's
+            own timeline.
     """
 
     stamp: float
@@ -56,12 +63,27 @@ class Publication:
     blended: int = 0
     shift_s: float = 0.0
     memo: Any = None
+    ramp: RampIn | None = None
 
     @property
     def origin(self) -> float:
         """When action 0 of the chunk runs on this publication's timeline (seconds):
-        ``t_obs + shift_s``; action ``i`` runs at ``origin + i*dt``."""
+        ``t_obs + shift_s``; action ``i`` runs at ``origin + i*dt`` (during a ramp-in,
+        later: at the stretched :attr:`times`; at ``origin + i*dt`` once it is over)."""
         return self.t_obs + self.shift_s
+
+    def delayed(self, delay_s: float) -> Publication:
+        """This publication ``delay_s`` seconds later as a whole: every point, the
+        switch, the timeline and its ramp-in move together."""
+        tfs = self.time_from_start + delay_s
+        tfs.setflags(write=False)
+        return dataclasses.replace(
+            self,
+            time_from_start=tfs,
+            switch_time=self.switch_time + delay_s,
+            shift_s=self.shift_s + delay_s,
+            ramp=None if self.ramp is None else self.ramp.delayed(delay_s),
+        )
 
     @property
     def times(self) -> np.ndarray:

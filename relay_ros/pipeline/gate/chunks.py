@@ -141,7 +141,7 @@ def check_publication(
         mode=cast(LimitsMode, limits_mode),
     )
     if result.refusal is not None and result.refusal.kind in ("velocity", "acceleration"):
-        later = _start_later(publication, start, start_velocity, limits)
+        later = _start_later(publication, start, start_velocity, limits, dt)
         if later is not None:
             delayed, ratio = later
             return PublicationVerdict(delayed, None, start, start_velocity, peak_speed_ratio=ratio)
@@ -165,6 +165,7 @@ def _start_later(
     start: np.ndarray,
     start_velocity: np.ndarray,
     limits: MotionLimits,
+    period: float | None = None,
 ) -> tuple[Publication, float] | None:
     """``publication`` delayed by the fewest whole slots (at most
     :data:`MAX_START_DELAY_SLOTS`) that let an arm standing at ``start`` reach its
@@ -176,26 +177,24 @@ def _start_later(
     chunk moves with its first point (``shift_s`` and the switch too), so the points
     keep their spacing and the next chunk joins the same timeline; a violation
     between two points of the chunk is not helped by a delay and is refused as is.
+    A slot is ``period`` (the action period; None: the first points' spacing, which
+    a ramp-in stretches).
     """
     if np.abs(start_velocity).max(initial=0.0) > 0.0:
         return None
     tfs = publication.time_from_start
-    dt = float(tfs[1] - tfs[0]) if len(tfs) > 1 else float(tfs[0])
+    dt = period or (float(tfs[1] - tfs[0]) if len(tfs) > 1 else float(tfs[0]))
     if not dt > 0.0:
         return None
     for slots in range(1, MAX_START_DELAY_SLOTS + 1):
-        delay = slots * dt
-        delayed_tfs = tfs + delay
+        delayed = publication.delayed(slots * dt)
         result = check_motion(
-            start, publication.positions, delayed_tfs, limits, start_velocity=start_velocity
+            start,
+            publication.positions,
+            delayed.time_from_start,
+            limits,
+            start_velocity=start_velocity,
         )
         if result.refusal is None:
-            delayed_tfs.setflags(write=False)
-            delayed = dataclasses.replace(
-                publication,
-                time_from_start=delayed_tfs,
-                switch_time=publication.switch_time + delay,
-                shift_s=publication.shift_s + delay,
-            )
             return delayed, result.peak_speed_ratio
     return None
