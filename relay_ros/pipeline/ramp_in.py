@@ -150,7 +150,3 @@ class RampIn:
     def delayed(self, delay_s: float) -> RampIn:
         """The same ramp ``delay_s`` later (a publication started later as a whole)."""
         return dataclasses.replace(self, start=self.start + delay_s)
-
-    def describe(self) -> str:
-        """One line for the logs: ``ramp-in over 0.5 s``."""
-        return f"ramp-in over {self.duration_s:g} s"
