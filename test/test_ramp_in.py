@@ -132,8 +132,11 @@ def test_the_scheduler_stretches_the_start_and_shifts_its_timeline():
     now = sched.publication_due
     second = sched.peek(now)
     assert second is not None and second.ramp is first.ramp
-    times = [real_time(nominal_clock(t_obs, 10.08) + i * DT, 10.08) for i in range(H)]
-    k = next(i for i in range(H) if times[i] >= now + DT - 1e-9)
+    # Its rows on the chunk timeline; the first published is the first one min_lead_s
+    # (one period) of chunk time ahead of now.
+    nominal = [nominal_clock(t_obs, 10.08) + i * DT for i in range(H)]
+    times = [real_time(n, 10.08) for n in nominal]
+    k = next(i for i in range(H) if nominal[i] >= nominal_clock(now, 10.08) + DT - 1e-9)
     assert second.first_index == k
     np.testing.assert_allclose(second.stamp + second.time_from_start, times[k:], atol=1e-12)
     # Wall-clock placement (without the lost time) would have dropped more rows.

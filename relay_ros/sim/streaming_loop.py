@@ -115,6 +115,9 @@ class LoopRun:
             checks (velocity limits and ``max_joint_step`` out of reach): the
             reference that shows what smoothing removes, since with the checks a
             jump is refused and becomes a hold, which has no jerk. Never a node setting.
+        ramp_in_s: The node's ``ramp_in_s``. 0 by default, not the node's 0.5 s: the
+            motion tables measure the switches, each run starting at full speed;
+            ``bench/ramp_in.py`` measures the gentle start on the same worlds.
     """
 
     model: str = "pi05"
@@ -136,6 +139,7 @@ class LoopRun:
     interpolate_from_desired_state: bool = True
     allow_trajectory_replacement: bool = False
     unchecked: bool = False
+    ramp_in_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.smoothing not in SMOOTHING_CHOICES:
@@ -266,7 +270,11 @@ class _Loop:
     def __post_init__(self) -> None:
         r = self.run
         base = model_config(r.model)
-        changes: dict[str, Any] = {"request_mode": r.request_mode, "smoothing": r.smoothing}
+        changes: dict[str, Any] = {
+            "request_mode": r.request_mode,
+            "smoothing": r.smoothing,
+            "ramp_in_s": r.ramp_in_s,
+        }
         if r.execute_horizon is not None:
             changes["execute_horizon"] = r.execute_horizon
         if r.request_lead_s is not None:
