@@ -261,6 +261,24 @@ def test_without_the_ramp_the_same_world_starts_at_full_speed_at_once():
     assert peaks["accel 0.25R"] >= 4 * SPEED / (2 * DT) - 1e-6, peaks
 
 
+def test_a_live_change_applies_from_the_next_start():
+    rig = ramp_rig()
+    start_of_motion(rig, -1.0)
+    rig.run(1.0)
+    rig.core.apply_config(dataclasses.replace(rig.config, ramp_in_s=0.0), rig.now)
+    rig.core.set_enabled(False, rig.now)
+    rig.run(0.5)
+    rig.core.set_enabled(True, rig.now)
+    again, _ = start_of_motion(rig, rig.now)
+    np.testing.assert_allclose(np.diff(again.points.time_from_start), DT, atol=1e-9)
+    rig.core.apply_config(dataclasses.replace(rig.config, ramp_in_s=R), rig.now)
+    rig.core.set_enabled(False, rig.now)
+    rig.run(0.5)
+    rig.core.set_enabled(True, rig.now)
+    ramped, t2 = start_of_motion(rig, rig.now)
+    assert_secants_follow_the_ramp(ramped, t2)
+
+
 def test_a_chunk_observed_during_the_ramp_joins_where_the_robot_is():
     rig = ramp_rig(execute_horizon=5, smoothing="splice")  # a switch every 0.1 s
     rig.run_until(lambda: len(rig.chunks()) >= 4)
