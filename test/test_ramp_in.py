@@ -17,6 +17,7 @@ import math
 
 import numpy as np
 import pytest
+from controller_rig import ControllerRig
 from streaming_rig import CoreRig
 from trajectory_checker import VelocityChecker
 
@@ -295,6 +296,34 @@ def test_a_chunk_observed_during_the_ramp_joins_where_the_robot_is():
         np.testing.assert_allclose(np.asarray(new.points.positions)[:5, 0], old_line, atol=3e-4)
         # (The splice's fade absorbs the arm's linear following in its first points.)
         assert_secants_follow_the_ramp(new, t0, skip=4)
+
+
+@pytest.mark.parametrize("late_s", [0.001, 0.15], ids=["prompt", "hold 150 ms late"])
+def test_a_hold_during_the_ramp_stops_from_the_stretched_motion(late_s):
+    # joint1 heading off at 1.5 rad/s; the operator disables the node 0.3 s into the
+    # ramp: the stop starts from the commanded (ramped) state, within the limits as the
+    # simulated controllers run it, even when it reaches them late; the next start ramps.
+    rig = ControllerRig(
+        policy=joint1_line(0.03, slow_from=30),
+        overrides={"ramp_in_s": R, "smoothing": "splice"},
+        hold_delivery_s=late_s,
+    )
+    rig.connect()
+    _, t0 = start_of_motion(rig, -1.0)
+    rig.run_until(lambda: rig.now >= t0 + 0.3)
+    position = rig.core.commanded_at(rig.now)[0]
+    speed = 0.03 / DT * (rig.now - t0) / R  # the ramp's speed now: about 0.9 rad/s
+    rig.core.set_enabled(False, rig.now)
+    stop = rig.holds()[-1].points
+    duration = float(stop.time_from_start[0])
+    # p + v T / 2 from the ramped state (not from the chunk's 1.5 rad/s).
+    assert abs(stop.positions[0][0] - (position + speed * duration / 2)) < 0.01
+    rig.run(1.0)
+    rig.core.set_enabled(True, rig.now)
+    again, t1 = start_of_motion(rig, rig.now)
+    rig.run(1.0)
+    assert rig.executed.problems() == []
+    assert again.points.time_from_start[0] > 0.1  # stretched: sqrt(2 R lead)
 
 
 def test_sync_mode_continues_the_ramp_over_its_chunks():
