@@ -4,8 +4,9 @@ The warp itself on known values; the scheduler's timeline (stretched points, the
 shift by the time the ramp loses, a chunk observed during the ramp placed where the
 robot is) against the closed form; StreamingCore on the synthetic clock with exact
 expected speeds (every published secant is the chunk's speed times the ramp's at its
-midpoint) after a start and after a hold, the gate's checks, the smoothing and sync
-mode; the velocity checker's window peaks proven on a cubic with a known answer; and
+midpoint) after a start and after a hold, a live change, a hold during the ramp (on
+simulated controllers), the gate's checks, the smoothing and sync mode; the velocity
+checker's window peaks proven on a cubic with a known answer; and
 policy_node on real rclpy, ramp on against ramp off on the same world, measured by
 the velocity checker after activation and after a hold.
 """
