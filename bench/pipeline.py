@@ -401,7 +401,7 @@ class DiagnosticsListener:
 
     def _on_diagnostics(self, msg: Any) -> None:
         for status in msg.status:
-            if status.name == f"{NODE_NAME}: policy":  # not its recording's status
+            if status.name == f"/{NODE_NAME}: policy":  # not its recording's status
                 with self._lock:
                     self._latest = {kv.key: kv.value for kv in status.values}
                     self._latest["message"] = status.message

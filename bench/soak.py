@@ -5,6 +5,7 @@ Usage (from the repository root)::
 
     nice -n 10 .venv/bin/python bench/soak.py [--duration 600] [--restart-every 120] [--rate 10]
     nice -n 10 .venv/bin/python bench/soak.py --amplification
+    ROS_DOMAIN_ID=13 nice -n 10 .venv/bin/python bench/soak.py --sim-arm [--duration 180]
 
 What runs: the reference server as a subprocess (``python -m relay_ros.server``,
 ``--latency-ms 20``), and in this process a ``PolicyConnection`` (the node's
@@ -27,6 +28,14 @@ another client got meanwhile). For the client the growth is
 also given from the 60 s sample on (the first minute includes allocator warm-up,
 not a leak); for the server, over the life of the last server process from its
 second sample on (the first is taken while it still imports).
+
+``--sim-arm`` soaks the simulated arm instead: ``sim_arm`` as its console script runs
+it (a subprocess, default parameters: arm and gripper controllers, 100 Hz), sent a
+10-point trajectory on each controller 4 times a second (as policy_node streams
+chunks) from a node in this process. The soak starts when sim_arm publishes its first
+metrics (it has imported and built its node); its RSS is sampled every 10 s: the
+growth over the soak and per minute from the 60 s sample on, and the trajectories it
+accepted.
 """
 
 from __future__ import annotations
@@ -203,6 +212,93 @@ def report(soak: Soak, duration_s: float, restart_every_s: float, rate_hz: float
     return "\n".join(lines)
 
 
+_SIM_ARM_SCRIPT = "import sys; from relay_ros.entry_points import sim_arm; sys.exit(sim_arm())"
+
+
+def sim_arm_soak(duration_s: float) -> str:
+    """RSS of a ``sim_arm`` process streamed trajectories for ``duration_s``: a table."""
+    import rclpy
+    from builtin_interfaces.msg import Duration
+    from diagnostic_msgs.msg import DiagnosticArray
+    from rclpy.executors import SingleThreadedExecutor
+    from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+
+    from relay_ros.sim.arm_node import DEFAULT_CONTROLLERS
+
+    controllers = {name: list(joints) for name, joints in DEFAULT_CONTROLLERS.items()}
+    arm = subprocess.Popen(
+        [sys.executable, "-c", _SIM_ARM_SCRIPT, "--ros-args", "-p", "metrics_rate_hz:=1.0"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    rclpy.init()
+    node = rclpy.create_node("sim_arm_soak")
+    publishers = {
+        name: node.create_publisher(JointTrajectory, f"/{name}/joint_trajectory", 10)
+        for name in controllers
+    }
+    accepted: dict[str, int] = {}
+
+    def on_metrics(msg: DiagnosticArray) -> None:
+        for status in msg.status:
+            values = {kv.key: kv.value for kv in status.values}
+            accepted[status.name] = int(values.get("accepted", 0))
+
+    node.create_subscription(DiagnosticArray, "/sim_arm/metrics", on_metrics, 10)
+    sent = [0]
+
+    def send() -> None:
+        sent[0] += 1
+        for name, joints in controllers.items():
+            msg = JointTrajectory(joint_names=joints)
+            for i in range(10):
+                value = 0.2 * np.sin(0.3 * (sent[0] * 0.25 + i * 0.05))
+                point = JointTrajectoryPoint(positions=[value] * len(joints))
+                point.time_from_start = Duration(sec=0, nanosec=int((i + 1) * 50_000_000))
+                msg.points.append(point)
+            publishers[name].publish(msg)
+
+    node.create_timer(0.25, send)
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    samples: list[tuple[float, float]] = []
+    try:
+        up_by = time.monotonic() + 300.0
+        while not accepted:  # sim_arm is up: its first metrics came
+            if arm.poll() is not None or time.monotonic() > up_by:
+                raise RuntimeError("sim_arm did not start (no ~/metrics within 300 s)")
+            executor.spin_once(timeout_sec=0.05)
+        sent[0] = 0
+        started = time.monotonic()
+        next_sample = started
+        while (now := time.monotonic()) - started < duration_s:
+            if arm.poll() is not None:
+                raise RuntimeError(f"sim_arm exited with {arm.returncode}")
+            if now >= next_sample:
+                samples.append((now - started, rss_mib(arm.pid)))
+                next_sample += SAMPLE_EVERY_S
+            executor.spin_once(timeout_sec=0.05)
+        samples.append((time.monotonic() - started, rss_mib(arm.pid)))
+    finally:
+        arm.send_signal(signal.SIGINT)
+        arm.wait(20)
+        executor.shutdown()
+        node.destroy_node()
+        rclpy.shutdown()
+    steady = [(t, rss) for t, rss in samples if t >= 60.0] or samples
+    (t0, r0), (t1, r1) = steady[0], steady[-1]
+    rows = [
+        ("run", f"{duration_s:.0f} s, {sent[0]} trajectories sent per controller (4/s)"),
+        ("accepted (sim_arm ~/metrics)", ", ".join(f"{k}: {v}" for k, v in accepted.items())),
+        ("sim_arm RSS", _growth(samples, 60.0)),
+        ("growth from 60 s on", f"{(r1 - r0) / max(t1 - t0, 1e-9) * 60:+.2f} MiB/min"),
+    ]
+    width = max(len(name) for name, _ in rows)
+    lines = [f"| {'sim_arm soak'.ljust(width)} | value |", f"|{'-' * (width + 2)}|-------|"]
+    lines += [f"| {name.ljust(width)} | {value} |" for name, value in rows]
+    return "\n".join(lines)
+
+
 def _amplification_frame(mib: int) -> bytes:
     n = mib * 2**20 - 5
     return b"\xdd" + n.to_bytes(4, "big") + b"\x90" * n
@@ -353,12 +449,20 @@ def main() -> int:
         action="store_true",
         help="measure the 0xdd n 0x90*n frame against client and server instead of soaking",
     )
+    parser.add_argument(
+        "--sim-arm",
+        action="store_true",
+        help="soak the simulated arm (sim_arm) with streamed trajectories instead",
+    )
     args = parser.parse_args()
     if args.duration <= 0 or args.restart_every < 0 or args.rate <= 0:
         parser.error("--duration and --rate must be > 0, --restart-every >= 0")
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
     if args.amplification:
         print(amplification())
+        return 0
+    if args.sim_arm:
+        print(sim_arm_soak(args.duration))
         return 0
     soak = run(args.duration, args.restart_every, args.rate)
     print(report(soak, args.duration, args.restart_every, args.rate))

@@ -24,6 +24,10 @@ from pathlib import Path
 
 import pytest
 from helpers import scaled
+from trajectory_checker import CHECKERS
+
+_CHECKERS_FROM = pytest.StashKey[int]()
+_CHECKERS_REPORTED = pytest.StashKey[set]()
 
 if "RELAY_ROS_TEST_DOMAIN_ID" not in os.environ:
     # 1..100 keeps Fast DDS ports in range; pid-seeded so parallel runs differ.
@@ -73,12 +77,40 @@ def ros_context():
         rclpy.shutdown(context=context)
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Mark where this test's velocity checkers start in ``CHECKERS``."""
+    item.stash[_CHECKERS_FROM] = len(CHECKERS)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
+    """Every velocity checker a test made (its rigs') is judged when the test body
+    ends and again after its teardown (rigs closed by fixtures): a trajectory over a
+    limit fails a test that passed, and is reported beside the failure of one that
+    failed, so a fault of the node is never hidden by another assertion."""
+    report = yield
+    if call.when not in ("call", "teardown"):
+        return report
+    reported = item.stash.setdefault(_CHECKERS_REPORTED, set())
+    start = item.stash.get(_CHECKERS_FROM, len(CHECKERS))
+    over = [c for c in CHECKERS[start:] if c.judged and c.over and id(c) not in reported]
+    if not over:
+        return report
+    reported.update(id(c) for c in over)
+    text = "\n".join(
+        f"velocity checker {c.name}: {c.worst} ({c.worst_ratio:.3f} x the limit)" for c in over
+    )
+    if report.passed:
+        report.outcome = "failed"
+        report.longrepr = f"a trajectory to a controller exceeded a velocity limit:\n{text}"
+    else:
+        report.sections.append(("velocity checker", text))
+    return report
+
+
 def pytest_terminal_summary(terminalreporter):
     """How many trajectories the rigs' velocity checkers saw (test/trajectory_checker.py)."""
-    import sys
-
-    module = sys.modules.get("trajectory_checker")
-    checkers = [c for c in getattr(module, "CHECKERS", []) if c.trajectories]
+    checkers = [c for c in CHECKERS if c.judged and c.trajectories]
     if checkers:
         total = sum(c.trajectories for c in checkers)
         worst = max(c.worst_ratio for c in checkers)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from trajectory_checker import VelocityChecker
+from trajectory_checker import VelocityChecker, robot_velocity_limits
 
 from relay_ros.demo.models import load_model_config
 from relay_ros.formats import format_for
@@ -28,6 +28,7 @@ from relay_ros.pipeline.frame_source import ArrivedFrame, LatestFrame
 from relay_ros.pipeline.gate.messages import TrajectoryMessage
 from relay_ros.pipeline.health import assess
 from relay_ros.pipeline.observation_request import RequestTag
+from relay_ros.pipeline.state import TRUST_AFTER_SAMPLES
 from relay_ros.pipeline.streaming import StreamingCore
 from relay_ros.server.metadata import build_metadata
 from relay_ros.wire.connection import InferOutcome
@@ -178,10 +179,14 @@ class CoreRig:
         self._last_tick = -math.inf
         self._following: dict[str, tuple[list[int], np.ndarray, float, Any]] = {}
         self.sources = {key: _TimedSource(self, key) for key in self.camera_keys}
-        # Every trajectory sent to a controller is checked against the velocity limits.
+        # Every trajectory sent to a controller is checked against the robot's velocity
+        # limits (not ones a test raised); conftest.py judges it when the test ends. The
+        # state is brought up to date at every step, before the tick publishes.
         self.checker = VelocityChecker(
-            {joint: limit.max_velocity for joint, limit in self.config.joint_limits.items()},
-            lambda: dict(zip(self.joints, self.state.tolist())),
+            robot_velocity_limits(self.model),
+            lambda: (dict(zip(self.joints, self.state.tolist())), self.now),
+            name=f"CoreRig({self.model})",
+            from_desired_state=bool(self.config.interpolate_from_desired_state),
         )
         self.core = StreamingCore(
             self.config,
@@ -200,6 +205,7 @@ class CoreRig:
             ),
         )
         self._next_frame = 0.0
+        self._warmed_up = False
 
     def _published(self, msg: TrajectoryMessage) -> None:
         self.published.append((self.now, msg))
@@ -214,7 +220,6 @@ class CoreRig:
                 p.velocities,
                 received=self.now,
             )
-            self.checker.assert_within()
         if self.follow and msg.output is not None:
             index = [self.joints.index(j) for j in msg.joint_names]
             stamp = msg.points.stamp or self.now  # a zero stamp starts on arrival
@@ -282,6 +287,14 @@ class CoreRig:
             self.core.joint_state(self.joints, [float(v) for v in self.state], self.now)
 
     def step(self) -> None:
+        if not self._warmed_up and self.joint_states_on:
+            # The robot's joint states flowed before the first step, as they do before a
+            # node gets its first chunk: a joint is trusted after TRUST_AFTER_SAMPLES in a
+            # row (pipeline/state.py).
+            self._warmed_up = True
+            for k in range(TRUST_AFTER_SAMPLES - 1, 0, -1):
+                t = self.now - k * self.tick_s
+                self.core.joint_state(self.joints, [float(v) for v in self.state], t)
         self.now = round(self.now + self.tick_s, 9)
         if self.follow:
             self._follow()

@@ -7,13 +7,16 @@ a bag that the reader opens again.
 
 from __future__ import annotations
 
+import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from helpers import wait_until
 from make_fixture_bags import BASE_TOPIC, DROPOUT, JOINT_TOPIC, START_NS, TOPIC_TYPES, make_bags
@@ -30,7 +33,12 @@ from rclpy.qos import (  # noqa: E402
     ReliabilityPolicy,
 )
 
-from relay_ros.bag.player import CLOCK_TOPIC, BagPlayer, message_class  # noqa: E402
+from relay_ros.bag.player import (  # noqa: E402
+    CLOCK_TOPIC,
+    MAX_STALL_S,
+    BagPlayer,
+    message_class,
+)
 from relay_ros.bag.recorder import BagRecorder  # noqa: E402
 
 pytestmark = pytest.mark.ros
@@ -108,7 +116,9 @@ def test_player_publishes_every_message_in_order_with_clock(
         expected = {t: [m.data for m in reader.messages([t])] for t in TOPIC_TYPES}
         start_ns, end_ns = reader.start_ns, reader.end_ns
     with spinning(ros_context, listener.node, sim):
-        with BagPlayer(ros_context, bags[storage], rate=4.0, remap=remap) as player:
+        # At the bag's own rate: the 1 s camera dropout is 1 s of /clock ticks (at 4x,
+        # 0.25 s, which a loaded machine's player thread can sleep through).
+        with BagPlayer(ros_context, bags[storage], rate=1.0, remap=remap) as player:
             assert player.output_topics == remap
             assert player.progress.started is False
             assert player.wait_for_subscribers(10.0, [*TOPIC_TYPES, CLOCK_TOPIC])
@@ -134,6 +144,44 @@ def test_player_publishes_every_message_in_order_with_clock(
     # /clock runs on through the camera dropout, where no camera message moves it.
     lo, hi = START_NS + int(DROPOUT[0] * 1e9), START_NS + int(DROPOUT[1] * 1e9)
     assert sum(lo <= c < hi for c in clock) >= 5
+
+
+def test_a_starved_player_plays_on_later_instead_of_leaping_bag_time(
+    ros_context: Any, bags: dict[str, Path]
+) -> None:
+    """The playback thread held off the CPU for 0.6 s (this thread keeps the GIL, as a
+    loaded machine's other work does): /clock goes on from where it was, in steps of at
+    most MAX_STALL_S of bag time and a tick, instead of leaping 0.6 s (which a node on
+    sim time takes for a clock jump); the bag plays that much later, every message."""
+    prefix = _prefix()
+    listener = Listener(ros_context, {prefix + JOINT_TOPIC: TOPIC_TYPES[JOINT_TOPIC]})
+    with spinning(ros_context, listener.node):
+        with BagPlayer(
+            ros_context,
+            bags["mcap"],
+            rate=1.0,
+            topics=[JOINT_TOPIC],
+            remap={JOINT_TOPIC: prefix + JOINT_TOPIC},
+        ) as player:
+            assert player.wait_for_subscribers(10.0, [JOINT_TOPIC, CLOCK_TOPIC])
+            started = time.monotonic()
+            player.start()
+            wait_until(lambda: player.progress.bag_time_ns > START_NS + 1_000_000_000, 10.0)
+            interval = sys.getswitchinterval()
+            sys.setswitchinterval(5.0)  # no other thread runs while this one computes
+            try:
+                held = time.monotonic()
+                while time.monotonic() - held < 0.6:
+                    pass
+            finally:
+                sys.setswitchinterval(interval)
+            assert player.wait(timeout=60.0)
+            played_for = time.monotonic() - started
+        assert player.progress.played[JOINT_TOPIC] == 600
+    steps = np.diff(listener.clock) / 1e9
+    assert steps.max() <= MAX_STALL_S + 0.05, steps.max()
+    # The 0.6 s stall made the 6 s bag take at least that much longer.
+    assert played_for >= (player.end_ns - player.start_ns) / 1e9 + 0.5
 
 
 @pytest.mark.parametrize("storage", STORAGES)
@@ -339,15 +387,21 @@ def test_recorder_on_sim_time_stamps_messages_with_bag_time(
                 topics=[JOINT_TOPIC],
                 remap={JOINT_TOPIC: prefix + JOINT_TOPIC},
             ) as player,
+            # KEEP_ALL: at 8x, 800 messages a second would overflow the default depth
+            # (100) whenever a loaded machine holds the recorder's executor for 125 ms.
             BagRecorder(
-                rec_node, path, {prefix + JOINT_TOPIC: TOPIC_TYPES[JOINT_TOPIC]}, storage="mcap"
+                rec_node,
+                path,
+                {prefix + JOINT_TOPIC: TOPIC_TYPES[JOINT_TOPIC]},
+                storage="mcap",
+                qos=KEEP_ALL,
             ) as recorder,
         ):
             assert player.wait_for_subscribers(10.0, [JOINT_TOPIC])
             assert wait_until(lambda: rec_node.count_publishers(CLOCK_TOPIC) > 0, 10.0)
             player.start()
             assert player.wait(timeout=60.0)
-            assert recorder.wait_for({prefix + JOINT_TOPIC: 600}, timeout=10.0)
+            assert recorder.wait_for({prefix + JOINT_TOPIC: 600}, timeout=60.0)
             # Playing a subset still runs bag time to the end of the whole bag.
             assert player.progress.bag_time_ns == player.end_ns
             assert wait_until(lambda: rec_node.get_clock().now().nanoseconds == player.end_ns, 5.0)

@@ -9,7 +9,7 @@ import cv2
 import numpy as np
 import pytest
 
-from relay_ros.pipeline.camera_frames import CameraFrames, FrameConversionError
+from relay_ros.pipeline.camera_frames import NEW_SIZE_AFTER_S, CameraFrames, FrameConversionError
 from relay_ros.pipeline.camera_map import CameraEntry
 from relay_ros.pipeline.image_encoding import ImageEncodingError, decode_jpeg
 from relay_ros.pipeline.images import resize_with_pad
@@ -223,3 +223,110 @@ def test_a_gap_between_reads_is_not_taken_for_the_camera_period() -> None:
     frames.store("base_0_rgb", b"c", received=10.533)  # next window
     assert not frames.due_soon("base_0_rgb", 10.533, 10.6)  # 67 ms away: after the next frame
     assert frames.due_soon("base_0_rgb", 10.533, 10.58)  # within 1.5 periods
+
+
+# ------------------------------------------------------------------ frame size bound
+
+
+def bomb_jpeg(height: int, width: int) -> bytes:
+    """A real 8x8 JPEG (631 bytes) whose frame header is patched to declare ``height x
+    width``: decoding it would allocate the declared size."""
+    data = bytearray(cv2.imencode(".jpg", np.zeros((8, 8, 3), np.uint8))[1].tobytes())
+    sof = data.index(b"\xff\xc0")
+    data[sof + 5 : sof + 9] = struct.pack(">HH", height, width)
+    return bytes(data)
+
+
+def jpeg_msg(rgb_or_bytes) -> SimpleNamespace:
+    data = rgb_or_bytes
+    if isinstance(rgb_or_bytes, np.ndarray):
+        data = cv2.imencode(".jpg", rgb_or_bytes[:, :, ::-1])[1].tobytes()
+    return SimpleNamespace(format="jpeg", data=data)
+
+
+def test_a_jpeg_bomb_is_refused_undecoded_and_the_camera_keeps_its_frame() -> None:
+    frames = CameraFrames(COMPRESSED)
+    frames.store("base_0_rgb", jpeg_msg(scene("base_0_rgb")), received=1.0)
+    good = frames.assemble(SIZE).frames["base_0_rgb"]
+    assert frames.refusal("base_0_rgb") is None
+    for height, width, why in [
+        (16000, 16000, "256000000); at most 16777216 are decoded"),
+        # Under the hard cap, but 4.3 x the camera's 640x480 (1.2 MP at most).
+        (1080, 1200, "1296000); at most 1228800 are decoded (4 x the 640x480 of this camera's"),
+    ]:
+        frames.store("base_0_rgb", jpeg_msg(bomb_jpeg(height, width)), received=2.0)
+        with pytest.raises(FrameConversionError) as info:
+            frames.assemble(SIZE)
+        assert str(info.value).startswith(
+            f"camera 'base_0_rgb' on /cam/base/compressed: frame declares {width}x{height} "
+            f"pixels ({why}"
+        )
+        assert frames.refusal("base_0_rgb") == str(info.value)
+        # Fallen back to the last frame that converted.
+        assert frames.stamps() == {"base_0_rgb": 1.0}
+        np.testing.assert_array_equal(frames.assemble(SIZE).frames["base_0_rgb"], good)
+    frames.store("base_0_rgb", jpeg_msg(scene("base_0_rgb", 0.5)), received=3.0)
+    frames.assemble(SIZE)
+    assert frames.refusal("base_0_rgb") is None
+
+
+def test_the_first_frame_is_bound_by_the_hard_cap_only() -> None:
+    frames = CameraFrames(COMPRESSED)
+    frames.store("base_0_rgb", jpeg_msg(bomb_jpeg(16000, 16000)), received=1.0)
+    with pytest.raises(FrameConversionError, match="declares 16000x16000 pixels"):
+        frames.assemble(SIZE)
+    assert frames.missing() == ["base_0_rgb"]
+    big = np.zeros((1080, 1920, 3), np.uint8)
+    frames.store("base_0_rgb", jpeg_msg(big), received=2.0)
+    assert frames.assemble(SIZE).converted == 1
+
+
+def test_a_camera_that_changed_size_is_taken_at_its_new_size_after_a_second() -> None:
+    """A driver reconfigured from 64x48 to 640x480 (100 x the pixels): refused for
+    NEW_SIZE_AFTER_S while every frame has the new size, then taken; a good frame in
+    between restarts the count (bombs among real frames never become the size)."""
+    frames = CameraFrames(COMPRESSED)
+    small, large = np.zeros((48, 64, 3), np.uint8), scene("base_0_rgb")
+    frames.store("base_0_rgb", jpeg_msg(small), received=0.0)
+    frames.assemble(SIZE)
+    t = 0.0
+    for _ in range(20):  # large frames, a small one now and then: never taken
+        for msg in (jpeg_msg(large), jpeg_msg(large), jpeg_msg(small)):
+            t = round(t + 0.1, 6)
+            frames.store("base_0_rgb", msg, received=t)
+            try:
+                frames.assemble(SIZE)
+            except FrameConversionError as exc:
+                assert "declares 640x480 pixels" in str(exc)
+    assert frames.stamps()["base_0_rgb"] == pytest.approx(t)  # the last small one
+    start = t
+    while True:
+        t = round(t + 0.1, 6)
+        frames.store("base_0_rgb", jpeg_msg(large), received=t)
+        try:
+            wire = frames.assemble(SIZE)
+        except FrameConversionError:
+            assert t - start < NEW_SIZE_AFTER_S + 0.15
+            continue
+        break
+    assert t - start == pytest.approx(NEW_SIZE_AFTER_S + 0.1, abs=0.01)
+    assert wire.converted == 1 and frames.stamps()["base_0_rgb"] == pytest.approx(t)
+
+
+def test_a_raw_image_is_bound_before_anything_is_read() -> None:
+    frames = CameraFrames(RAW[:1])
+    # 100 000 x 100 000 declared in a 24-byte message: refused on its fields.
+    header = SimpleNamespace(frame_id="cam")
+    absurd = SimpleNamespace(
+        header=header, height=100_000, width=100_000, encoding="rgb8", step=300_000, data=b"x" * 24
+    )
+    frames.store("base_0_rgb", absurd, received=1.0)
+    with pytest.raises(FrameConversionError, match=r"declares 100000x100000 pixels"):
+        frames.assemble(SIZE)
+    # Sizes that fit the cap but not the data: the geometry check names them.
+    short = SimpleNamespace(
+        header=header, height=480, width=640, encoding="rgb8", step=1920, data=b"x" * 1000
+    )
+    frames.store("base_0_rgb", short, received=2.0)
+    with pytest.raises(FrameConversionError, match=r"image data has 1000 bytes; 'rgb8' 640x480"):
+        frames.assemble(SIZE)

@@ -147,8 +147,15 @@ def test_unreachable_server_raises_oserror() -> None:
 @pytest.mark.parametrize(
     ("url", "reason"),
     [
-        ("http://127.0.0.1:8000/pi05", "scheme isn't ws or wss"),
-        ("acme--walle-pi05.modal.run", "scheme isn't ws or wss"),
+        (
+            "http://127.0.0.1:8000/pi05",
+            "scheme isn't ws or wss; a policy server speaks WebSocket: write ws:// instead of "
+            "http:// (e.g. ws://host/pi05)",
+        ),
+        (
+            "acme--walle-pi05.modal.run",
+            "scheme (none) isn't ws or wss; expected ws://host:port/path or wss://host/path",
+        ),
         ("ws:///pi05", "hostname isn't provided"),
     ],
 )

@@ -4,6 +4,7 @@ request and publish nothing for 10 s while /diagnostics said OK "streaming"; for
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 
@@ -66,16 +67,25 @@ def test_clock_jumps_restart_the_schedule_hold_and_warn(ros_context, tmp_path):
         with rig:
             wait_until(lambda: _chunks(rig) >= 3, timeout=20)
             wait_until(lambda: (s := rig.last_status()) and s["message"] == "streaming", timeout=15)
-            # The jump as rclpy measures it: the two /clock messages around it are ~10 ms apart.
-            for jump, word in ((-10.0, "jumped back 9.9"), (100.0, "jumped forward 100.0")):
+            # The jump as rclpy measures it: between the two /clock messages around it,
+            # ~10 ms apart (more on a loaded machine, which delivers some late).
+            for jump, word in ((-10.0, "back"), (100.0, "forward")):
                 before = _chunks(rig)
+                stalled = float(rig.last_status()["stall_time_s"])
                 clock.jump(jump)
                 warned = wait_until(
-                    lambda w=word: (s := rig.last_status()) and w in s["message"] and s,
+                    lambda w=word: (
+                        (s := rig.last_status()) and f"jumped {w} " in s["message"] and s
+                    ),
                     timeout=10,
                 )
-                # Streaming again within seconds, not after the jump's 10 s.
-                wait_until(lambda b=before: _chunks(rig) >= b + 3, timeout=5)
+                seen = float(re.search(rf"jumped {word} ([0-9.]+) s", warned["message"]).group(1))
+                # Less (back) or more (forward) than the jump by the time between the two.
+                low, high = (8.0, 10.0) if jump < 0 else (100.0, 102.0)
+                assert low <= seen <= high, warned["message"]
+                # Streaming again within seconds (a loaded machine's), not after the jump's
+                # 10 s (the /clock here is the wall clock plus an offset).
+                wait_until(lambda b=before: _chunks(rig) >= b + 1, timeout=8)
                 resumed = wait_until(
                     lambda: (s := rig.last_status()) and s["message"] == "streaming" and s,
                     timeout=15,
@@ -84,7 +94,8 @@ def test_clock_jumps_restart_the_schedule_hold_and_warn(ros_context, tmp_path):
                 assert warned["message"].startswith("holding position: the node clock jumped") or (
                     warned["message"].startswith("the node clock jumped")
                 )
-                assert float(resumed["stall_time_s"]) < 2.0, resumed["stall_time_s"]
+                # The jump is never stall time: 100 s (or the 10 s of nothing) would be.
+                assert float(resumed["stall_time_s"]) - stalled < 5.0, resumed["stall_time_s"]
             core: StreamingCore = rig.node.core
             assert core.counts["clock_jumps"] >= 2
         clock.node.destroy_node()

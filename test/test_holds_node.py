@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import wait_until
+from helpers import run_unstarved, wait_until
 from node_rig import Rig
 from rclpy.parameter import Parameter
 from std_srvs.srv import SetBool, Trigger
@@ -63,50 +63,57 @@ def _chunks(rig: Rig) -> int:
 
 @pytest.mark.slow
 def test_holds_from_every_user_trigger_are_obeyed_within_the_limits(ros_context, tmp_path):
-    with run_server_in_thread(ServerOptions(models=("pi05",))) as server:
-        rig = Rig(ros_context, server.url_template, follow=False, tmp_path=tmp_path)
-        rig.joint_states_on = False  # sim_arm publishes them
-        arm = _sim_arm(rig, ros_context)
-        rig.executor.add_node(arm)
+    def run() -> tuple:
+        with run_server_in_thread(ServerOptions(models=("pi05",))) as server:
+            rig = Rig(ros_context, server.url_template, follow=False, tmp_path=tmp_path)
+            rig.joint_states_on = False  # sim_arm publishes them
+            arm = _sim_arm(rig, ros_context)
+            rig.executor.add_node(arm)
 
-        def measured() -> None:  # the rig's own velocity checker reads rig.state
-            rig.state[:6] = arm.followers["arm"].positions
-            rig.state[6:] = arm.followers["gripper"].positions
+            def measured() -> None:  # the rig's own velocity checker reads rig.state
+                rig.state[:6] = arm.followers["arm"].positions
+                rig.state[6:] = arm.followers["gripper"].positions
 
-        rig.feeder.create_timer(0.01, measured)
-        with rig:
-            # ~/enable false as soon as the first chunk reaches the controllers: inside
-            # its first segment (the arm stood still, the chunk joins it).
-            wait_until(lambda: _chunks(rig) >= 1, timeout=30)
-            _call(rig, SetBool, "enable", SetBool.Request(data=False))
-            wait_until(lambda: _holds(rig) >= 1)
-            _call(rig, SetBool, "enable", SetBool.Request(data=True))
-            # Mid-motion, each trigger in turn, streaming again in between.
-            triggers = (
-                (
-                    lambda: _call(rig, SetBool, "enable", SetBool.Request(data=False)),
-                    lambda: _call(rig, SetBool, "enable", SetBool.Request(data=True)),
-                ),
-                (lambda: _call(rig, Trigger, "reset", Trigger.Request()), lambda: None),
-                (
-                    lambda: rig.node.set_parameters([Parameter("dry_run", value=True)]),
-                    lambda: rig.node.set_parameters([Parameter("dry_run", value=False)]),
-                ),
-            )
-            for trigger, recover in triggers:
-                chunks, held = _chunks(rig), _holds(rig)
-                wait_until(lambda c=chunks: _chunks(rig) >= c + 2, timeout=30)
-                trigger()
-                wait_until(lambda h=held: _holds(rig) > h)
-                recover()
-            chunks = _chunks(rig)
-            wait_until(lambda: _chunks(rig) >= chunks + 2, timeout=30)
-            holds = _holds(rig)
-            metrics = {
-                name: follower.measures.metrics() for name, follower in arm.followers.items()
-            }
-            history = arm.followers["arm"].measures.history()
-        arm.destroy_node()
+            rig.feeder.create_timer(0.01, measured)
+            with rig:
+                # ~/enable false as soon as the first chunk reaches the controllers: inside
+                # its first segment (the arm stood still, the chunk joins it).
+                wait_until(lambda: _chunks(rig) >= 1, timeout=30)
+                _call(rig, SetBool, "enable", SetBool.Request(data=False))
+                wait_until(lambda: _holds(rig) >= 1)
+                _call(rig, SetBool, "enable", SetBool.Request(data=True))
+                # Mid-motion, each trigger in turn, streaming again in between.
+                triggers = (
+                    (
+                        lambda: _call(rig, SetBool, "enable", SetBool.Request(data=False)),
+                        lambda: _call(rig, SetBool, "enable", SetBool.Request(data=True)),
+                    ),
+                    (lambda: _call(rig, Trigger, "reset", Trigger.Request()), lambda: None),
+                    (
+                        lambda: rig.node.set_parameters([Parameter("dry_run", value=True)]),
+                        lambda: rig.node.set_parameters([Parameter("dry_run", value=False)]),
+                    ),
+                )
+                for trigger, recover in triggers:
+                    chunks, held = _chunks(rig), _holds(rig)
+                    wait_until(lambda c=chunks: _chunks(rig) >= c + 2, timeout=30)
+                    trigger()
+                    wait_until(lambda h=held: _holds(rig) > h)
+                    recover()
+                chunks = _chunks(rig)
+                wait_until(lambda: _chunks(rig) >= chunks + 2, timeout=30)
+                holds = _holds(rig)
+                metrics = {
+                    name: follower.measures.metrics() for name, follower in arm.followers.items()
+                }
+                history = arm.followers["arm"].measures.history()
+            arm.destroy_node()
+        return holds, metrics, history, rig
+
+    # Under load a chunk (1 s of actions) can reach the arm after its end and be rejected
+    # for it: judged on a run this process was not starved in. (Holds are stamped zero:
+    # no delay voids them.)
+    holds, metrics, history, rig = run_unstarved(run)
     assert holds >= 4  # enable twice, reset, dry_run
     for name, m in metrics.items():
         assert m.rejected == 0, (name, m.last_rejection)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
+import struct
 
 import cv2
 import numpy as np
@@ -41,13 +42,17 @@ except ImportError:  # the ROS-free compat venvs (docs/compat.md): same fields, 
 
 
 from relay_ros.pipeline.images import (
+    MAX_FRAME_PIXELS,
     SUPPORTED_ENCODINGS,
+    FrameTooLargeError,
     ImageConversionError,
+    compressed_size,
     compressed_to_rgb,
     cv_bridge_available,
     image_to_rgb,
     jpeg_size,
     parse_image_size,
+    png_size,
     resize_with_pad,
 )
 from relay_ros.sim.scene import SceneRenderer
@@ -243,6 +248,53 @@ def test_jpeg_size_reads_the_frame_header(progressive):
     assert jpeg_size(jpeg.reshape(-1)[:20]) is None  # truncated before the frame header
 
 
+def test_png_size_reads_the_ihdr_chunk():
+    _, png = cv2.imencode(".png", smooth_rgb(48, 64))
+    assert png_size(png.tobytes()) == compressed_size(png.reshape(-1)) == (48, 64)
+    assert png_size(png.tobytes()[:20]) is None and png_size(b"GIF89a" + b"\0" * 30) is None
+    assert compressed_size(b"BM" + b"\0" * 60) is None  # a BMP: neither
+
+
+def _patched(encoded: bytes, offset: int, value: bytes) -> bytes:
+    return encoded[:offset] + value + encoded[offset + len(value) :]
+
+
+def test_a_decompression_bomb_is_refused_from_its_header():
+    """A 631-byte JPEG and a 69-byte PNG declaring 16000 x 16000: refused before any
+    pixel is decoded (decoding would allocate 768 MB)."""
+    jpeg = cv2.imencode(".jpg", np.zeros((8, 8, 3), np.uint8))[1].tobytes()
+    sof = jpeg.index(b"\xff\xc0")
+    jpeg_bomb = _patched(jpeg, sof + 5, struct.pack(">HH", 16000, 16000))
+    png = cv2.imencode(".png", np.zeros((8, 8, 3), np.uint8))[1].tobytes()
+    png_bomb = _patched(png, 16, struct.pack(">II", 16000, 16000))
+    for fmt, data in (("jpeg", jpeg_bomb), ("png", png_bomb)):
+        assert compressed_size(data) == (16000, 16000)
+        with pytest.raises(FrameTooLargeError) as info:
+            compressed_to_rgb(compressed(fmt, data))
+        assert str(info.value) == (
+            f"compressed image ({fmt!r}) declares 16000x16000 pixels (256000000); at most "
+            f"{MAX_FRAME_PIXELS} are decoded"
+        )
+        assert (info.value.height, info.value.width) == (16000, 16000)
+    # A bound of the caller's: 64x48 is one pixel too many for 3071.
+    small = compressed("jpeg", cv2.imencode(".jpg", smooth_rgb(48, 64))[1].tobytes())
+    with pytest.raises(FrameTooLargeError, match=r"at most 3071 are decoded"):
+        compressed_to_rgb(small, max_pixels=3071)
+    assert compressed_to_rgb(small, max_pixels=3072).shape == (48, 64, 3)
+
+
+@pytest.mark.parametrize("use_cv_bridge", [False, None])
+def test_a_raw_image_declaring_absurd_sizes_is_refused_before_it_is_read(use_cv_bridge):
+    msg = Image()
+    msg.height, msg.width, msg.encoding, msg.step = 70_000, 70_000, "rgb8", 210_000
+    msg.data = b"\0" * 64
+    with pytest.raises(FrameTooLargeError, match=r"'rgb8' image declares 70000x70000 pixels"):
+        image_to_rgb(msg, use_cv_bridge=use_cv_bridge)
+    msg.height, msg.width, msg.step = 480, 640, 1920  # in bounds, but 64 bytes of data
+    with pytest.raises(ImageConversionError, match=r"image data has 64 bytes"):
+        image_to_rgb(msg, use_cv_bridge=use_cv_bridge)
+
+
 def test_large_jpeg_is_decoded_at_half_scale_for_a_small_target():
     rgb = smooth_rgb(480, 640)
     _, jpeg = cv2.imencode(".jpg", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))
@@ -329,7 +381,15 @@ def test_compressed_errors():
     )
     with pytest.raises(ImageConversionError) as info:
         compressed_to_rgb(compressed("jpeg", b"not a jpeg at all"))
-    assert str(info.value) == "compressed image ('jpeg', 17 bytes) could not be decoded"
+    assert str(info.value) == (
+        "compressed image ('jpeg', 17 bytes) has no readable JPEG frame header or PNG IHDR: "
+        "its size is unknown, so it is not decoded"
+    )
+    # A readable header and garbage after it: decoded, and refused by the decoder.
+    header = cv2.imencode(".jpg", np.zeros((8, 8, 3), np.uint8))[1].tobytes()
+    with pytest.raises(ImageConversionError) as info:
+        compressed_to_rgb(compressed("jpeg", header[: header.index(b"\xff\xda")] + b"\xff\xd9"))
+    assert str(info.value).endswith("could not be decoded")
     with pytest.raises(ImageConversionError, match=r"^compressed image \('jpeg'\) has no data$"):
         compressed_to_rgb(compressed("jpeg", b""))
 

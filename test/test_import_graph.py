@@ -26,7 +26,16 @@ LAYERS = (
     "base", "wire", "pipeline", "server", "recording", "node", "sim", "bag", "demo", "top",
 )  # fmt: skip
 #: The top-level modules of the bottom layer: facts every layer may read.
-BASE_MODULES = {"models", "paths", "yaml_files", "stop_signals", "_version", "world", "logsafe"}
+BASE_MODULES = {
+    "models",
+    "paths",
+    "yaml_files",
+    "stop_signals",
+    "_version",
+    "world",
+    "logsafe",
+    "image_size",
+}
 #: The top-level modules of the top layer: programs that wire the layers together.
 TOP_MODULES = {"cli", "entry_points", "__main__"}
 #: Packages that belong to another package's layer.

@@ -14,6 +14,7 @@ import threading
 import cv2
 import numpy as np
 import pytest
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from helpers import wait_until
 from node_rig import PI_JOINTS, spinning
 from rclpy.executors import SingleThreadedExecutor
@@ -80,6 +81,37 @@ def test_topics_follow_the_namespace(ros_context, server, how):
         "/diagnostics",
     } <= publishers
     assert not any(name.startswith("/joint_states") for name in subscriptions)
+
+
+def test_two_robots_diagnostics_show_apart(ros_context, server):
+    """Two policy_nodes of one name in two namespaces: their /diagnostics statuses are
+    named (and identify their hardware) by the fully qualified node name, as
+    rqt_robot_monitor and the diagnostic_aggregator key them."""
+    nodes = [_node(ros_context, server.url_template, namespace=ns) for ns in ("/r1", "/r2")]
+    probe = Node("diagnostics_probe", context=ros_context)
+    seen: dict[str, DiagnosticStatus] = {}
+    lock = threading.Lock()
+
+    def record(msg: DiagnosticArray) -> None:
+        with lock:
+            for status in msg.status:
+                seen[status.name] = status
+
+    probe.create_subscription(DiagnosticArray, "/diagnostics", record, 10)
+    executor = SingleThreadedExecutor(context=ros_context)
+    for each in (*nodes, probe):
+        executor.add_node(each)
+    names = {"/r1/policy_node: policy", "/r2/policy_node: policy"}
+    try:
+        with spinning(executor):
+            wait_until(lambda: names <= set(seen), timeout=15, message=lambda: f"saw {set(seen)}")
+    finally:
+        for each in (*nodes, probe):
+            each.destroy_node()
+    for ns in ("/r1", "/r2"):
+        status = seen[f"{ns}/policy_node: policy"]
+        assert status.hardware_id == f"{ns}/policy_node"
+        assert {kv.key: kv.value for kv in status.values}["model"] == "pi05"
 
 
 def test_without_a_namespace_the_topics_are_the_usual_ones(ros_context, server):

@@ -22,7 +22,12 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import Int32
 
-from relay_ros.node.polled import PolledCallbackGroup, PolledSubscription, message_age
+from relay_ros.node.polled import (
+    ClockRate,
+    PolledCallbackGroup,
+    PolledSubscription,
+    message_age,
+)
 from relay_ros.server import ServerOptions, run_server_in_thread
 
 pytestmark = pytest.mark.ros
@@ -118,6 +123,33 @@ def test_message_age_without_a_reception_time_is_as_old_as_it_can_be() -> None:
     assert message_age(10_000_000_000, 0, 6_000_000_000) == pytest.approx(4.0)
     # A clock step backwards never gives a negative age.
     assert message_age(10_000_000_000, 10_500_000_000, 0) == 0.0
+
+
+def test_the_clock_rate_puts_a_system_age_on_the_node_clock() -> None:
+    """A bag played at 2x: a frame that waited 0.25 s (system) is 0.5 s old on the
+    node clock; a paused simulator: no older at all; 1 until measured, and after a
+    jump."""
+    rate = ClockRate()
+    assert rate.received(100.0, 0.25) == 100.0 - 0.25  # nothing known: the system rate
+    for k in range(21):  # 1 s of ticks at 20 Hz, node clock at twice the system's
+        rate.observe(100.0 + 0.1 * k, system_now=1000.0 + 0.05 * k)
+    assert rate.rate() == pytest.approx(2.0)
+    assert rate.received(102.0, 0.25) == pytest.approx(101.5)
+    for k in range(1, 41):  # paused for 2 s: the window holds only the pause
+        rate.observe(102.0, system_now=1001.0 + 0.05 * k)
+    assert rate.rate() == 0.0 and rate.received(102.0, 0.25) == 102.0
+    rate.reset()
+    rate.observe(5.0, system_now=1010.0)
+    assert rate.rate() == 1.0
+    # A jump the node is not told about (the first /clock: from 0 to the bag's time):
+    # measured afresh, not as a rate of 1e9.
+    rate.observe(1.7e9, system_now=1010.01)
+    rate.observe(1.7e9 + 0.2, system_now=1010.11)
+    rate.observe(1.7e9 + 0.4, system_now=1010.21)
+    assert rate.rate() == pytest.approx(2.0)
+    # Not on a simulated clock: the node clock is the system clock, rate exactly 1.
+    rate.observe(1.7e9 + 0.6, system_now=1010.31, simulated=False)
+    assert rate.rate() == 1.0
 
 
 def test_depth_one_keeps_only_the_newest_message(ros_context) -> None:

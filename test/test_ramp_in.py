@@ -380,7 +380,7 @@ def test_the_gate_checks_the_ramped_start_and_an_acceleration_limit_lets_it_star
 
 
 def test_the_checkers_window_peaks_on_a_cubic_with_a_known_answer():
-    checker = VelocityChecker({"j": 10.0}, lambda: {"j": 0.0})
+    checker = VelocityChecker({"j": 10.0}, lambda: ({"j": 0.0}, 0.0), judged=False)
     # From rest at 0 to (vT, v) in T: speed 4v/3 at 2T/3, v at T/3; acceleration 4v/T
     # at the start, -2v/T at the end; then a second trajectory replaces it at 2T.
     v, T = 1.0, 0.3

@@ -104,7 +104,7 @@ class _MonoCameraRig(Rig):
         grey = Image(height=h, width=w, encoding="mono8", step=w, data=bytes(h * w))
         grey.header.stamp = stamp
         self._image_pub.publish(grey)
-        jpeg = CompressedImage(format="jpeg", data=self._jpeg)
+        jpeg = CompressedImage(format="jpeg", data=self.jpeg)
         jpeg.header.stamp = stamp
         self._jpeg_pub.publish(jpeg)
 

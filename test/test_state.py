@@ -20,7 +20,10 @@ except ImportError:  # the ROS-free compat venvs (docs/compat.md): same fields, 
 
 from relay_ros.pipeline.state import (
     MAX_TRANSPORT_S,
+    TRUST_AFTER_SAMPLES,
+    UNTRUSTED_FOR_S,
     DuplicateJointError,
+    ImplausibleJointError,
     JointStateCache,
     JointStateError,
     MissingJointsError,
@@ -184,3 +187,128 @@ def test_measured_at_takes_a_plausible_header_stamp_else_the_reception_time() ->
     cache.update(["a"], [0.3], 13.0, measured_at=13.0 - MAX_TRANSPORT_S - 0.1)  # too old
     assert cache.measured_at(["a"]) == 13.0
     assert cache.measured_at(["a", "b"]) == pytest.approx(9.93)  # the oldest of the two
+
+
+# ------------------------------------------------------------------ implausible samples
+
+
+def _judged(vmax: float = 2.5, continuous: tuple[str, ...] = ()) -> JointStateCache:
+    cache = JointStateCache(["j1", "j2"])
+    cache.set_velocity_limits({"j1": vmax, "j2": vmax}, continuous)
+    return cache
+
+
+def test_a_sample_far_beyond_the_velocity_limit_is_rejected_and_named():
+    cache = _judged()
+    cache.update(["j1", "j2"], [0.0, 0.5], 1.00)
+    # 0.6 rad in 10 ms: 60 rad/s against 2.5 (allowed: 2.5 * (3 * 0.01 + 0.02) = 0.125).
+    cache.update(["j1", "j2"], [0.0, 1.1], 1.01)
+    assert cache.rejected_samples == 1
+    assert cache.last_rejection == (
+        "joint 'j2' sample 1.1000 is 0.6000 from its last accepted 0.5000, 0.010 s earlier "
+        "(60.0/s; more than 3 x its velocity limit 2.5/s): rejected"
+    )
+    with pytest.raises(ImplausibleJointError) as info:
+        cache.vector(now=1.02, timeout_s=0.5)
+    assert info.value.joint == "j2"
+    assert str(info.value).startswith(
+        f"joint 'j2' is not trusted until {TRUST_AFTER_SAMPLES} samples in a row and "
+        f"{UNTRUSTED_FOR_S:g} s pass without a rejected one (the last 0.010 s ago: joint 'j2' "
+        "sample 1.1000"
+    )
+    # j1 of the same message was taken; j2 keeps its last accepted value. Trusted again
+    # after 10 good samples in a row and 0.25 s, not before.
+    for k in range(1, TRUST_AFTER_SAMPLES + 1):
+        t = 1.01 + k * 0.01
+        cache.update(["j1", "j2"], [0.0, 0.5], t)
+        if k < TRUST_AFTER_SAMPLES:
+            with pytest.raises(ImplausibleJointError):
+                cache.vector(now=t + UNTRUSTED_FOR_S, timeout_s=0.5)
+    with pytest.raises(ImplausibleJointError):
+        cache.vector(now=1.01 + UNTRUSTED_FOR_S - 0.001, timeout_s=0.5)
+    t = 1.01 + UNTRUSTED_FOR_S
+    np.testing.assert_array_equal(cache.vector(now=t, timeout_s=0.5), [0.0, 0.5])
+
+
+@pytest.mark.parametrize("period", [0.01, 0.05])
+def test_a_glitch_alternating_around_the_true_value_is_never_trusted(period: float):
+    """Every sample is 0.3 off, alternately up and down: whichever is kept is wrong, so
+    the joint stays untrusted while it lasts, also when the samples come 50 ms apart.
+    (Samples further apart than (0.6 / 2.5 - 0.02) / 3 = 73 ms could be real motion.)"""
+    cache = _judged()
+    for k in range(100):
+        t = 1.0 + period * k
+        cache.update(["j1", "j2"], [0.0, 0.2 + (0.3 if k % 2 else -0.3)], t)
+        if k:
+            with pytest.raises(ImplausibleJointError):
+                cache.vector(now=t + period, timeout_s=1.0)
+    assert cache.rejected_samples == 50
+
+
+def test_motion_at_the_limit_passes_at_any_sampling():
+    """A joint really moving at its velocity limit: at 1 kHz, 100 Hz, 20 Hz, and with
+    samples received in bursts (no header stamps), nothing is rejected."""
+    for period in (0.001, 0.01, 0.05):
+        cache = _judged()
+        for k in range(200):
+            t = k * period
+            cache.update(["j1", "j2"], [2.5 * t, -2.5 * t], 10.0 + t)
+        assert cache.rejected_samples == 0, period
+    cache = _judged()
+    t = 0.0
+    for burst in range(20):  # 5 samples 10 ms apart at the limit, received at once
+        for _ in range(5):
+            t += 0.01
+            cache.update(["j1", "j2"], [2.5 * t, 0.0], 10.0 + 0.05 * burst)
+    assert cache.rejected_samples == 0
+
+
+def test_header_stamps_time_the_check_when_both_samples_have_one():
+    """Samples measured 10 ms apart at the limit but received 50 ms apart, then at once:
+    their own stamps say how fast the joint moved."""
+    cache = _judged()
+    cache.update(["j1"], [0.0], 1.00, measured_at=0.95)
+    # Received 0.5 ms later but measured 10 ms later, 0.025 rad on: at the limit.
+    cache.update(["j1"], [0.025], 1.0005, measured_at=0.96)
+    assert cache.rejected_samples == 0
+    # Measured 1 ms later, 0.2 rad on (200 rad/s): rejected though received 50 ms later.
+    cache.update(["j1"], [0.225], 1.05, measured_at=0.961)
+    assert cache.rejected_samples == 1
+
+
+def test_the_first_sample_and_one_after_a_gap_or_reset_are_taken_but_not_trusted_alone():
+    cache = _judged()
+    cache.update(["j1", "j2"], [3.0, -3.0], 1.0)  # first: nothing to compare with
+    cache.update(["j1"], [1.0], 2.0)  # 2 rad in 1 s: within 3 x 2.5 rad/s
+    assert cache.rejected_samples == 0
+    cache.reset()  # e.g. a clock jump: the next sample starts afresh
+    cache.update(["j1", "j2"], [-3.0, 3.0], 2.001)
+    assert cache.rejected_samples == 0
+    # A lone sample could be a glitch: trusted after TRUST_AFTER_SAMPLES in a row.
+    with pytest.raises(ImplausibleJointError) as info:
+        cache.vector(now=2.001, timeout_s=0.5)
+    assert str(info.value) == (
+        f"joint 'j1' is not trusted yet: 1 of {TRUST_AFTER_SAMPLES} samples in a row so far "
+        "(a lone sample cannot be told from a glitch)"
+    )
+    for k in range(1, TRUST_AFTER_SAMPLES):
+        cache.update(["j1", "j2"], [-3.0, 3.0], 2.001 + 0.01 * k)
+    np.testing.assert_array_equal(cache.vector(now=2.1, timeout_s=0.5), [-3.0, 3.0])
+
+
+def test_a_continuous_joint_may_wrap_a_full_turn():
+    cache = _judged(continuous=("j1",))
+    cache.update(["j1", "j2"], [math.pi - 0.01, math.pi - 0.01], 1.0)
+    cache.update(["j1", "j2"], [-math.pi + 0.01, -math.pi + 0.01], 1.01)
+    assert cache.rejected_samples == 1  # j2 is not continuous: a 6.26 rad jump
+    assert cache.last_rejection is not None and "'j2'" in cache.last_rejection
+
+
+def test_joints_without_limits_and_non_finite_values_are_not_judged():
+    cache = JointStateCache(["j1", "j2"])
+    cache.set_velocity_limits({"j1": 1.0})
+    cache.update(["j1", "j2"], [0.0, 0.0], 1.0)
+    cache.update(["j1", "j2"], [float("nan"), 100.0], 1.01)
+    assert cache.rejected_samples == 0
+    with pytest.raises(NonFiniteStateError):
+        cache.vector(now=1.01, timeout_s=0.5)

@@ -2,9 +2,11 @@
 start, a hold or an episode reset joins the measured state, with and without the
 action_prefix extension, at 80 ms, 200 ms and LTE-like latencies.
 
-The policy moves 1.5 rad/s from the observed state, fast enough that skipping the
+The policy moves 1.25 rad/s from the observed state, fast enough that skipping the
 actions the still arm never ran (the first slot is 5-20 actions in) would put the
-first point 0.15-0.6 rad away: beyond ``max_joint_step`` (0.25) from 200 ms on.
+first point 0.125-0.5 rad away: beyond ``max_joint_step`` (0.25) from 200 ms on; and
+slow enough that the reference server's prefix cross-fade stays within the robot's
+2.5 rad/s (at 1.5 rad/s it steps up to 2.55 rad/s).
 """
 
 from __future__ import annotations
@@ -13,19 +15,19 @@ from typing import Any
 
 import numpy as np
 import pytest
-from streaming_rig import CoreRig, velocity_limits
+from streaming_rig import CoreRig
 
 from relay_ros.pipeline.trajectory import parse_t_obs
 from relay_ros.server.action_prefix import apply_prefix
 from relay_ros.server.metadata import build_metadata
 
 H = 50
-STEP = 0.03  # rad per action at 50 Hz: 1.5 rad/s
+STEP = 0.025  # rad per action at 50 Hz: 1.25 rad/s
 
 
 def moving_policy(*, honour_prefix: bool) -> Any:
     """Chunks from the state to a goal the prompt names ("left": -0.8 rad, else
-    +0.8 rad) at 1.5 rad/s, the gripper still. With ``honour_prefix`` they start with
+    +0.8 rad) at 1.25 rad/s, the gripper still. With ``honour_prefix`` they start with
     the committed actions and plan from where those end, as an RTC server does."""
     steps = np.arange(H, dtype=np.float64)[:, None] * STEP
 
@@ -56,9 +58,7 @@ def started_rig(latency_s: float, prefix: bool, **overrides: Any) -> CoreRig:
         policy=moving_policy(honour_prefix=prefix),
         metadata=build_metadata("pi05", action_prefix=prefix),
         follow=True,
-        # The reference server's prefix cross-fade steps up to 2.55 rad/s: over the
-        # shipped 2.5 rad/s, which is not what these tests are about.
-        overrides={"joint_limits": velocity_limits("pi05", 5.0), **overrides},
+        overrides=overrides,
     )
     rig.connect()
     return rig

@@ -2,13 +2,25 @@
 
 :class:`VelocityChecker` sees what a controller would see: each trajectory as it
 arrives (per controller topic), its points with their velocities, and where it
-starts: the previous trajectory's state at the new start (stamp, or arrival for a
-zero stamp), as joint_trajectory_controller with interpolate_from_desired_state
-(the node's default model), or the measured state before the first one. It computes the
-largest speed of every cubic segment the controller interpolates (the one from
-the controller's state to the first point included) and keeps the worst ratio to
-each joint's velocity limit. The fault tests of the node rig and the streaming rig
-feed it everything they receive.
+starts. It computes the largest speed of every cubic segment the controller
+interpolates (the one from the controller's state to the first point included) and
+keeps the worst ratio to each joint's velocity limit.
+
+Where a trajectory starts is where the controller the node is configured for starts
+it (:mod:`relay_ros.pipeline.gate.controller`), at its stamp (or on arrival for a zero
+stamp): with ``interpolate_from_desired_state`` (the node's default), the previous
+trajectory's state then; without, that state shifted by the arm's tracking offset,
+the measured state less what was commanded **at the time it was measured**: a rig's
+arm state is read when a trajectory's callback runs, under load up to a second after
+the stamp, and compared with the command at the stamp a correct trajectory read 2-7
+times the limit (test/test_trajectory_checker.py proves the instrument on inputs with
+a known answer). Before the first trajectory: the measured state, at rest.
+
+Limits: the robot's, as config/<model>.yaml ships them for the simulated arm, never
+the ones a test raised in the node (:func:`robot_velocity_limits`): a test that
+raises them to let faster chunks through must still not command the robot faster
+than it can move. Every checker of the session is in :data:`CHECKERS`; conftest.py
+judges those a test made when it ends, passed or failed, and prints the total.
 
 It also keeps every trajectory, so that :meth:`VelocityChecker.peaks` gives the
 largest speed and acceleration each joint was commanded over a window of time (the
@@ -23,14 +35,27 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import yaml
 
+from relay_ros.paths import config_dir
 from relay_ros.pipeline.interpolation import segment_extremes
 
 #: Rounding slack on the limit (float32 positions on the wire, ns stamps).
 SLACK = 1e-6
 
-#: Every checker of this test session, for the summary conftest.py prints.
+#: Every checker of this test session, for conftest.py.
 CHECKERS: list[VelocityChecker] = []
+
+#: A measured arm: joint name -> position, and the time (stamp clock) it was measured.
+Measured = tuple[Mapping[str, float], float]
+
+
+def robot_velocity_limits(model: str) -> dict[str, float]:
+    """Joint -> velocity limit of the simulated robot for ``model`` (config/<model>.yaml,
+    whose limits are the sim URDF's: test_sim_urdf.py)."""
+    shipped = yaml.safe_load((config_dir() / f"{model}.yaml").read_text())
+    limits = shipped["/**"]["ros__parameters"]["joint_limits"]
+    return {joint: float(limit["max_velocity"]) for joint, limit in limits.items()}
 
 
 @dataclass
@@ -88,19 +113,37 @@ class VelocityChecker:
     """Worst speed / velocity-limit ratio over every trajectory given to :meth:`add`.
 
     Args:
-        max_velocity: Joint name -> velocity limit (rad/s or m/s).
-        measured: Returns joint name -> the measured state, asked as each trajectory
-            arrives (where the controller starts it from).
+        max_velocity: Joint name -> velocity limit (rad/s or m/s): the robot's.
+        measured: Returns the measured state and when it was measured (the rig's
+            arm), asked as each trajectory arrives.
+        name: Which rig, for the report.
+        judged: Whether conftest.py fails the test when this checker saw a trajectory
+            over a limit (False: a test of the instrument, which asserts itself).
+        from_desired_state: The controller's ``interpolate_from_desired_state``: a new
+            trajectory starts from the commanded state (True), or from it shifted by
+            the arm's measured tracking offset (False).
+
+    Trajectories are told apart by topic and joint names (a dry run's ``~/preview``
+    carries one message per controller).
     """
 
     def __init__(
-        self, max_velocity: Mapping[str, float], measured: Callable[[], Mapping[str, float]]
+        self,
+        max_velocity: Mapping[str, float],
+        measured: Callable[[], Measured],
+        name: str = "",
+        *,
+        judged: bool = True,
+        from_desired_state: bool = True,
     ) -> None:
         self._vmax = dict(max_velocity)
+        self._from_desired_state = from_desired_state
         self._measured = measured
-        self._last: dict[str, _Last] = {}
+        self._last: dict[tuple[str, tuple[str, ...]], _Last] = {}
         self._history: dict[str, list[_Last]] = {}
         self._lock = threading.Lock()
+        self.name = name
+        self.judged = judged
         self.trajectories = 0
         self.worst_ratio = 0.0
         self.worst: str = ""
@@ -123,13 +166,19 @@ class VelocityChecker:
         tfs = np.asarray(time_from_start, dtype=np.float64)
         pos = np.asarray(positions, dtype=np.float64)
         vel = np.asarray(velocities, dtype=np.float64)
+        key = (topic, tuple(joint_names))
         with self._lock:
-            last = self._last.get(topic)
-            state = self._measured()
+            last = self._last.get(key)
+            state, measured_at = self._measured()
             start = np.array([state[j] for j in joint_names], dtype=np.float64)
             start_velocity = np.zeros(len(joint_names))
             if last is not None and stamp >= last.times[0]:  # (else the clock jumped back)
-                start, start_velocity = _sample(last, stamp)
+                commanded, start_velocity = _sample(last, stamp)
+                if self._from_desired_state:
+                    start = commanded
+                else:  # from the measured state: the arm's offset when it was measured
+                    then, _ = _sample(last, measured_at)
+                    start = commanded + (start - then)
             points = np.vstack((start[None], pos))
             speeds = np.vstack((start_velocity[None], vel))
             times = np.concatenate(([stamp], stamp + tfs))
@@ -144,8 +193,14 @@ class VelocityChecker:
                     f"{topic}: joint {joint_names[j]!r} at {ext.speed[s, j]:.3f}/s on segment "
                     f"{s} of the trajectory stamped {stamp:.3f} (limit {vmax[j]:.3f}/s)"
                 )
-            self._last[topic] = _Last(times, points, speeds, tuple(joint_names))
-            self._history.setdefault(topic, []).append(self._last[topic])
+            self._last[key] = _Last(times, points, speeds, tuple(joint_names))
+            self._history.setdefault(topic, []).append(self._last[key])
+
+    @property
+    def over(self) -> bool:
+        """Whether some trajectory exceeded a velocity limit (rounding aside)."""
+        with self._lock:
+            return self.worst_ratio > 1.0 + SLACK
 
     def peaks(
         self, topic: str, start: float, end: float
@@ -170,5 +225,4 @@ class VelocityChecker:
 
     def assert_within(self) -> None:
         """No trajectory so far exceeded a velocity limit (rounding aside)."""
-        with self._lock:
-            assert self.worst_ratio <= 1.0 + SLACK, self.worst
+        assert not self.over, self.worst

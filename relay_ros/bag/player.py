@@ -11,8 +11,13 @@ recorded publishers offered (see :func:`~relay_ros.bag.reader.playback_qos`),
 whether the metadata is Humble's YAML string or Jazzy's structured form.
 
 Playback runs on its own thread and never spins an executor, so the caller's
-executor keeps serving its nodes. Messages go out in bag-time order (ties in
-storage order), so two plays of one bag publish the same sequence.
+executor keeps serving its nodes. When that thread does not run for longer than
+:data:`MAX_STALL_S` (a loaded machine), the rest of the bag plays that much later
+instead of bag time leaping: ``/clock`` never steps by more than about
+``MAX_STALL_S * rate``, which a node on sim time would take for a jump of its clock
+(policy_node holds and restarts its schedule on one of a second). Messages go out in
+bag-time order (ties in storage order), so two plays of one bag publish the same
+sequence.
 CDR bytes of the sensor message types are identical between Humble and Jazzy,
 so Humble-recorded bags play unchanged.
 """
@@ -38,6 +43,7 @@ from .reader import BagError, BagReader, PlaybackQos
 
 __all__ = [
     "CLOCK_TOPIC",
+    "MAX_STALL_S",
     "BagPlayer",
     "PlaybackProgress",
     "message_class",
@@ -48,6 +54,9 @@ _LOG = logging.getLogger(__name__)
 
 #: Topic the simulated clock is published on (what rclpy's TimeSource subscribes to).
 CLOCK_TOPIC = "/clock"
+#: Longest the playback thread may not run (wall seconds) before the rest of the bag
+#: is played that much later (see the module docstring).
+MAX_STALL_S = 0.1
 
 
 def message_class(msgtype: str) -> type[Any]:
@@ -239,6 +248,7 @@ class BagPlayer:
         # Playback-thread state: wall time of bag start, next /clock tick, last /clock.
         self._wall0 = 0.0
         self._next_clock = 0.0
+        self._expect = 0.0  # when the playback thread should next run
         self._last_clock = -1
 
     # -- control ----------------------------------------------------------------------
@@ -374,6 +384,7 @@ class BagPlayer:
         # The reader is opened here: sqlite3 connections belong to their thread.
         with BagReader(self.bag_path) as reader:
             self._wall0 = time.monotonic()
+            self._expect = self._wall0
             self._next_clock = self._wall0
             self._last_clock = -1
             if self._clock_pub is not None:
@@ -399,17 +410,23 @@ class BagPlayer:
         /clock follows wall time but never passes ``stamp_ns``, the next thing to
         publish. Returns False if :meth:`stop` was called.
         """
-        target = self._wall0 + (stamp_ns - self.start_ns) / 1e9 / self.rate
         period = 1.0 / self.clock_hz
         while not self._stop.is_set():
             now = time.monotonic()
+            stalled = now - self._expect
+            if stalled > MAX_STALL_S:  # this thread did not run: play the rest later
+                self._wall0 += stalled
+                self._next_clock = min(self._next_clock + stalled, now)
+            target = self._wall0 + (stamp_ns - self.start_ns) / 1e9 / self.rate
             if self._clock_pub is not None and now >= self._next_clock:
                 bag_now = self.start_ns + int((now - self._wall0) * self.rate * 1e9)
                 self._publish_clock(min(bag_now, stamp_ns))
                 self._next_clock = max(self._next_clock + period, now)
             if now >= target:
+                self._expect = now  # publishing follows at once
                 return True
             wake = min(target, self._next_clock) if self._clock_pub is not None else target
+            self._expect = max(wake, now)
             self._stop.wait(max(wake - now, 0.0))
         _LOG.info("playback of %s stopped", self.bag_path)
         with self._lock:

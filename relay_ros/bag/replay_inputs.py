@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 import yaml
+from websockets.exceptions import InvalidURI
 
 from relay_ros.bag.reader import BagReader
 from relay_ros.node.limit_params import limit_name
@@ -39,7 +40,7 @@ from relay_ros.node.param_spec import flatten_parameters
 from relay_ros.node.params import spec_for
 from relay_ros.node.topic_names import expand_topic_name
 from relay_ros.pipeline.camera_map import CameraEntry, camera_constraints, load_camera_map
-from relay_ros.wire.env import resolve_url
+from relay_ros.wire.env import parse_server_url, redact_url, resolve_url
 
 __all__ = [
     "FORCED_PARAMETERS",
@@ -351,18 +352,31 @@ def robot_description_topic(bag: Path, config: Any) -> str | None:
 
 
 def resolve_server_url(url: str | None, model: str) -> tuple[str | None, str]:
-    """(url for the node or None to start the reference server, description)."""
+    """(url for the node or None to start the reference server, description to show).
+
+    The URL (``--url``'s, or ``WALLE_URL``'s for ``--url`` alone) is checked as every
+    server URL is (:func:`~relay_ros.wire.env.parse_server_url`); the description
+    has its secrets redacted.
+
+    Raises:
+        ReplayError: ``WALLE_URL`` is not set, or the URL is not a ws:// or wss:// URL
+            (the message shows it redacted).
+    """
     if url is None:
         return None, "reference server"
+    source = "--url"
     if url in ("", "env", "WALLE_URL"):
+        source = "WALLE_URL"
         try:
-            resolved = resolve_url(model)
+            url = resolve_url(model)
         except KeyError:
             raise ReplayError(
                 "--url without a value uses WALLE_URL, but WALLE_URL is not set in the "
                 "environment or a .env file; give the URL, e.g. --url ws://host:8000/{model}"
             ) from None
-        return resolved, resolved
-    if not url.startswith(("ws://", "wss://")):
-        raise ReplayError(f"server URL '{url}' must start with ws:// or wss://")
-    return url, url.replace("{model}", model)
+    filled = url.replace("{model}", model)
+    try:
+        parse_server_url(filled)
+    except InvalidURI as exc:
+        raise ReplayError(f"{source}: {exc}") from None
+    return url, redact_url(filled)

@@ -17,7 +17,7 @@ A frame that is not a msgpack map is not handled here: the app answers
 
 Messages quote client values through :func:`relay_ros.logsafe.shorten`, so a
 huge value never makes a huge log line. JPEG frames are measured from their header
-(:func:`jpeg_size`) before they are decoded: a few hundred bytes can declare a
+(:func:`relay_ros.image_size.jpeg_size`) before they are decoded: a few hundred bytes can declare a
 16000 x 16000 image, and frames over :data:`MAX_JPEG_PIXELS` are refused undecoded.
 """
 
@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from relay_ros.image_size import MAX_FRAME_PIXELS, jpeg_size
 from relay_ros.logsafe import shorten
 
 __all__ = [
@@ -57,13 +58,11 @@ INTERNAL_ERROR = "Internal inference error"
 INVALID_PAYLOAD = "Invalid request payload"
 # Every JPEG (JFIF, EXIF, raw) starts with SOI + a marker byte.
 JPEG_MAGIC = b"\xff\xd8\xff"
-#: Largest JPEG frame decoded, in pixels (16.8 MP; a 4K camera frame is 8.3 MP).
-MAX_JPEG_PIXELS = 4096 * 4096
+#: Largest JPEG frame decoded, in pixels: the node's cameras' hard cap too.
+MAX_JPEG_PIXELS = MAX_FRAME_PIXELS
 #: Longest ``session_id`` accepted (a UUID has 36): the server keeps each session's id,
 #: so its memory per connection is bounded by this times ``max_sessions``.
 MAX_SESSION_ID_CHARS = 256
-# Markers that start a frame header (SOF0..SOF15 except DHT, JPG and DAC).
-_SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 
 
 class ObservationError(ValueError):
@@ -109,37 +108,6 @@ class Request:
     committed_steps: int = 0
     inference_delay: int | None = None
     execute_horizon: int | None = None
-
-
-def jpeg_size(data: bytes) -> tuple[int, int] | None:
-    """``(height, width)`` declared by the first frame header (SOF) of a JPEG, read
-    without decoding; None when the markers before it are malformed or there is none.
-    """
-    size = len(data)
-    pos = 2  # after SOI (FF D8)
-    while pos + 4 <= size:
-        if data[pos] != 0xFF:
-            return None
-        marker = data[pos + 1]
-        if marker == 0xFF:  # fill byte
-            pos += 1
-            continue
-        if marker == 0x01 or 0xD0 <= marker <= 0xD7:  # TEM, RSTn: no length
-            pos += 2
-            continue
-        if marker in (0xD9, 0xDA):  # EOI or start of scan before any frame header
-            return None
-        if marker in _SOF_MARKERS:
-            if pos + 9 > size:
-                return None
-            height = int.from_bytes(data[pos + 5 : pos + 7], "big")
-            width = int.from_bytes(data[pos + 7 : pos + 9], "big")
-            return height, width
-        length = int.from_bytes(data[pos + 2 : pos + 4], "big")
-        if length < 2:
-            return None
-        pos += 2 + length
-    return None
 
 
 def check_sampling_params(params: Any, adapters: Sequence[str]) -> tuple[str | None, float]:

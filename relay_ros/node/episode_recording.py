@@ -338,7 +338,7 @@ class EpisodeRecording:
         else:
             level, message = DiagnosticStatus.OK, "between episodes"
         out = DiagnosticStatus()
-        out.name = f"{self._node.get_name()}: recording"
+        out.name = f"{self._node.get_fully_qualified_name()}: recording"  # robots apart
         out.hardware_id = str(self._config.record_dir)
         out.level = level
         out.message = message

@@ -37,6 +37,7 @@ from typing import Any
 
 import yaml
 
+from relay_ros.wire.env import redact_text
 from relay_ros.yaml_files import YamlFileError, compose_yaml_file
 
 __all__ = [
@@ -445,7 +446,7 @@ class CommandLineParameters:
                 f"rclpy reads the '{used.node}' section after the '{meant.node}' one; "
                 "set the parameter in one of them"
             )
-        return (
+        return redact_text(
             f"parameter '{meant.name}' is {meant.describe()}{wanted}, but the node would "
             f"get {used.describe()} instead ({why})"
         )
@@ -459,7 +460,12 @@ class CommandLineParameters:
                 applies = "*" in setting.node or token == self.node_name
                 if applies and setting.name == parameter:
                     found.append(f"{params_file.path}, line {setting.line}")
-        found += [f"-p {parameter}:={text}" for name, text in self.overrides if name == parameter]
+        # A URL's secrets (policy_url's user info, ?token=) are never shown.
+        found += [
+            f"-p {parameter}:={redact_text(text)}"
+            for name, text in self.overrides
+            if name == parameter
+        ]
         return found
 
     def explain(self, message: str) -> str:

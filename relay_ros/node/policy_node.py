@@ -336,7 +336,11 @@ class PolicyNode(LifecycleNode):
         """The node's health as one DiagnosticStatus (also published at 1 Hz), in
         lifecycle ``state`` (default: the state now; a transition passes the state it
         ends in)."""
-        name = f"{self.get_name()}: policy"
+        # Named by the fully qualified node name, as rqt_robot_monitor and the
+        # diagnostic_aggregator key statuses: two robots' nodes (/robot1/policy_node,
+        # /robot2/policy_node) show apart.
+        fqn = self.get_fully_qualified_name()
+        name = f"{fqn}: policy"
         state = state or self.lifecycle_state
         extra = {
             "lifecycle_state": state,
@@ -345,7 +349,6 @@ class PolicyNode(LifecycleNode):
         }
         if self._wiring is not None:
             return self._wiring.diagnostics_status(name, extra)
-        fqn = self.get_fully_qualified_name()
         if self._failure_text:
             health = Health(Level.ERROR, self._failure_text, {})
         elif state == "finalized":
@@ -354,7 +357,7 @@ class PolicyNode(LifecycleNode):
             health = Health(
                 Level.WARN, f"{state}: 'ros2 lifecycle set {fqn} configure', then 'activate'", {}
             )
-        return diagnostic_status(health, name=name, hardware_id="", extra=extra)
+        return diagnostic_status(health, name=name, hardware_id=fqn, extra=extra)
 
     def _publish_diagnostics(self, state: str | None = None) -> None:
         stamp = self.get_clock().now().to_msg()

@@ -51,6 +51,7 @@ from rclpy.parameter import Parameter
 from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Bool, String
+from websockets.exceptions import InvalidURI
 
 from relay_ros.formats import format_for
 from relay_ros.node.deadman import DeadmanSwitch
@@ -59,7 +60,12 @@ from relay_ros.node.diagnostics_message import diagnostic_status
 from relay_ros.node.limit_params import describe_limits, with_robot_text
 from relay_ros.node.node_config import NodeConfig
 from relay_ros.node.param_spec import ParameterError
-from relay_ros.node.polled import PolledCallbackGroup, PolledSubscription, camera_subscription
+from relay_ros.node.polled import (
+    ClockRate,
+    PolledCallbackGroup,
+    PolledSubscription,
+    camera_subscription,
+)
 from relay_ros.node.qos import DEADMAN, JOINT_STATES, LATCHED, RELIABLE
 from relay_ros.node.ros_logging import node_logger, route_library_logs
 from relay_ros.node.ros_params import LiveParameters, declare_parameters
@@ -219,6 +225,9 @@ class PolicyWiring:
                 "no server to connect to: set the 'policy_url' parameter or WALLE_URL "
                 "(environment or .env), e.g. ws://127.0.0.1:8000/{model}"
             ) from None
+        except InvalidURI as exc:  # its text shows the URL redacted
+            source = "parameter 'policy_url'" if cfg.policy_url else "WALLE_URL"
+            raise ParameterError(f"{source}: {exc}") from None
         self._undo.append(self._connection.close)
         # ~/observation/* show each observation sent, while someone subscribes.
         observation_topics = ObservationTopics(
@@ -231,13 +240,16 @@ class PolicyWiring:
         self._undo.append(lambda: observation_topics.destroy(node))
         self._observation_topics = observation_topics
         # Cameras and joint states are read on the tick, not pushed per message
-        # (node.polled): the node uses only the newest frames, at request time.
+        # (node.polled): the node uses only the newest frames, at request time. Their
+        # ages (system clock) go on the node clock at its rate (sim time: not 1).
+        self._clock_rate = ClockRate()
         camera_subs = {
             entry.key: camera_subscription(
                 node,
                 entry,
                 group=polled,
                 callback=lambda msg, entry=entry: self._on_image(entry, msg),
+                clock_rate=self._clock_rate,
             )
             for entry in self._cameras
         }
@@ -495,7 +507,7 @@ class PolicyWiring:
         its reception time."""
         for taken in self._joint_sub.take_all():
             msg = taken.msg
-            received = now - taken.age_s
+            received = self._clock_rate.received(now, taken.age_s)
             self.core.joint_state(msg.name, msg.position, received, _stamp_s(msg))
             if self._recording is not None:
                 self._recording.joint_state(msg.name, msg.position, received)
@@ -529,6 +541,7 @@ class PolicyWiring:
         self._priority.apply()  # the first tick only
         self._ticks += 1
         now = self._now()
+        self._clock_rate.observe(now, simulated=self._node.get_clock().ros_time_is_active)
         while True:
             try:
                 kind, payload = self._events.get_nowait()
@@ -539,6 +552,7 @@ class PolicyWiring:
             elif kind == "disconnect":
                 self.core.disconnected(payload, now)
             elif kind == "clock_jump":
+                self._clock_rate.reset()
                 self.core.clock_jumped(payload, now)
             else:
                 self.core.result(payload, now)
@@ -625,6 +639,9 @@ class PolicyWiring:
             "thread priority": self._priority.status,
             "controllers_unheard": ", ".join(topic for _, topic in self._unheard),
             "deadman": "" if self._deadman is None else self._deadman.topic,
+            "model": self._config.model,
             **extra,
         }
-        return diagnostic_status(health, name=name, hardware_id=self._config.model, extra=values)
+        # hardware_id: the fully qualified node name (the robot this node drives).
+        hardware_id = self._node.get_fully_qualified_name()
+        return diagnostic_status(health, name=name, hardware_id=hardware_id, extra=values)

@@ -32,6 +32,7 @@ the same way.
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +48,7 @@ from relay_ros.pipeline.camera_map import CameraEntry
 from relay_ros.pipeline.frame_source import ArrivedFrame
 
 __all__ = [
+    "ClockRate",
     "PolledCallbackGroup",
     "PolledSubscription",
     "Taken",
@@ -62,6 +64,69 @@ class PolledCallbackGroup(ReentrantCallbackGroup):
     def can_execute(self, entity: Any) -> bool:
         """Always False: the owner takes the messages itself."""
         return False
+
+
+class ClockRate:
+    """How fast the node clock runs against the system clock, to put a message's age
+    (system clock, from the middleware) on the node clock.
+
+    1 with the system clock; with ``use_sim_time``, a bag played at 2x or a simulator
+    running faster or slower than real time make it something else (0 while paused).
+    A frame that waited 0.25 s (system) in its queue at rate 2 is 0.5 s old on the
+    node clock: taken as 0.25 s old it would look fresh past ``sensor_timeout_s``.
+    The rate is measured over the last :data:`WINDOW_S` of ticks (:meth:`observe`),
+    1 until 0.1 s of them are known and after :meth:`reset` or a jump of the node clock
+    (back, or forward faster than :data:`MAX_RATE`: the first ``/clock`` message, from
+    0 to the bag's time, is not announced as a jump).
+    """
+
+    #: Seconds (system clock) of ticks the rate is measured over.
+    WINDOW_S = 1.0
+    #: Faster than this many node seconds per system second is a jump, not a rate.
+    MAX_RATE = 100.0
+
+    def __init__(self) -> None:
+        self._samples: deque[tuple[float, float]] = deque()  # (system s, node s)
+
+    def observe(
+        self, node_now: float, system_now: float | None = None, *, simulated: bool = True
+    ) -> None:
+        """The node clock reads ``node_now`` at ``system_now`` (default: now).
+
+        ``simulated``: whether the node clock is a simulated one (``use_sim_time``);
+        when it is not, it is the system clock and the rate is exactly 1 (two clock
+        reads a preemption apart would make it seem otherwise on a loaded machine)."""
+        if not simulated:
+            self._samples.clear()
+            return
+        system = time.time() if system_now is None else system_now
+        if self._samples:
+            last_system, last_node = self._samples[-1]
+            if node_now < last_node or node_now - last_node > self.MAX_RATE * max(
+                system - last_system, 0.01
+            ):
+                self._samples.clear()  # the node clock jumped: measure afresh
+        self._samples.append((system, node_now))
+        while len(self._samples) > 2 and system - self._samples[1][0] >= self.WINDOW_S:
+            self._samples.popleft()
+
+    def rate(self) -> float:
+        """Node seconds per system second (1 until known)."""
+        if len(self._samples) < 2:
+            return 1.0
+        (s0, n0), (s1, n1) = self._samples[0], self._samples[-1]
+        if s1 - s0 < 0.1 or n1 < n0:
+            return 1.0
+        return (n1 - n0) / (s1 - s0)
+
+    def received(self, now: float, age_s: float) -> float:
+        """When a message ``age_s`` (system seconds) old at node time ``now`` arrived,
+        on the node clock."""
+        return now - age_s * self.rate()
+
+    def reset(self) -> None:
+        """Forget the samples (the node clock jumped)."""
+        self._samples.clear()
 
 
 @dataclass(frozen=True)
@@ -101,6 +166,8 @@ class PolledSubscription:
         group: The node's :class:`PolledCallbackGroup`.
         callback: Handles a message pushed by an executor that runs the group anyway.
         raw: Take serialized messages (``bytes``) instead of message objects.
+        clock_rate: Puts ages on the node clock for :meth:`take_newest` (None: the
+            node clock runs with the system clock).
     """
 
     def __init__(
@@ -113,6 +180,7 @@ class PolledSubscription:
         group: PolledCallbackGroup,
         callback: Callable[[Any], None],
         raw: bool = False,
+        clock_rate: ClockRate | None = None,
     ) -> None:
         if not isinstance(group, PolledCallbackGroup):
             raise TypeError(
@@ -127,6 +195,7 @@ class PolledSubscription:
         # System time when the queue was last found empty (or the subscription made):
         # a message without a reception time arrived after it.
         self._seen_empty_ns = time.time_ns()
+        self._clock_rate = clock_rate
 
     @property
     def topic_name(self) -> str:
@@ -160,12 +229,13 @@ class PolledSubscription:
 
     def take_newest(self, now: float) -> ArrivedFrame | None:
         """The newest queued message (older queued ones are dropped) with its reception
-        time on the node clock (``now`` minus its age), or None: a camera's
-        :class:`~relay_ros.pipeline.frame_source.FrameSource`."""
+        time on the node clock (``now`` minus its age, at the clock's rate), or None: a
+        camera's :class:`~relay_ros.pipeline.frame_source.FrameSource`."""
         batch = self.take_all()
         if not batch:
             return None
-        return ArrivedFrame(batch[-1].msg, now - batch[-1].age_s)
+        rate = 1.0 if self._clock_rate is None else self._clock_rate.rate()
+        return ArrivedFrame(batch[-1].msg, now - batch[-1].age_s * rate)
 
 
 def camera_subscription(
@@ -174,6 +244,7 @@ def camera_subscription(
     *,
     group: PolledCallbackGroup,
     callback: Callable[[Any], None],
+    clock_rate: ClockRate | None = None,
 ) -> PolledSubscription:
     """The polled subscription of one camera of the map: ``CompressedImage`` for the
     compressed transport, else ``Image`` read straight from its CDR bytes
@@ -188,4 +259,5 @@ def camera_subscription(
         group=group,
         callback=callback,
         raw=not compressed,
+        clock_rate=clock_rate,
     )

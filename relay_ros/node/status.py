@@ -1,7 +1,8 @@
 """``relay-ros status``: every policy_node on the ROS domain, from ``/diagnostics``.
 
-Each policy_node publishes one ``DiagnosticStatus`` named ``<node>: policy`` at 1 Hz
-and at once after every lifecycle transition, in every lifecycle state
+Each policy_node publishes one ``DiagnosticStatus`` named ``<fully qualified node
+name>: policy`` at 1 Hz and at once after every lifecycle transition, in every
+lifecycle state
 (:mod:`relay_ros.node.policy_node`). :class:`StatusMonitor` subscribes to
 ``/diagnostics``, keeps the newest status of each node and asks each node's
 ``~/get_state`` (lifecycle_msgs) for its lifecycle state as it is now; :func:`policy_status`

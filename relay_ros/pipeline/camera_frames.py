@@ -23,6 +23,17 @@ is due within a camera period or two: then the request finds its frames ready an
 only the work of the frames that arrived since is on its path to the wire. The
 cameras are converted one after the other on the caller's thread.
 
+**Frame size bound.** Before a message is decoded its size is read from its header
+(JPEG SOF, PNG IHDR, a raw image's ``height`` and ``width``) and checked: at most
+:data:`~relay_ros.pipeline.images.MAX_FRAME_PIXELS` (16.8 MP), and once a camera has
+delivered a frame that converted, at most :data:`SIZE_GROWTH_FACTOR` (4) times that
+frame's pixels: a 631-byte JPEG declaring 16000 x 16000 pixels (768 MB and seconds of
+decoding on the executor thread) is refused undecoded. A camera that really changed
+its size (a driver reconfigured) keeps sending the new size: one size under the hard
+cap received on every frame for :data:`NEW_SIZE_AFTER_S` (1 s) becomes the camera's
+size. A refused frame leaves the camera on its last good one until that is stale;
+the refusal is kept (:meth:`CameraFrames.refusal`) so the hold that follows says why.
+
 This module has no rclpy: a serialized buffer that the CDR reader does not
 understand is handed to the ``deserialize`` callable the node gives (rclpy's
 ``deserialize_message``).
@@ -30,6 +41,7 @@ understand is handed to the ``deserialize`` callable the node gives (rclpy's
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -46,11 +58,19 @@ from relay_ros.pipeline.image_encoding import (
     encode_jpeg,
     fit_and_encode,
 )
-from relay_ros.pipeline.images import compressed_to_rgb, image_to_rgb
+from relay_ros.pipeline.images import (
+    MAX_FRAME_PIXELS,
+    check_pixels,
+    compressed_size,
+    compressed_to_rgb,
+    image_to_rgb,
+)
 
 __all__ = [
     "FRAME_LOOKAHEAD_S",
     "LAST_READ_LEAD_S",
+    "NEW_SIZE_AFTER_S",
+    "SIZE_GROWTH_FACTOR",
     "CameraFrames",
     "FrameConversionError",
     "WireFrames",
@@ -71,6 +91,14 @@ FRAME_LOOKAHEAD_S = _PREPARE_WINDOW_MAX_S
 #: frames that arrive after that are converted on the request's own tick (a burst
 #: of three camera frames takes 1-3 ms to convert).
 LAST_READ_LEAD_S = 0.003
+#: A camera's frame may have at most this many times the pixels of its last frame
+#: that converted (twice its width and height).
+SIZE_GROWTH_FACTOR = 4
+#: ... unless the camera sent that one larger size (under the hard cap) on every frame
+#: for this long, seconds: then it is the camera's new size.
+NEW_SIZE_AFTER_S = 1.0
+
+logger = logging.getLogger(__name__)
 
 
 class FrameConversionError(ValueError):
@@ -115,6 +143,55 @@ class WireFrames:
     wire_bytes: int
     newest_prepared_s: float = 0.0
     read_s: float = 0.0
+
+
+class _SizeBound:
+    """How many pixels one camera's next frame may declare (module docstring)."""
+
+    def __init__(self) -> None:
+        self.expected: tuple[int, int] | None = None
+        self._candidate: tuple[int, int] | None = None
+        self._since = 0.0
+
+    def check(self, key: str, height: int, width: int, received: float) -> None:
+        """Raise :class:`~relay_ros.pipeline.images.FrameTooLargeError` for a frame of
+        ``height`` x ``width`` received at ``received`` that is over the bound."""
+        check_pixels(height, width, MAX_FRAME_PIXELS, "frame")
+        if self.expected is None:
+            return
+        eh, ew = self.expected
+        limit = SIZE_GROWTH_FACTOR * eh * ew
+        if height * width <= limit:
+            self._candidate = None
+            return
+        if self._candidate != (height, width):
+            self._candidate, self._since = (height, width), received
+        elif received - self._since >= NEW_SIZE_AFTER_S:
+            logger.warning(
+                "camera '%s' sends %dx%d frames since %.1f s instead of %dx%d; taking that "
+                "as its new size",
+                key,
+                width,
+                height,
+                received - self._since,
+                ew,
+                eh,
+            )
+            self._candidate = None
+            return
+        check_pixels(
+            height,
+            width,
+            limit,
+            "frame",
+            f" ({SIZE_GROWTH_FACTOR} x the {ew}x{eh} of this camera's frames; a new size is "
+            f"taken after {NEW_SIZE_AFTER_S:g} s of it)",
+        )
+
+    def converted(self, height: int, width: int) -> None:
+        """A frame of this size converted: the camera's size."""
+        self.expected = (height, width)
+        self._candidate = None
 
 
 @dataclass
@@ -170,6 +247,7 @@ class CameraFrames:
         self._rejected: dict[str, str] = {}
         self._period: dict[str, float] = {}  # last interval between two messages per camera
         self._stored = 0  # messages stored so far, all cameras
+        self._bounds = {key: _SizeBound() for key in self._cameras}
 
     # Arrival: keep a reference, nothing else.
 
@@ -252,6 +330,12 @@ class CameraFrames:
         self._period.clear()
         self._rejected.clear()
 
+    def refusal(self, key: str) -> str | None:
+        """Why camera ``key``'s newest message was refused (naming the camera and its
+        topic), while no later one of it has converted; None otherwise."""
+        rejected = self._rejected.get(key)
+        return None if rejected is None else f"{self.describe_camera(key)}: {rejected}"
+
     def prepare(self, key: str, image_size: tuple[int, int]) -> float:
         """Convert camera ``key``'s newest message now (a request is due soon).
 
@@ -269,7 +353,7 @@ class CameraFrames:
             return 0.0
         start = time.perf_counter()
         try:
-            latest.converted = self._convert(key, latest.msg, size)
+            latest.converted = self._convert(key, latest.msg, size, latest.received)
         except FrameConversionError as exc:
             self._rejected[key] = exc.reason
             self._reject(key)
@@ -282,12 +366,19 @@ class CameraFrames:
 
     # Request time: convert what is new.
 
-    def _convert(self, key: str, msg: Any, size: tuple[int, int]) -> np.ndarray | bytes:
+    def _convert(
+        self, key: str, msg: Any, size: tuple[int, int], received: float
+    ) -> np.ndarray | bytes:
         entry = self._cameras[key]
+        bound = self._bounds[key]
         try:
             if isinstance(msg, np.ndarray):
                 rgb = msg  # an RGB frame already (tests, bag tools)
+                declared = (int(msg.shape[0]), int(msg.shape[1]))
             elif entry.transport == "compressed":
+                declared = compressed_size(np.frombuffer(msg.data, np.uint8))
+                if declared is not None:  # (else compressed_to_rgb refuses it)
+                    bound.check(key, declared[0], declared[1], received)
                 rgb = compressed_to_rgb(msg, source=entry.topic, target_size=size)
             else:
                 image = msg
@@ -298,10 +389,15 @@ class CameraFrames:
                         if self._deserialize is None:
                             raise
                         image = self._deserialize(bytes(msg))
+                declared = (int(image.height), int(image.width))
+                bound.check(key, declared[0], declared[1], received)
                 rgb = image_to_rgb(image, source=entry.topic)
-            return fit_and_encode(rgb, size, self.encoding, self.jpeg_quality)
+            converted = fit_and_encode(rgb, size, self.encoding, self.jpeg_quality)
         except ValueError as exc:  # ImageConversionError, CdrImageError, ImageEncodingError
             raise FrameConversionError(key, entry.topic, str(exc)) from exc
+        assert declared is not None
+        bound.converted(*declared)
+        return converted
 
     def assemble(
         self, image_size: tuple[int, int], *, timed_after: int | None = None

@@ -12,6 +12,14 @@ Three steps, each cheap because a 3-camera, 30 Hz pipeline has a few millisecond
   paths give identical pixels.
 - :func:`compressed_to_rgb` decodes a ``sensor_msgs/CompressedImage`` (JPEG/PNG,
   as ``compressed_image_transport`` publishes) with ``cv2.imdecode``.
+
+Every frame's size is bounded before any pixel is touched: a 631-byte JPEG can declare
+16000 x 16000 pixels (768 MB and seconds to decode), so the size is read from the
+JPEG frame header (SOF) or the PNG ``IHDR`` chunk (:func:`compressed_size`), or from
+a raw image's ``height`` and ``width``, and a frame over ``max_pixels`` (at most
+:data:`~relay_ros.image_size.MAX_FRAME_PIXELS`) is refused with
+:class:`FrameTooLargeError`, undecoded (the header readers are in
+:mod:`relay_ros.image_size`, shared with the server's request checks).
 - :func:`resize_with_pad` fits a frame into the server's ``image_size`` keeping the
   aspect ratio and padding with zeros, with the geometry of openpi's
   ``openpi_client.image_tools.resize_with_pad`` (a 480x640 frame becomes 168x224
@@ -35,11 +43,18 @@ import cv2
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from relay_ros.image_size import MAX_FRAME_PIXELS, compressed_size, jpeg_size, png_size
+
 __all__ = [
+    "MAX_FRAME_PIXELS",
     "SUPPORTED_ENCODINGS",
+    "FrameTooLargeError",
     "ImageConversionError",
+    "check_pixels",
+    "compressed_size",
     "compressed_to_rgb",
     "jpeg_size",
+    "png_size",
     "cv_bridge_available",
     "image_to_rgb",
     "parse_image_size",
@@ -56,6 +71,31 @@ _SWAP_CODES: dict[str, int] = {"bgr8": cv2.COLOR_BGR2RGB, "bgra8": cv2.COLOR_BGR
 
 class ImageConversionError(ValueError):
     """A frame cannot be converted: unsupported encoding, bad size or undecodable data."""
+
+
+class FrameTooLargeError(ImageConversionError):
+    """A frame declares more pixels than allowed; it was not decoded.
+
+    Attributes:
+        height, width: The declared size.
+        max_pixels: The bound it exceeds.
+    """
+
+    def __init__(self, height: int, width: int, max_pixels: int, what: str, why: str = "") -> None:
+        self.height = int(height)
+        self.width = int(width)
+        self.max_pixels = int(max_pixels)
+        super().__init__(
+            f"{what} declares {width}x{height} pixels ({height * width}); at most "
+            f"{max_pixels} are decoded{why}"
+        )
+
+
+def check_pixels(height: int, width: int, max_pixels: int, what: str, why: str = "") -> None:
+    """Raise :class:`FrameTooLargeError` when ``height * width`` exceeds ``max_pixels``
+    (``what`` names the frame in the message, ``why`` follows the bound)."""
+    if int(height) * int(width) > max_pixels:
+        raise FrameTooLargeError(height, width, max_pixels, what, why)
 
 
 class ImageLike(Protocol):
@@ -121,12 +161,15 @@ def _message_bytes(msg: Any) -> np.ndarray:
     return np.frombuffer(data, dtype=np.uint8)
 
 
-def _check_geometry(msg: Any, channels: int, size: int) -> tuple[int, int, int]:
+def _check_geometry(
+    msg: Any, channels: int, size: int, max_pixels: int = MAX_FRAME_PIXELS
+) -> tuple[int, int, int]:
     height, width, step = int(msg.height), int(msg.width), int(msg.step)
     if height <= 0 or width <= 0:
         raise ImageConversionError(
             f"image has size {width}x{height}; expected a positive width and height"
         )
+    check_pixels(height, width, max_pixels, f"{msg.encoding!r} image")
     if step < width * channels:
         raise ImageConversionError(
             f"image step {step} is smaller than width * channels = {width} * {channels} "
@@ -142,9 +185,10 @@ def _check_geometry(msg: Any, channels: int, size: int) -> tuple[int, int, int]:
 
 
 def _own_to_rgb(msg: Any, channels: int) -> np.ndarray:
-    """relay_ros's conversion: strided views of the buffer, a copy only to swap channels."""
+    """relay_ros's conversion: strided views of the buffer, a copy only to swap channels
+    (the geometry is checked already)."""
     flat = _message_bytes(msg)
-    height, width, step = _check_geometry(msg, channels, flat.size)
+    height, width, step = int(msg.height), int(msg.width), int(msg.step)
     encoding = msg.encoding
     if encoding == "mono8":
         # Stride 0 on the channel axis repeats each grey byte three times: no copy.
@@ -162,7 +206,11 @@ def _bridge_to_rgb(msg: Any) -> np.ndarray:
 
 
 def image_to_rgb(
-    msg: ImageLike, *, source: str | None = None, use_cv_bridge: bool | None = None
+    msg: ImageLike,
+    *,
+    source: str | None = None,
+    use_cv_bridge: bool | None = None,
+    max_pixels: int = MAX_FRAME_PIXELS,
 ) -> np.ndarray:
     """Convert a ``sensor_msgs/Image`` to an (H, W, 3) uint8 RGB array.
 
@@ -174,12 +222,14 @@ def image_to_rgb(
             topic; defaults to the message's ``header.frame_id``.
         use_cv_bridge: Force (True) or avoid (False) cv_bridge; None uses it when
             it is importable.
+        max_pixels: Largest ``height * width`` converted.
 
     Returns:
         The RGB frame; for ``rgb8``, ``rgba8`` and ``mono8`` a read-only view of
         ``msg.data``.
 
     Raises:
+        FrameTooLargeError: More than ``max_pixels`` pixels (checked first).
         ImageConversionError: Unsupported encoding (the message lists the supported
             ones), or a size/step that does not fit the data.
     """
@@ -190,6 +240,7 @@ def image_to_rgb(
             f"image encoding {encoding!r} is not supported; "
             f"supported encodings: {list(SUPPORTED_ENCODINGS)}"
         )
+    _check_geometry(msg, channels, _message_bytes(msg).size, max_pixels)
     if encoding == "mono8":
         _warn_mono_once(_source_of(msg, source), "mono8")
     bridge = _BRIDGE is not None if use_cv_bridge is None else use_cv_bridge
@@ -200,43 +251,17 @@ def image_to_rgb(
     return _own_to_rgb(msg, channels)
 
 
-def jpeg_size(data: np.ndarray) -> tuple[int, int] | None:
-    """(height, width) from a JPEG's start-of-frame marker, or None if not found.
-
-    Reads only the marker headers (a few dozen bytes in a normal file), so the
-    decoder can be told to decode at a reduced scale before it starts.
-    """
-    n = int(data.size)
-    if n < 4 or data[0] != 0xFF or data[1] != 0xD8:
-        return None
-    i = 2
-    while i + 9 < n:
-        if data[i] != 0xFF:
-            return None
-        marker = int(data[i + 1])
-        if marker == 0xFF:  # fill byte
-            i += 1
-            continue
-        if marker in (0x01, 0xD0, 0xD1, 0xD2, 0xD3, 0xD4, 0xD5, 0xD6, 0xD7):
-            i += 2  # markers without a length
-            continue
-        length = (int(data[i + 2]) << 8) | int(data[i + 3])
-        # SOF0..SOF15 carry the size; C4 (DHT), C8 (JPG) and CC (DAC) do not.
-        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
-            height = (int(data[i + 5]) << 8) | int(data[i + 6])
-            width = (int(data[i + 7]) << 8) | int(data[i + 8])
-            return (height, width) if height and width else None
-        i += 2 + length
-    return None
-
-
 def _fit_ratio(height: int, width: int, target: tuple[int, int]) -> float:
     """How many times larger the frame is than its aspect-kept fit into ``target``."""
     return max(width / target[1], height / target[0])
 
 
 def compressed_to_rgb(
-    msg: Any, *, source: str | None = None, target_size: tuple[int, int] | None = None
+    msg: Any,
+    *,
+    source: str | None = None,
+    target_size: tuple[int, int] | None = None,
+    max_pixels: int = MAX_FRAME_PIXELS,
 ) -> np.ndarray:
     """Decode a ``sensor_msgs/CompressedImage`` to an (H, W, 3) uint8 RGB array.
 
@@ -248,14 +273,17 @@ def compressed_to_rgb(
             :func:`resize_with_pad`. A JPEG at least twice that size is decoded at
             half scale (libjpeg skips half of the inverse DCT work): the result is
             what ``resize_with_pad`` needs, at about half the decode time.
+        max_pixels: Largest ``height * width`` decoded, as the header declares it.
 
     Returns:
         A new RGB array (OpenCV decodes to BGR; the channels are swapped). With
         ``target_size`` it may be half the encoded size.
 
     Raises:
+        FrameTooLargeError: The header declares more than ``max_pixels`` pixels (the
+            data is not decoded).
         ImageConversionError: A format that is not JPEG/PNG (e.g. ``compressedDepth``),
-            or data that does not decode.
+            data without a readable JPEG or PNG header, or data that does not decode.
     """
     fmt = str(msg.format)
     lowered = fmt.lower()
@@ -269,11 +297,20 @@ def compressed_to_rgb(
     buffer = _message_bytes(msg)
     if buffer.size == 0:
         raise ImageConversionError(f"compressed image ({fmt!r}) has no data")
+    declared = compressed_size(buffer)
+    if declared is None or 0 in declared:
+        raise ImageConversionError(
+            f"compressed image ({fmt!r}, {buffer.size} bytes) has no readable JPEG frame "
+            "header or PNG IHDR: its size is unknown, so it is not decoded"
+        )
+    check_pixels(declared[0], declared[1], max_pixels, f"compressed image ({fmt!r})")
     flags = cv2.IMREAD_COLOR
-    if target_size is not None:
-        size = jpeg_size(buffer)
-        if size is not None and _fit_ratio(size[0], size[1], target_size) >= 2.0:
-            flags = cv2.IMREAD_REDUCED_COLOR_2
+    if (
+        target_size is not None
+        and jpeg_size(buffer) is not None
+        and _fit_ratio(declared[0], declared[1], target_size) >= 2.0
+    ):
+        flags = cv2.IMREAD_REDUCED_COLOR_2
     bgr = cv2.imdecode(buffer, flags)
     if bgr is None:
         raise ImageConversionError(

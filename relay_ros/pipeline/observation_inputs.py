@@ -10,7 +10,10 @@
   next request is due before that camera's next frame, else when an observation
   needs it;
 - **joint states** (:class:`~relay_ros.pipeline.state.JointStateCache`), in the
-  configured order, refused when a joint is missing, stale or not finite;
+  configured order, refused when a joint is missing, stale or not finite; a sample
+  that would mean moving far faster than the joint's velocity limit is rejected
+  (counted as a refusal, WARN at most every 5 s) and the joint is not trusted for a
+  moment after it (:mod:`~relay_ros.pipeline.state`);
 - :meth:`ObservationInputs.snapshot`: everything one observation takes (the wire
   frames, the state vector, the observation time), or the :class:`InputProblem`
   that stops it (a camera without a frame, a stale input, bad joint states, a frame
@@ -42,6 +45,7 @@ Time is passed in (node clock); the frame work is timed on the :class:`RequestCl
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -71,7 +75,9 @@ ObservationTiming = Literal["frame", "frame_arrival", "request"]
 OBSERVATION_TIMINGS: tuple[str, ...] = ("frame", "frame_arrival", "request")
 DEFAULT_OBSERVATION_TIMING: ObservationTiming = "frame_arrival"
 
-ProblemKind = Literal["missing_input", "stale_input", "joint_states", "frame_conversion"]
+ProblemKind = Literal[
+    "missing_input", "stale_input", "joint_states", "frame_conversion", "frame_refused"
+]
 
 
 #: How long after a clock jump joint states stamped before it are dropped, seconds.
@@ -85,9 +91,11 @@ class InputProblem:
     Attributes:
         kind: ``"missing_input"`` (a camera without a frame yet), ``"stale_input"``
             (a frame older than ``sensor_timeout_s``), ``"joint_states"`` (a joint
-            missing, stale or not finite) or ``"frame_conversion"`` (the newest frame
+            missing, stale or not finite), ``"frame_conversion"`` (the newest frame
             of a camera does not convert: that camera falls back to its previous
-            frame, the next tick tries again).
+            frame, the next tick tries again) or ``"frame_refused"`` (a camera has no
+            usable frame, missing or stale, because its newer ones were refused: the
+            reason is the refusal, naming the camera, its topic and why).
         reason: The sentence for the log and ``/diagnostics``.
     """
 
@@ -158,6 +166,7 @@ class ObservationInputs:
         self._sources = dict(sources) if sources is not None else None
         self._clock = clock
         self._refused = refused
+        self._limits: Mapping[str, Any] | None = None
         self._joint_label = (
             "joint states"
             if joint_states_topic is None
@@ -256,9 +265,18 @@ class ObservationInputs:
         positions: Sequence[float],
         now: float,
         measured_at: float | None = None,
+        *,
+        limits: Mapping[str, Any] | None = None,
     ) -> None:
         """Positions from one ``JointState`` message received at ``now`` (its header
-        stamp ``measured_at``, if any); a malformed message is refused like a bad frame."""
+        stamp ``measured_at``, if any); a malformed message is refused like a bad frame.
+
+        ``limits``: the joint limits in force (joint -> ``JointLimit``): a sample
+        implying far more than a joint's ``max_velocity`` is rejected and refused (a
+        joint without position limits may wrap by a turn)."""
+        if limits is not self._limits:
+            self._limits = limits
+            self.joints.set_velocity_limits(*_velocity_limits(limits or {}))
         jump = self._jump
         if jump is not None and measured_at:
             old, new, until = jump
@@ -266,10 +284,13 @@ class ObservationInputs:
                 self._jump = None
             elif abs(measured_at - old) < abs(measured_at - new):
                 return  # published before the clock jump (see clear())
+        rejected = self.joints.rejected_samples
         try:
             self.joints.update(list(names), list(positions), now, measured_at=measured_at)
         except JointStateError as exc:
             self._refused(f"{self._joint_label}: {exc}", now)
+        if self.joints.rejected_samples != rejected:
+            self._refused(f"{self._joint_label}: {self.joints.last_rejection}", now)
 
     def measured(self, now: float, timeout_s: float, names: Sequence[str]) -> np.ndarray | None:
         """The measured positions of ``names`` at ``now``, or None when any is missing,
@@ -305,10 +326,18 @@ class ObservationInputs:
         missing = self.frames.missing()
         if missing:
             reasons = "; ".join(self.frames.why_missing(key) for key in missing)
-            return InputProblem("missing_input", reasons)
-        stamps = {self.frames.describe_camera(key): t for key, t in self.frames.stamps().items()}
+            refused = self._refusal(missing) is not None
+            return InputProblem("frame_refused" if refused else "missing_input", reasons)
+        arrived = self.frames.stamps()
+        stamps = {self.frames.describe_camera(key): t for key, t in arrived.items()}
         stale = check_fresh(stamps, now, timeout_s)
         if stale is not None:
+            refused = self._refusal([k for k, t in arrived.items() if now - t > timeout_s])
+            if refused is not None:
+                return InputProblem(
+                    "frame_refused",
+                    f"stale observation: {stale.reason}; its newer frames were refused: {refused}",
+                )
             return InputProblem("stale_input", f"stale observation: {stale.reason}")
         t_obs = min(now, max(self.frames.stamps().values())) if at_frames else now
         try:
@@ -325,6 +354,10 @@ class ObservationInputs:
         if wire.converted:
             self._clock.frames_processed(wire.conversion_s + wire.read_s, wire.converted)
         return Snapshot(wire, state, t_obs)
+
+    def _refusal(self, keys: Sequence[str]) -> str | None:
+        """The refusal of the first of ``keys`` whose newest frame was refused, if any."""
+        return next((r for key in keys if (r := self.frames.refusal(key)) is not None), None)
 
     def refreshed_since(self, since: float) -> bool:
         """Whether every camera has a frame that arrived at or after ``since``."""
@@ -358,3 +391,18 @@ class ObservationInputs:
         if jump is not None:
             old, new = jump
             self._jump = (old, new, new + JUMP_QUARANTINE_S)
+
+
+def _velocity_limits(limits: Mapping[str, Any]) -> tuple[dict[str, float], list[str]]:
+    """(joint -> max_velocity, the joints without position limits) of ``JointLimit``s
+    (entries of another kind, ``(lower, upper)`` pairs, carry no velocity limit)."""
+    velocities: dict[str, float] = {}
+    continuous: list[str] = []
+    for joint, limit in limits.items():
+        vmax = getattr(limit, "max_velocity", None)
+        if vmax is None:
+            continue
+        velocities[joint] = float(vmax)
+        if math.isinf(limit.min_position) and math.isinf(limit.max_position):
+            continuous.append(joint)
+    return velocities, continuous

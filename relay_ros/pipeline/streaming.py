@@ -234,6 +234,7 @@ class StreamingCore:
         scheduler = None if self._session is None else self._session.scheduler
         counts = self._counts.as_dict()
         counts["frames_received"] = self._inputs.frames_received
+        counts["joint_samples_rejected"] = self._inputs.joints.rejected_samples
         counts["chunks_clamped"] = self._gate.clamped
         counts["holds_sent"] = self._gate.holds_sent
         counts["holds_not_sent"] = self._gate.holds_not_sent
@@ -348,8 +349,10 @@ class StreamingCore:
     ) -> None:
         """Positions from one ``JointState`` message received at ``now`` (header stamp
         ``measured_at``: when plausible, the publication check compares the arm with
-        what was commanded then); a malformed message is refused like a bad frame."""
-        self._inputs.joint_state(names, positions, now, measured_at)
+        what was commanded then); a malformed message is refused like a bad frame, a
+        sample implying far more than a joint's velocity limit is rejected
+        (:mod:`~relay_ros.pipeline.state`)."""
+        self._inputs.joint_state(names, positions, now, measured_at, limits=self._cfg.joint_limits)
 
     def set_prompt(self, text: str) -> None:
         """Replace the task instruction from the next observation on."""

@@ -14,6 +14,11 @@ smoothness checks for chunked policies do, and whether the arm was at rest when 
 switch came (a switch from a standing command joins trivially and is counted
 apart). Thread-safe: the events come from
 the controller's lock, the reads from any thread.
+
+Memory is fixed when the measures are made: the cycles and the action ages live in
+:class:`RowRing` buffers allocated (and touched) at their full capacity, so a
+simulated arm running for hours holds as much as after its first second (a deque of
+per-cycle arrays grew 4.9 MiB a minute, up to 50 MiB; bench/soak.py ``--sim-arm``).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ __all__ = [
     "ControllerMeasures",
     "FollowerHistory",
     "FollowerMetrics",
+    "RowRing",
 ]
 
 # Bound on the stored action-age samples used for percentiles (about 16 min at 100 Hz).
@@ -42,7 +48,67 @@ _MAX_BOUNDARY_RECORDS = 10_000
 REST_SPEED = 0.01
 
 
-@dataclass(frozen=True)
+class RowRing:
+    """The last ``capacity`` rows of ``width`` float64 values, in one preallocated array.
+
+    Appending is O(1) and allocates nothing: the array is allocated and written once
+    at construction (its pages resident from the start), so the memory is
+    ``capacity * width * 8`` bytes whatever is appended later. Not thread-safe (the
+    measures' lock guards it).
+
+    Raises:
+        ValueError: ``capacity`` or ``width`` is not positive.
+    """
+
+    def __init__(self, capacity: int, width: int) -> None:
+        if capacity < 1 or width < 1:
+            raise ValueError(f"a ring of {capacity} rows of {width} values; expected both >= 1")
+        self._rows = np.zeros((int(capacity), int(width)), dtype=np.float64)
+        self._rows.fill(0.0)  # touch every page now: the memory is taken at start
+        self._next = 0
+        self._count = 0
+
+    @property
+    def capacity(self) -> int:
+        """Rows kept at most."""
+        return int(self._rows.shape[0])
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the buffer (fixed)."""
+        return int(self._rows.nbytes)
+
+    def __len__(self) -> int:
+        return self._count
+
+    def append(self, *parts: float | np.ndarray) -> None:
+        """Add one row made of ``parts`` (numbers and 1-D arrays, ``width`` values in
+        all); past the capacity the oldest row is dropped."""
+        row = self._rows[self._next]
+        i = 0
+        for part in parts:
+            if isinstance(part, np.ndarray):
+                row[i : i + part.size] = part
+                i += part.size
+            else:
+                row[i] = part
+                i += 1
+        self._next = (self._next + 1) % self.capacity
+        self._count = min(self._count + 1, self.capacity)
+
+    def rows(self) -> np.ndarray:
+        """A copy of the kept rows, oldest first: (len, width)."""
+        if self._count < self.capacity:
+            return self._rows[: self._count].copy()
+        return np.concatenate((self._rows[self._next :], self._rows[: self._next]))
+
+    def clear(self) -> None:
+        """Forget every row (the buffer stays allocated)."""
+        self._next = 0
+        self._count = 0
+
+
+@dataclass(frozen=True, slots=True)
 class BoundaryStep:
     """The step at one chunk switch.
 
@@ -166,6 +232,9 @@ class ControllerMeasures:
         self._name = name
         self._joint_names = joint_names
         self._history_length = int(history_length)
+        self._ages = RowRing(_MAX_AGE_SAMPLES, 1)
+        # Per cycle: the time, the commanded and the followed positions, the action age.
+        self._history = RowRing(self._history_length, 2 + 2 * len(joint_names))
         self._lock = threading.Lock()
         self._holding = False
         self._init()
@@ -277,7 +346,7 @@ class ControllerMeasures:
                 self._age_sum += age
                 self._age_max = age if self._age_max is None else max(self._age_max, age)
                 self._ages.append(age)
-            self._history.append((now, commanded.copy(), followed.copy(), age))
+            self._history.append(now, commanded, followed, age)
 
     # ------------------------------------------------------------------ reads
 
@@ -285,7 +354,7 @@ class ControllerMeasures:
         """Return the measures up to the latest event."""
         with self._lock:
             ratios = [b.ratio for b in self._boundaries if b.ratio is not None]
-            ages = np.asarray(self._ages, dtype=np.float64)
+            ages = self._ages.rows()[:, 0]
             return FollowerMetrics(
                 name=self._name,
                 accepted=self._accepted,
@@ -323,17 +392,14 @@ class ControllerMeasures:
         """Return the recorded control cycles and switch times."""
         with self._lock:
             dof = len(self._joint_names)
-            n = len(self._history)
-            times = np.fromiter((h[0] for h in self._history), dtype=np.float64, count=n)
-            commanded = np.stack([h[1] for h in self._history]) if n else np.zeros((0, dof))
-            positions = np.stack([h[2] for h in self._history]) if n else np.zeros((0, dof))
+            rows = self._history.rows()
             return FollowerHistory(
                 joint_names=self._joint_names,
-                times=times,
-                commanded=commanded,
-                positions=positions,
+                times=rows[:, 0],
+                commanded=rows[:, 1 : 1 + dof],
+                positions=rows[:, 1 + dof : 1 + 2 * dof],
                 switch_times=np.asarray(self._switch_times, dtype=np.float64),
-                ages=np.fromiter((h[3] for h in self._history), dtype=np.float64, count=n),
+                ages=rows[:, 1 + 2 * dof],
             )
 
     def reset(self) -> None:
@@ -361,8 +427,6 @@ class ControllerMeasures:
         self._age_count = 0
         self._age_sum = 0.0
         self._age_max: float | None = None
-        self._ages: deque[float] = deque(maxlen=_MAX_AGE_SAMPLES)
-        self._history: deque[tuple[float, np.ndarray, np.ndarray, float]] = deque(
-            maxlen=self._history_length
-        )
+        self._ages.clear()
+        self._history.clear()
         self._switch_times: deque[float] = deque(maxlen=_MAX_BOUNDARY_RECORDS)

@@ -46,7 +46,7 @@ from relay_ros.logsafe import shorten
 from relay_ros.models import get_model
 from relay_ros.wire.codec import REPLY_LIMITS, CodecError, DecodeLimits, unpackb
 from relay_ros.wire.deadline import Deadline
-from relay_ros.wire.env import direct_enabled, redact_url, resolve_url
+from relay_ros.wire.env import direct_enabled, parse_server_url, redact_url, resolve_url
 from relay_ros.wire.errors import OpenCancelled, PolicyServerError, RequestTimeout
 from relay_ros.wire.idle_servicer import DEFAULT_IDLE_POLL_S, IdleServicer
 from relay_ros.wire.metadata import read_metadata
@@ -162,6 +162,7 @@ class PolicyClient:
         self._max_reply_bytes = max_reply_bytes
         self._ping = (ping_interval, ping_timeout)
         target = resolve_url(model) if url is None else url.replace("{model}", model)
+        parse_server_url(target)  # a bad URL fails here, its secrets redacted
         follow_direct = direct_enabled()
         deadline = Deadline(open_timeout)
 

@@ -40,12 +40,11 @@ from typing import Any
 
 import numpy as np
 from websockets.exceptions import ConnectionClosed
-from websockets.uri import parse_uri
 
 from relay_ros.models import get_model
 from relay_ros.wire.client import PolicyClient
 from relay_ros.wire.codec import CodecError
-from relay_ros.wire.env import redact_text, redact_url, resolve_url
+from relay_ros.wire.env import parse_server_url, redact_text, redact_url, resolve_url
 from relay_ros.wire.errors import OpenCancelled, PolicyServerError, RequestTimeout
 from relay_ros.wire.reconnect import DEFAULT_PROBE_S, Backoff, RetryWait, WaitEnd
 from relay_ros.wire.reply import Reply
@@ -186,7 +185,7 @@ class PolicyConnection:
         self._backoff = Backoff(reconnect_initial_s, reconnect_max_s, reconnect_factor)
         self.model = model
         self.url = resolve_url(model) if url is None else url.replace("{model}", model)
-        ws_uri = parse_uri(self.url)  # a bad URL is a configuration error: fail now
+        ws_uri = parse_server_url(self.url)  # a bad URL is a configuration error: fail now
         self._stop = threading.Event()
         self._retry = RetryWait(ws_uri.host, ws_uri.port, self._stop, probe_s=reconnect_probe_s)
         self._attempts = 0

@@ -14,6 +14,12 @@ A URL may carry secrets (``wss://user:token@host/...``, ``?token=...``). The
 client needs them to connect, but nothing else may show them: every log line,
 exception text and diagnostic that names a URL goes through :func:`redact_url`
 (or :func:`redact_text` for text that may contain URLs).
+
+Every URL a program is given (``WALLE_URL`` from the environment or ``.env``, the
+node's ``policy_url``, ``relay-ros replay --url``, ``PolicyClient(url=...)``) passes
+:func:`parse_server_url` before anything uses it: a URL that is not ``ws://`` or
+``wss://`` with a host raises websockets' ``InvalidURI`` naming the redacted URL
+and what to write instead (``https://`` -> ``wss://``, as a browser copy gives).
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from dotenv import dotenv_values, find_dotenv
+from websockets.exceptions import InvalidURI
+from websockets.uri import WebSocketURI, parse_uri
 
 from relay_ros.models import get_model
 
@@ -33,6 +41,7 @@ __all__ = [
     "direct_enabled",
     "find_env_file",
     "get_setting",
+    "parse_server_url",
     "redact_text",
     "redact_url",
     "resolve_url",
@@ -173,3 +182,53 @@ def redact_text(text: str) -> str:
     if "://" not in text:
         return text
     return _URL_IN_TEXT.sub(lambda match: redact_url(match.group(0)), text)
+
+
+# Schemes people paste for a WebSocket server, and the WebSocket scheme meant.
+_WEBSOCKET_SCHEME_FOR = {"https": "wss", "http": "ws"}
+
+
+def parse_server_url(url: str) -> WebSocketURI:
+    """``url`` parsed as a policy server's WebSocket URL (websockets' ``parse_uri``).
+
+    The one check of every server URL: a URL a user gives is checked before a
+    connection is tried, and no error shows its secrets.
+
+    Raises:
+        websockets.exceptions.InvalidURI: ``url`` is not a ``ws://`` or ``wss://`` URL
+            with a host (or its port, user info or host name do not parse). The
+            exception's ``uri`` is the redacted URL (:func:`redact_url`) and its
+            message says what was expected; an ``https://`` (``http://``) URL is told
+            to use ``wss://`` (``ws://``): the same server, spoken to over WebSocket.
+    """
+    shown = redact_url(url)
+    try:
+        scheme = urlsplit(url).scheme.lower()
+    except ValueError:
+        scheme = ""
+    meant = _WEBSOCKET_SCHEME_FOR.get(scheme)
+    if meant is not None:
+        raise InvalidURI(
+            shown,
+            f"scheme isn't ws or wss; a policy server speaks WebSocket: write {meant}:// "
+            f"instead of {scheme}:// (e.g. {meant}://host/pi05)",
+        ) from None
+    try:
+        return parse_uri(url)
+    except InvalidURI as exc:
+        what = exc.msg
+        if what.startswith("scheme"):
+            given = f"{scheme}://" if scheme else "(none)"
+            what = (
+                f"scheme {given} isn't ws or wss; expected ws://host:port/path or wss://host/path"
+            )
+        raise InvalidURI(shown, what) from None
+    except ValueError as exc:  # urllib's text may quote parts of the URL: not shown
+        text = str(exc).lower()
+        if "port" in text:
+            what = "the port is not a number from 0 to 65535"
+        elif "ipv6" in text:
+            what = "the host is not a valid IPv6 address in brackets"
+        else:
+            what = "the host name or the user info cannot be decoded"
+        raise InvalidURI(shown, what) from None

@@ -40,11 +40,10 @@ from websockets.exceptions import ConnectionClosed, ConnectionClosedOK, PayloadT
 from websockets.frames import Close, CloseCode, Frame, Opcode
 from websockets.http11 import Response
 from websockets.protocol import State
-from websockets.uri import parse_uri
 
 from relay_ros._version import __version__
 from relay_ros.wire.deadline import Deadline, timeout_error, wait_slice
-from relay_ros.wire.env import redact_url
+from relay_ros.wire.env import parse_server_url, redact_url
 from relay_ros.wire.errors import PolicyServerError
 from relay_ros.wire.frame_writer import FrameWriter
 from relay_ros.wire.tcp import open_tcp, start_tls
@@ -118,7 +117,7 @@ class Transport:
         self.url = url
         self.display_url = redact_url(url)
         self._log = logger if logger is not None else _module_logger
-        ws_uri = parse_uri(url)  # raises InvalidURI
+        ws_uri = parse_server_url(url)  # raises InvalidURI (the URL redacted)
         self.secure = ws_uri.secure
         self._max_message_bytes = max_message_bytes
         self._protocol = ClientProtocol(ws_uri, max_size=max_message_bytes, logger=_protocol_logger)
