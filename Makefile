@@ -40,9 +40,11 @@ $(OPENPI_STAMP): requirements/openpi.txt
 	$(OPENPI_VENV)/bin/python -m pip install --quiet -r requirements/openpi.txt
 	touch $(OPENPI_STAMP)
 
+# ruff, then mypy over relay_ros/ (its settings: pyproject.toml [tool.mypy]).
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 format: setup
 	$(VENV)/bin/ruff check --fix .
@@ -75,4 +77,4 @@ compat:
 	.ci/compat
 
 clean:
-	rm -rf $(VENV) $(OPENPI_VENV) .venv-compat-py310 .venv-compat-py312 .bench-venv build install log *.egg-info .pytest_cache .ruff_cache demo_output
+	rm -rf $(VENV) $(OPENPI_VENV) .venv-compat-py310 .venv-compat-py312 .bench-venv build install log *.egg-info .pytest_cache .ruff_cache .mypy_cache demo_output

@@ -54,9 +54,8 @@ ARMS: tuple[tuple[str, float], ...] = (("exact", 0.0), ("lag 40 ms", 0.04))
 #: The earlier fixed timing: lead at the p95 latency + 50 ms, E = H/2 (25 of 50).
 FIXED_LEAD = AdaptiveTiming(lead_percentile=95.0, lead_margin_s=0.05)
 #: A refusal of the segment from where the check takes the controller to be to the
-#: first point. The splice's first segment from the commanded state is inside the
-#: limits by construction, so for it these come from the check starting at a lagging
-#: arm's measured state instead (issue 26, fault 6).
+#: first point (the check starts it where the user's controller does: from its
+#: command with interpolate_from_desired_state, whatever a healthy arm lags).
 MEASURED_START = "from where the controller is"
 CONTROL_PERIOD_S = 0.01
 
@@ -162,8 +161,7 @@ def row(cells: Sequence[str]) -> None:
 def default_vs_sync(seeds: Sequence[int], duration: float) -> dict[str, list[LoopRunResult]]:
     table(
         "1. default vs sync, server without action_prefix (paired = default - sync; refusals: "
-        "total (of them, on the first segment: for the splice, the check starting at a "
-        "lagging arm's measured state))",
+        "total (of them, on the segment from where the controller is to the first point))",
         [
             "arm",
             "link",

@@ -34,7 +34,9 @@ class _Failure(Exception):
     """An expected error: its message is printed as one line and the exit code is 2."""
 
 
-def _add_replay(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def _add_replay(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> argparse.ArgumentParser:
     parser = sub.add_parser(
         "replay",
         help="replay a bag through policy_node (dry run) and report what it would command",
@@ -162,7 +164,9 @@ def _run_replay(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
-def _add_status(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def _add_status(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> argparse.ArgumentParser:
     parser = sub.add_parser(
         "status",
         help="every policy_node on the ROS domain: lifecycle state, server, chunks, latency",
@@ -191,7 +195,9 @@ def _add_status(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     return parser
 
 
-def _add_export(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def _add_export(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> argparse.ArgumentParser:
     parser = sub.add_parser(
         "export",
         help="turn a bag (teleoperated demonstrations) into a LeRobot v3.0 dataset episode",
@@ -307,7 +313,7 @@ def _run_export(args: argparse.Namespace) -> int:
 _COMMANDS: dict[
     str,
     tuple[
-        Callable[[argparse._SubParsersAction], argparse.ArgumentParser],
+        Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], argparse.ArgumentParser],
         Callable[[argparse.Namespace], int],
     ],
 ] = {

@@ -27,7 +27,7 @@ _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 def _as_bytes(data: Any) -> bytes | memoryview:
     if isinstance(data, np.ndarray):
-        return memoryview(np.ascontiguousarray(data).reshape(-1).view(np.uint8))
+        return np.ascontiguousarray(data).reshape(-1).view(np.uint8).data
     return memoryview(data).cast("B")
 
 

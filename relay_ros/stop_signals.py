@@ -37,6 +37,7 @@ import os
 import signal
 import threading
 from collections.abc import Callable, Iterable, Iterator
+from signal import Signals
 from typing import Any
 
 __all__ = [
@@ -88,7 +89,7 @@ class StopSignals:
         return self._first
 
     @property
-    def ignored(self) -> tuple[signal.Signals, ...]:
+    def ignored(self) -> tuple[Signals, ...]:  # here `signal` is the property
         """The stop signals that arrived after the first one (ignored)."""
         with self._lock:
             return tuple(self._ignored)
@@ -185,7 +186,7 @@ class StopSignals:
                 if signum in _STOP_NUMBERS:
                     self._received(signal.Signals(signum))
 
-    def _received(self, sig: signal.Signals) -> None:
+    def _received(self, sig: Signals) -> None:
         with self._lock:
             if self._first is not None:
                 self._ignored.append(sig)

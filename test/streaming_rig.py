@@ -120,6 +120,8 @@ class CoreRig:
     """StreamingCore for ``model`` with config/<model>.yaml plus ``overrides``."""
 
     model: str = "pi05"
+    # An openpi layout (config/<layout>.yaml and its camera map, the layout's metadata).
+    layout: str | None = None
     overrides: dict[str, Any] = field(default_factory=dict)
     policy: Policy | None = None
     latency_s: float = 0.05
@@ -147,16 +149,21 @@ class CoreRig:
     stopped: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        base = load_model_config(self.model)
+        base = load_model_config(self.model, self.layout)
         self.config: NodeConfig = dataclasses.replace(base, **self.overrides)
-        cameras = load_model_camera_map(config_dir() / f"{self.model}_cameras.yaml", self.model)
+        cameras = load_model_camera_map(
+            config_dir() / f"{self.layout or self.model}_cameras.yaml", self.model, self.layout
+        )
         self.camera_keys = [c.key for c in cameras]
         groot = format_for(self.model).needs_embodiment  # GR00T: the so100 joints
-        self.joints = list(GROOT_JOINTS if groot else PI_JOINTS)
+        if self.layout is not None:
+            self.joints = list(self.config.state_joints)
+        else:
+            self.joints = list(GROOT_JOINTS if groot else PI_JOINTS)
         self.state = np.full(len(self.joints), 0.1)
         if self.metadata is None:
             embodiment = load_embodiment("so100") if groot else None
-            self.metadata = build_metadata(self.model, embodiment=embodiment)
+            self.metadata = build_metadata(self.model, embodiment=embodiment, layout=self.layout)
         if self.policy is None:
             self.policy = ramp_policy(int(self.metadata["action_horizon"]))
         self.log = ListLogger()
@@ -183,7 +190,7 @@ class CoreRig:
         # limits (not ones a test raised); conftest.py judges it when the test ends. The
         # state is brought up to date at every step, before the tick publishes.
         self.checker = VelocityChecker(
-            robot_velocity_limits(self.model),
+            robot_velocity_limits(self.layout or self.model),
             lambda: (dict(zip(self.joints, self.state.tolist())), self.now),
             name=f"CoreRig({self.model})",
             from_desired_state=bool(self.config.interpolate_from_desired_state),

@@ -42,8 +42,10 @@ from relay_ros.demo import (
 from relay_ros.demo.plot import zoomed_switch
 from relay_ros.demo.policy_settings import SMOOTHINGS, DemoPolicy
 from relay_ros.node.param_spec import flatten_parameters
+from relay_ros.server.policy_robot import VISUAL_MAX_SPEED
 from relay_ros.sim.controller_measures import BoundaryStep
 from relay_ros.sim.motion_measures import SwitchSummary
+from relay_ros.sim.robot import SPEED_SHARE
 from relay_ros.sim.task import TaskMeasures
 
 REPO = Path(__file__).resolve().parents[1]
@@ -338,6 +340,17 @@ def test_server_command():
     ]  # fmt: skip
     prefix = server_command("pi05", policy=DemoPolicy(smoothing="prefix"))
     assert prefix[-1] == "--action-prefix"
+    # A layout's server moves like that layout's robot (config/droid.yaml: a Franka,
+    # 2.175 rad/s, joint 4 in -3.07..-0.07, the gripper in 0..1), not the simulated arm.
+    # The share of a joint's limit is the reference visual plan's 1.6 of the simulated
+    # arm's 2.5 rad/s (kept apart so that the launch helpers load without the server).
+    assert SPEED_SHARE * 2.5 == pytest.approx(VISUAL_MAX_SPEED)
+    droid = server_command("pi05", policy=DemoPolicy(layout="droid"))
+    assert droid[droid.index("--layout") :] == [
+        "--layout", "droid",
+        "--max-speed=1.392,1.392,1.392,1.392,1.6704,1.6704,1.6704,1.28",
+        "--rest-pose=0,0,0,-1.5708,0,1.8675,0,0.5",
+    ]  # fmt: skip
     with pytest.raises(DemoArgumentError) as info:
         server_command("pi05", jitter_ms=float("inf"))
     assert str(info.value) == "jitter_ms inf is not a finite number of ms >= 0"

@@ -28,6 +28,7 @@ from relay_ros.pipeline.image_encoding import ImageEncodingError, check_image_en
 from relay_ros.pipeline.observation import ObservationBuilder, ObservationError, reply_to_chunk
 from relay_ros.pipeline.server_spec import ServerSpec, ServerSpecError
 from relay_ros.server import ServerOptions, run_server_in_thread
+from relay_ros.server.__main__ import build_parser, options_from_args
 from relay_ros.server.metadata import build_metadata
 from relay_ros.wire.client import PolicyClient
 from relay_ros.wire.codec import packb, unpackb
@@ -278,6 +279,47 @@ def test_reference_server_serves_a_layout_and_says_which() -> None:
     # velocity of 1 (DROID's clip) moves a joint: 0.2 rad (float32 rounding allowed).
     np.testing.assert_allclose(positions[0, :7], state[:7], atol=1e-6)
     assert np.abs(np.diff(positions[:, :7], axis=0)).max() <= 0.2 + 1e-5
+
+
+def test_the_reference_server_moves_like_the_robot_it_is_told() -> None:
+    """``--max-speed`` and ``--rest-pose`` (what ``make demo LAYOUT=droid`` passes for
+    the Franka of config/droid.yaml): the flow plan's circles are centred on the rest
+    pose (joint 4 stays inside its -3.07..-0.07 range instead of heading for 0) and no
+    joint moves faster than its bound between two actions, once integrated."""
+    args = build_parser().parse_args(
+        [
+            "--layout",
+            "droid",
+            "--model",
+            "pi05",
+            "--max-speed=1,0.5",
+            "--rest-pose=0,0,0,-1.5708,0,1.8675,0,0.5",
+        ]
+    )
+    options = options_from_args(args)
+    assert options.max_speed == (1.0, 0.5)
+    assert options.rest_pose == (0.0, 0.0, 0.0, -1.5708, 0.0, 1.8675, 0.0, 0.5)
+    state = np.array([0.0, 0.1, 0.0, -1.5708, 0.0, 1.8675, 0.0, 0.5])
+    with run_server_in_thread(options) as handle:
+        client = PolicyClient("pi05", url=handle.url_template)
+        try:
+            server = ServerSpec.from_metadata(
+                client.get_server_metadata(), model="pi05", layout="droid"
+            )
+            builder = ObservationBuilder(server, camera_keys=DROID_CAMERAS)
+            obs = builder.build(frames(DROID_CAMERAS), state, "p", session_id=None, seed=3)
+            actions = client.infer(obs)
+        finally:
+            client.close()
+    chunk = reply_to_chunk(actions, server)
+    positions = integrate_velocities(
+        chunk, server.format.action_parts(server), dict(enumerate(state)), dt=1 / 15
+    )
+    steps = np.abs(np.diff(positions, axis=0)) * 15
+    assert steps[:, 0].max() <= 1.0 + 1e-4 and steps[:, 1:].max() <= 0.5 + 1e-4
+    assert (positions[:, 3] < -0.0698).all() and (positions[:, 5] > -0.0175).all()
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--max-speed", "fast"])
 
 
 def test_a_bad_layout_is_refused_by_the_server_options() -> None:

@@ -99,9 +99,18 @@ def test_clamp_mode_slows_the_jump_says_so_and_stays_within_the_limit() -> None:
 
 
 def test_acceleration_limits_where_given() -> None:
+    # The chunk's own speed triples at row 25 (0.1 to 0.3 rad/s in 20 ms): over a
+    # 0.5 rad/s^2 limit however its start and stop are timed (retiming.py).
     base = dataclasses.replace(CoreRig().config.joint_limits["joint1"], max_acceleration=0.5)
     limits = {**CoreRig().config.joint_limits, "joint1": base}
-    rig = CoreRig(overrides={"joint_limits": limits})
+    ramp = ramp_policy(H)
+
+    def faster(obs):
+        actions = ramp(obs)
+        actions[25:, 0] += 0.004 * np.arange(1, H - 24)
+        return actions
+
+    rig = CoreRig(overrides={"joint_limits": limits}, policy=faster)
     rig.connect()
     rig.run_until(lambda: rig.core.counts["refusals"] >= 1)
     assert "joint 'joint1' would accelerate at" in rig.core.last_refusal

@@ -20,18 +20,27 @@ import numpy as np
 import pytest
 from controller_rig import ControllerRig
 from streaming_rig import CoreRig
+from test_gate_chunks import _publication as gate_publication
 from trajectory_checker import VelocityChecker
 
+from relay_ros.pipeline.gate.motion import MotionLimits, check_motion
+from relay_ros.pipeline.gate.retiming import brake_tail, ramp_head
+from relay_ros.pipeline.interpolation import hermite_state
+from relay_ros.pipeline.joint_limits import JointLimit
+from relay_ros.pipeline.publication import smooth_weights
 from relay_ros.pipeline.ramp_in import RampIn, check_ramp_in
 from relay_ros.pipeline.scheduler import ChunkScheduler
 from relay_ros.pipeline.scheduler_config import SchedulerConfig, SchedulerConfigError
+from relay_ros.pipeline.smoothing import CrossFade
 from relay_ros.pipeline.trajectory import parse_t_obs
+from relay_ros.server.metadata import build_metadata
 
 DT = 0.02
 H = 50
 R = 0.5
 STEP = 0.01  # rad per action: 0.5 rad/s
 SPEED = STEP / DT
+ACCEL_LIMITS = {name: JointLimit(-2.9, 2.9, 2.5, 10.0, source="test") for name in ("j1", "j2")}
 
 
 # ------------------------------------------------------------------ the warp
@@ -299,6 +308,45 @@ def test_a_chunk_observed_during_the_ramp_joins_where_the_robot_is():
         assert_secants_follow_the_ramp(new, t0, skip=4)
 
 
+def test_the_prefix_continues_the_stretched_motion_where_the_new_rows_run():
+    # action_prefix during the ramp: row i of a chunk observed at t_obs runs where its
+    # chunk time (the chunk time run by t_obs, plus i periods) falls on the ramp; the
+    # prefix gives what the controllers follow then (the published trajectory, cubic
+    # through the published velocities), not what they follow at t_obs + i*dt.
+    rig = CoreRig(
+        metadata=build_metadata("pi05", action_prefix=True),
+        policy=joint1_line(STEP),
+        overrides={"ramp_in_s": R, "smoothing": "prefix", "execute_horizon": 5},
+    )
+    rig.connect()
+    rig.run_until(lambda: rig.now > 2.0 and len(rig.chunks()) >= 6)
+    chunks = rig.chunks()
+    t0 = chunks[0].points.stamp
+    checked = on_the_ramp = 0
+    apart = 0.0  # how far t_obs + i*dt would be off
+    for obs, t_obs in zip(rig.observations, rig.sent):
+        if not t0 < t_obs < t0 + R:
+            continue
+        msg = [m for m in chunks if m.points.stamp <= t_obs][-1]
+        times = msg.points.stamp + np.asarray(msg.points.time_from_start)
+        positions = np.asarray(msg.points.positions)
+        velocities = np.asarray(msg.points.velocities)
+        prefix = obs["action_prefix"]
+        for i in range(prefix.shape[0]):
+            t = real_time(nominal_clock(t_obs, t0) + i * DT, t0)
+            if not times[0] <= t <= times[-1]:
+                continue  # (before the first point: still moving there from the stamp)
+            expected = hermite_state(times, positions, velocities, t)[0]
+            np.testing.assert_allclose(prefix[i, :6], expected, atol=1e-5)
+            checked += 1
+            if t < t0 + R:
+                on_the_ramp += 1
+                naive = hermite_state(times, positions, velocities, t_obs + i * DT)[0]
+                apart = max(apart, abs(naive[0] - expected[0]))
+    assert checked >= 10 and on_the_ramp >= 3, (checked, on_the_ramp)
+    assert apart > 1e-3, apart
+
+
 @pytest.mark.parametrize("late_s", [0.001, 0.15], ids=["prompt", "hold 150 ms late"])
 def test_a_hold_during_the_ramp_stops_from_the_stretched_motion(late_s):
     # joint1 heading off at 1.5 rad/s; the operator disables the node 0.3 s into the
@@ -350,30 +398,121 @@ def test_the_averages_compare_chunks_on_the_chunk_timeline(smoothing):
         np.testing.assert_allclose(np.asarray(new.points.positions)[:8, 0], old_line, atol=3e-4)
 
 
-def test_the_gate_checks_the_ramped_start_and_an_acceleration_limit_lets_it_start():
-    # joint1 at 1 rad/s, with a 10 rad/s^2 acceleration limit (chunks that slow down
-    # to rest at their end within it): a start from rest within the 10 control periods
-    # the gate may delay it needs more, and is refused at every start; the ramp needs
-    # about twice 1 / 0.5.
+def test_an_acceleration_limit_the_ramp_meets_keeps_it_and_a_short_one_is_replaced_once():
+    # joint1 at 1 rad/s with a 10 rad/s^2 acceleration limit (chunks that slow down to
+    # rest at their end within it). The gate's own ramp for a still arm
+    # (retiming.ramp_head, on the action grid) starts it without a ramp-in; with the
+    # 0.5 s ramp-in the stretched start meets the limit and is kept; a 0.1 s ramp-in
+    # (10 rad/s^2 on its own, more on the cubic into the first point) is too short: the
+    # gate's ramp replaces it, on the unstretched chunk, and nothing is ramped twice.
     limits = {
         joint: dataclasses.replace(limit, max_acceleration=10.0)
         for joint, limit in CoreRig().config.joint_limits.items()
     }
-    results = {}
-    for ramp in (R, 0.0):
+    firsts = {}
+    for ramp in (R, 0.0, 0.1):
         rig = CoreRig(
             policy=joint1_line(0.02, slow_from=30),
             overrides={"ramp_in_s": ramp, "joint_limits": limits, "smoothing": "splice"},
         )
         rig.connect()
         rig.run(2.0)
-        results[ramp] = (len(rig.chunks()), rig.core.counts["refusals"], rig.core.last_refusal)
-        if ramp:
-            _, accel = rig.checker.peaks("arm", 0.0, rig.now)
-            assert max(accel.values()) <= 10.0 + 1e-6
-    assert results[R][0] >= 5 and results[R][1] == 0, results
-    assert results[0.0][0] == 0 and results[0.0][1] >= 1, results
-    assert "accelerate" in results[0.0][2], results
+        chunks = rig.chunks()
+        assert len(chunks) >= 5 and rig.core.counts["refusals"] == 0, rig.core.last_refusal
+        speed, accel = rig.checker.peaks("arm", 0.0, rig.now)
+        assert accel["joint1"] <= 10.0 + 1e-6 and speed["joint1"] >= 0.99, (speed, accel)
+        firsts[ramp] = np.asarray(chunks[0].points.time_from_start)
+        if ramp != R:
+            # On the action grid, every chunk: no ramp-in stretches them (the one that
+            # was too short is gone, and the next chunks are placed without it).
+            for msg in chunks:
+                np.testing.assert_allclose(np.diff(msg.points.time_from_start), DT, atol=1e-9)
+    # The ramp-in's stretch: the first point sqrt(2 R lead) after the stamp, the spacing
+    # shrinking to the action period.
+    lead = firsts[0.0][0]
+    assert firsts[R][0] == pytest.approx(math.sqrt(2 * R * lead), abs=1e-6)
+    assert (np.diff(firsts[R][:10]) > DT).all()
+    np.testing.assert_allclose(firsts[R][-5:], firsts[R][-5] + DT * np.arange(5), atol=1e-9)
+
+
+def test_a_ramped_publication_unramped_is_the_one_without_a_ramp():
+    # The same chunk, the same moments: the ramp-in's publication without its warp is
+    # exactly the publication of a scheduler without a ramp (what the gate re-times when
+    # the ramp is too short for an acceleration limit).
+    pubs = {}
+    for ramp in (R, 0.0):
+        sched = ChunkScheduler(
+            SchedulerConfig(
+                dt=DT, horizon=H, execute_horizon=10, request_lead_s=0.1, ramp_in_s=ramp
+            )
+        )
+        sched.request_sent(10.0)
+        sched.chunk_received(line(0.0), 10.0, 10.08)
+        pubs[ramp] = sched.peek(10.08)
+    ramped, plain = pubs[R], pubs[0.0]
+    unramped = ramped.unramped()
+    assert unramped.ramp is None and plain.ramp is None and plain.unramped() is plain
+    np.testing.assert_allclose(unramped.time_from_start, plain.time_from_start, atol=1e-12)
+    assert unramped.switch_time == pytest.approx(plain.switch_time, abs=1e-12)
+    assert unramped.shift_s == pytest.approx(plain.shift_s, abs=1e-12)
+    np.testing.assert_array_equal(unramped.positions, plain.positions)
+    # Each stretched point lies on its chunk's timeline where its row runs.
+    rows = ramped.origin + (ramped.first_index + np.arange(H)) * DT
+    np.testing.assert_allclose(ramped.timeline_times, rows, atol=1e-12)
+    assert (ramped.times[:12] > rows[:12] - R / 2).all()  # (the real times: later)
+    np.testing.assert_allclose(
+        RampIn(10.08, R).timeline(np.array([10.0, 10.58, 11.0])),
+        [
+            10.25,
+            10.58,
+            11.0,
+        ],
+    )
+
+
+def test_the_next_switch_joins_the_stretched_points_as_published():
+    # A constant chunk at 0 published as 0.1 (as a clamp would change it): the next
+    # chunk, observed during the ramp and cross-faded from the previous one, fades from
+    # 0.1, the published points at the rows where they run on the chunk timeline.
+    sched = ChunkScheduler(
+        SchedulerConfig(
+            dt=DT,
+            horizon=H,
+            execute_horizon=10,
+            request_lead_s=0.1,
+            ramp_in_s=R,
+            smoothing=CrossFade(steps=5),
+        )
+    )
+    sched.request_sent(10.0)
+    sched.chunk_received(np.zeros((H, 2)), 10.0, 10.08)
+    first = sched.peek(10.08)
+    published = first.positions + 0.1
+    published.setflags(write=False)
+    sched.commit(dataclasses.replace(first, positions=published))
+    t_obs = sched.next_request_time()
+    sched.request_sent(t_obs)
+    sched.chunk_received(np.zeros((H, 2)), t_obs, t_obs + 0.05)
+    second = sched.peek(sched.publication_due)
+    assert second.stamp < first.ramp.end and second.ramp is first.ramp
+    want = 0.1 * (1.0 - smooth_weights(5))
+    np.testing.assert_allclose(second.positions[:5, 0], want, atol=1e-12)
+    np.testing.assert_array_equal(second.positions[5:], 0.0)
+
+
+def test_the_gates_ramp_is_no_shorter_than_the_ramp_in_it_replaces():
+    t = DT * np.arange(0, 40)
+    rows = np.stack([0.3 + 1.2 * t, -0.4 + 0.6 * t], axis=1)
+    limits = MotionLimits.from_joint_limits(ACCEL_LIMITS, ("j1", "j2"), dt=DT)
+    pub = brake_tail(gate_publication(rows), limits)  # as the gate has it (it ends moving)
+    assert pub is not None
+    own = ramp_head(pub, rows[0], limits)
+    assert own is not None
+    n = round((own.shift_s - pub.shift_s) / DT)  # its ramp takes 2 n periods
+    longer = ramp_head(pub, rows[0], limits, min_duration_s=2 * (n + 3) * DT)
+    assert longer is not None
+    assert longer.shift_s - pub.shift_s == pytest.approx((n + 3) * DT, abs=1e-12)
+    assert check_motion(rows[0], longer.positions, longer.time_from_start, limits).ok
 
 
 # ------------------------------------------------------------------ the instrument

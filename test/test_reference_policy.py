@@ -12,6 +12,7 @@ from helpers import scaled
 from websockets.sync.client import connect
 
 from relay_ros.pipeline.action_prefix import committed_prefix, to_action_space
+from relay_ros.pipeline.gate.controller import CommandedMotion
 from relay_ros.pipeline.images import resize_with_pad
 from relay_ros.pipeline.scheduler import ChunkScheduler
 from relay_ros.pipeline.scheduler_config import SchedulerConfig
@@ -136,8 +137,11 @@ def test_committed_prefix_follows_the_published_chunk():
     scheduler.chunk_received(chunk, 0.0, 0.08)
     publication = scheduler.poll(0.08)
     assert publication is not None
+    # What the controllers follow (the gate's model): from the arm at rest at row 0.
+    motion = CommandedMotion()
+    motion.follow(0.08, chunk[0], np.zeros(2), publication.positions, publication.time_from_start)
     t_obs = publication.switch_time - scheduler.request_lead()
-    prefix = committed_prefix(scheduler, t_obs, np.zeros(2))
+    prefix = committed_prefix(scheduler, t_obs, np.zeros(2), followed=motion.trajectory)
     committed = prefix.committed_steps
     # Taken over at the switch, first point min_lead (one dt) later.
     assert committed == round((publication.switch_time + 0.02 - t_obs) / 0.02)
@@ -147,7 +151,7 @@ def test_committed_prefix_follows_the_published_chunk():
     assert rows.shape[0] >= committed + 25
     for i in (0, committed - 1, rows.shape[0] - 1):
         np.testing.assert_allclose(
-            rows[i], scheduler.last_commanded(t_obs + i * 0.02), rtol=1e-6, atol=1e-6
+            rows[i], motion.state_at(t_obs + i * 0.02)[0], rtol=1e-6, atol=1e-6
         )
     # The robot runs the reply's delay (80 ms, 4 steps) of them while the server infers.
     assert prefix.inference_delay == 4 and prefix.execute_horizon == 25
@@ -164,14 +168,14 @@ def test_a_still_arm_gets_a_prefix_of_its_held_state():
     scheduler = ChunkScheduler(config)
     held = np.array([0.3, -0.2])
     # Nothing measured yet: the reply is expected at once, one slot ahead.
-    first = committed_prefix(scheduler, 0.0, held)
+    first = committed_prefix(scheduler, 0.0, held, followed=None)
     assert (first.committed_steps, first.inference_delay) == (1, 0)
     assert first.rows.shape == (1 + 25, 2)
     np.testing.assert_allclose(first.rows, np.tile(held, (26, 1)), atol=1e-7)
     # With a measured latency of 0.2 s: 11 committed rows (0.2 s + one slot), of
     # which the robot "runs" 10 while the server infers.
     scheduler.latencies.add(0.2)
-    prefix = committed_prefix(scheduler, 5.0, held)
+    prefix = committed_prefix(scheduler, 5.0, held, followed=None)
     assert (prefix.committed_steps, prefix.inference_delay) == (11, 10)
     assert prefix.rows.shape == (36, 2)
     np.testing.assert_allclose(prefix.rows, np.tile(held, (36, 1)), atol=1e-7)
@@ -184,13 +188,13 @@ def test_the_delay_is_at_most_the_committed_rows():
     scheduler.chunk_received(np.zeros((50, 1)), 0.0, 0.0)
     assert scheduler.poll(0.0) is not None
     scheduler.latencies.add(0.5)
-    prefix = committed_prefix(scheduler, 0.1, np.zeros(1))
+    prefix = committed_prefix(scheduler, 0.1, np.zeros(1), followed=None)
     assert prefix.committed_steps == 26 and prefix.inference_delay == 25
     # Slower than the whole chunk (1.2 s > 50 steps): a chunk has only 50 rows to
     # commit, and the robot cannot run more of them than that.
     scheduler.latencies.add(1.2)
     scheduler.latencies.add(1.2)
-    prefix = committed_prefix(scheduler, 0.1, np.zeros(1))
+    prefix = committed_prefix(scheduler, 0.1, np.zeros(1), followed=None)
     assert prefix.inference_delay == prefix.committed_steps == 50
     assert prefix.rows.shape == (50, 1)
 

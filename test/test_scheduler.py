@@ -8,10 +8,13 @@ import numpy as np
 import pytest
 
 from relay_ros.pipeline.adaptive_timing import AdaptiveTiming
+from relay_ros.pipeline.gate.motion import MotionLimits
+from relay_ros.pipeline.interpolation import ControllerTrajectory
+from relay_ros.pipeline.joint_limits import JointLimit
 from relay_ros.pipeline.publication import Publication
 from relay_ros.pipeline.scheduler import ChunkError, ChunkScheduler, SchedulerStateError
 from relay_ros.pipeline.scheduler_config import SchedulerConfig, SchedulerConfigError
-from relay_ros.pipeline.smoothing import CrossFade, NoSmoothing
+from relay_ros.pipeline.smoothing import CrossFade, NoSmoothing, Splice
 
 DT = 0.02
 H = 50
@@ -398,25 +401,29 @@ def test_blending_makes_a_discontinuous_switch_continuous() -> None:
     assert with_blend < 3
 
 
-# ------------------------------------------------------- last_commanded
+# ------------------------------------------------------- what the switch joins
 
 
-def test_last_commanded_interpolates_from_previous_command() -> None:
-    sched = make(request_lead_s=0.1)
-    assert sched.last_commanded(0.0) is None
+def test_the_switch_joins_what_the_caller_says_the_controllers_follow() -> None:
+    """The scheduler keeps no model of the commanded state: the smoothing joins the
+    trajectory handed to ``peek`` (the gate's), whatever the previous chunk was."""
+    limits = MotionLimits.from_joint_limits(
+        {f"j{i}": JointLimit(-5.0, 25.0, 2.5) for i in range(3)}, ["j0", "j1", "j2"]
+    )
+    sched = make(request_lead_s=0.1, smoothing=Splice(limits=limits))
     pub1 = first_publication(sched, 10.0, 0.08)
-    # Before the first point (no previous command): the first point itself.
-    np.testing.assert_allclose(sched.last_commanded(10.08), pub1.positions[0])
-    # Between points 0 and 1 (times 10.10 and 10.12: actions 0 and 1, shifted 0.1 s).
-    np.testing.assert_allclose(sched.last_commanded(10.11), ramp_chunk(10.0)[0] + 0.01)
-    np.testing.assert_allclose(sched.last_commanded(20.0), pub1.positions[-1])
     sched.request_sent(10.18)
-    receive(sched, ramp_chunk(10.18) + 1.0, 10.18, 10.2)
-    pub2 = sched.poll(10.28)
-    assert pub2 is not None
-    start = ramp_chunk(10.0)[9]  # old command at the stamp (old action 9 at 10.28)
-    np.testing.assert_allclose(sched.last_commanded(10.28), start)
-    np.testing.assert_allclose(sched.last_commanded(10.29), 0.5 * start + 0.5 * pub2.positions[0])
+    receive(sched, ramp_chunk(10.18) + 0.05, 10.18, 10.2)
+    stamp = pub1.switch_time
+    for where in (np.array([10.2, 11.2, 12.2]), np.array([10.25, 11.3, 12.1])):
+        followed = ControllerTrajectory.standing(stamp, where)
+        pub = sched.peek(stamp, followed)
+        assert pub is not None
+        # The first point, 20-40 ms in, leaves the followed state only as t^3 does.
+        np.testing.assert_allclose(pub.positions[0], where, atol=0.01)
+    # Nothing followed known: the rows as they are (the gate refuses such a chunk).
+    pub = sched.peek(stamp, None)
+    assert pub is not None and pub.blended == 0
 
 
 # ----------------------------------------------------- failures and reset
@@ -515,7 +522,6 @@ def test_reset_forgets_chunks_and_discards_reply_in_flight() -> None:
     sched.request_sent(10.18)
     sched.reset()
     assert sched.current is None
-    assert sched.last_commanded(10.2) is None
     assert not sched.wants_request(10.2)  # the old reply is still on its way
     assert not receive(sched, ramp_chunk(10.18), 10.18, 10.25)
     assert sched.poll(10.25) is None

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from relay_ros.pipeline.gate.motion import MotionLimits, check_motion
-from relay_ros.pipeline.interpolation import finite_difference_velocities
+from relay_ros.pipeline.gate.retiming import braked_tail
+from relay_ros.pipeline.interpolation import ControllerTrajectory
 from relay_ros.pipeline.joint_limits import JointLimit
 from relay_ros.pipeline.smoothing import (
     SMOOTHING_CHOICES,
@@ -37,7 +38,9 @@ DT = 0.02
 H = 50
 
 
-def limits(joints: int = 2, velocity: float = 2.5, acceleration: float = math.inf) -> MotionLimits:
+def limits(
+    joints: int = 2, velocity: float = 2.5, acceleration: float = math.inf, dt: float | None = None
+) -> MotionLimits:
     chosen = {
         f"j{i}": JointLimit(
             min_position=-2.0,
@@ -47,7 +50,7 @@ def limits(joints: int = 2, velocity: float = 2.5, acceleration: float = math.in
         )
         for i in range(joints)
     }
-    return MotionLimits.from_joint_limits(chosen, list(chosen))
+    return MotionLimits.from_joint_limits(chosen, list(chosen), dt=dt)
 
 
 def motion(
@@ -64,11 +67,7 @@ def motion(
         chunk=chunk,
         origin=stamp,
         end_time=stamp + float(tfs[-1]),
-        times=np.concatenate(([stamp], stamp + tfs)),
-        positions=np.vstack([start[None, :], positions]),
-        velocities=np.vstack(
-            [start_velocity[None, :], finite_difference_velocities(positions, tfs)]
-        ),
+        followed=ControllerTrajectory.published(stamp, start, start_velocity, positions, tfs),
     )
 
 
@@ -127,7 +126,7 @@ def test_none_and_prefix_publish_the_rows_as_they_are() -> None:
 def test_crossfade_uses_the_old_chunk_at_the_same_times() -> None:
     # The old chunk: action i = i * 0.01 at 0.0 + i*DT; the new one stands at 1.0.
     old_chunk = (np.arange(H) * 0.01)[:, None] * np.ones((1, 2))
-    old = Motion(old_chunk, 0.0, (H - 1) * DT, np.array([0.0]), old_chunk[:1], old_chunk[:1] * 0)
+    old = Motion(old_chunk, 0.0, (H - 1) * DT, ControllerTrajectory.standing(0.0, old_chunk[0]))
     rows = np.ones((20, 2))
     out = CrossFade(3).smooth(switch(old, rows, 0.5, tfs0=0.02))
     times = 0.52 + DT * np.arange(3)  # old action at 0.52 s is 0.26
@@ -153,9 +152,7 @@ def test_act_ensemble_weighs_older_predictions_more() -> None:
     ensemble = TemporalEnsemble()
     first = ensemble.smooth(switch(None, np.zeros((30, 1)), 0.0))
     old_chunk = np.zeros((H, 1))
-    old = Motion(
-        old_chunk, -0.02, 0.6, np.array([0.0, 0.6]), np.zeros((2, 1)), np.zeros((2, 1)), first.memo
-    )
+    old = Motion(old_chunk, -0.02, 0.6, ControllerTrajectory.standing(0.0, [0.0]), first.memo)
     second = ensemble.smooth(switch(old, np.ones((30, 1)), 0.2, tfs0=0.02))
     # Two predictions of each instant: the old one with weight 1, the new exp(-0.01).
     new_weight = math.exp(-0.01)
@@ -198,7 +195,7 @@ def test_splice_continues_the_commanded_position_velocity_and_acceleration() -> 
     tfs = np.concatenate((0.001 * np.arange(1, 5), 0.004 + DT * np.arange(1, 30)))
     rows = np.stack([0.5 - 0.8 * tfs, 0.1 - 0.4 * tfs], axis=1)  # the new chunk's curve
     out = splice_positions(
-        old,
+        old.followed,
         stamp,
         tfs,
         rows,
@@ -207,7 +204,7 @@ def test_splice_continues_the_commanded_position_velocity_and_acceleration() -> 
         velocity_budget=np.full(2, 0.5),
         window_steps=(3, 20),
     )
-    o, _, _ = old.state(stamp + tfs)
+    o, _, _ = old.followed.state(stamp + tfs)
     deviation = np.abs(out - o)
     np.testing.assert_allclose(deviation[1] / deviation[0], 8.0, rtol=0.05)  # (2 ms / 1 ms)^3
     np.testing.assert_allclose(deviation[3] / deviation[1], 8.0, rtol=0.1)  # (4 / 2)^3
@@ -219,9 +216,11 @@ def test_splice_stays_inside_the_limits_whatever_the_switch(seed: int) -> None:
     """Adversarial switches: the old command at up to 0.95 of what the velocity limit
     allows (one way) and the new chunk as fast the other way, up to 1.5 rad apart, near
     the position limits; the chunk itself within the limits. The controller's
-    trajectory from the commanded state passes the publication check's motion check."""
+    trajectory from the commanded state passes the publication check's motion check,
+    the default bound on the points' second differences included (the node's limits
+    carry it: ``max_velocity / dt`` without an acceleration limit)."""
     rng = np.random.default_rng(seed)
-    lim = limits(joints=3, velocity=2.0, acceleration=rng.choice([math.inf, 200.0]))
+    lim = limits(joints=3, velocity=2.0, acceleration=rng.choice([math.inf, 200.0]), dt=DT)
     speed = 2.0 / 1.5 * 0.95  # monotone cubics peak at 1.5x their secant
     old_velocity = rng.uniform(-speed, speed, size=3)
     start = rng.uniform(-0.8, 0.8, size=3)
@@ -240,9 +239,11 @@ def test_splice_stays_inside_the_limits_whatever_the_switch(seed: int) -> None:
     tfs0 = float(rng.uniform(DT, 2 * DT))
     sw = switch(old, rows, stamp, tfs0=tfs0, execute=int(rng.integers(4, 26)))
     out = Splice(limits=lim).smooth(sw).positions
-    p0, v0, _ = old.state(stamp)
+    p0, v0, _ = old.followed.state(stamp)
     assert within_limits(p0, v0, out, sw.time_from_start, lim)
-    checked = check_motion(p0, out, sw.time_from_start, lim, start_velocity=v0)
+    # As the gate publishes it: its tail braked where a joint has an acceleration limit.
+    positions, times = braked_tail(out, sw.time_from_start, lim) or (out, sw.time_from_start)
+    checked = check_motion(p0, positions, times, lim, start_velocity=v0)
     assert checked.refusal is None, checked.refusal
 
 
@@ -255,7 +256,7 @@ def test_a_chunk_over_the_limits_is_not_hidden_by_the_splice() -> None:
     rows[20:] += 1.0
     out = Splice(limits=lim).smooth(switch(old, rows, 0.4)).positions
     np.testing.assert_array_equal(out[20:], rows[20:])
-    p0, v0, _ = old.state(0.4)
+    p0, v0, _ = old.followed.state(0.4)
     checked = check_motion(p0, out, DT * np.arange(1, 31), lim, start_velocity=v0)
     assert checked.refusal is not None and "between points 19 and 20" in checked.refusal.reason
 

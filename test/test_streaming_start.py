@@ -130,3 +130,74 @@ def test_a_warm_up_reply_later_than_the_whole_chunk_still_starts_the_robot() -> 
     rig = started_rig(1.5, prefix=False)
     assert_joins(rig, -1.0, 1.5)
     assert rig.core.counts["chunks_dropped_late"] == 0
+
+
+def droid_rig(
+    *, dry_run: bool, latency_s: float, ramp_in_s: float = 0.5
+) -> tuple[CoreRig, list[Any]]:
+    """A DROID-layout core whose server answers 0.9 rad/s on every arm joint (normalised
+    joint velocities 0.3, integrated by the node) and the gripper where it is; the tags
+    of the requests it sends."""
+
+    def droid(obs: dict[str, Any]) -> dict[str, Any]:
+        actions = np.zeros((15, 8), dtype=np.float32)
+        actions[:, :7] = 0.3  # 0.3 * 0.2 rad per action at 15 Hz
+        actions[:, 7] = 0.3
+        return {"actions": actions}
+
+    rig = CoreRig(
+        layout="droid",
+        policy=droid,
+        latency_s=latency_s,
+        follow=not dry_run,
+        overrides={"dry_run": dry_run, "ramp_in_s": ramp_in_s},
+    )
+    rig.state = np.array([0.0, 0.1, 0.0, -1.5, 0.0, 1.5, 0.0, 0.3])
+    tags: list[Any] = []
+    submit = rig._submit
+
+    def keep(obs: dict[str, Any], tag: Any) -> bool:
+        tags.append(tag)
+        return submit(obs, tag)
+
+    rig.core._requests._submit = keep
+    return rig, tags
+
+
+def test_velocity_actions_integrate_from_where_the_controller_is_commanded() -> None:
+    """DROID's joint velocities are integrated from where the arm is commanded at the
+    observation's time: the gate's commanded motion (``Gate.followed``), the one model
+    of it. In a dry run nothing published moves the arm, so that is the arm as it
+    stands, for every request: integrating from the previous preview's command (the
+    scheduler's own model, as before) ran each preview further from the arm (0.9 rad/s
+    more per chunk) until the first-step check refused them."""
+    rig, tags = droid_rig(dry_run=True, latency_s=0.1)
+    rig.connect()
+    rig.run_until(lambda: rig.core.counts["chunks_published"] >= 6)
+    standing = np.array([0.0, 0.1, 0.0, -1.5, 0.0, 1.5, 0.0, 0.3])
+    assert len(tags) >= 6
+    for tag in tags:
+        np.testing.assert_allclose(tag.origin, standing, atol=1e-9)
+    assert rig.core.counts["refusals"] == 0, rig.core.last_refusal
+    # Streaming (not dry): right after a start (0.5 s round trips). Without a ramp-in
+    # the next request goes out before the first point is reached: on the first
+    # segment as the gate has it, from the standing arm towards the first point. With
+    # the ramp-in (0.5 s), during the ramp: on the stretched motion the controllers
+    # follow, slower than the chunk's own timeline.
+    for ramp_in_s in (0.0, 0.5):
+        rig, tags = droid_rig(dry_run=False, latency_s=0.5, ramp_in_s=ramp_in_s)
+        rig.connect()
+        rig.run_until(lambda rig=rig: rig.core.counts["chunks_published"] >= 1)
+        stamp, first = next((t, m) for t, m in rig.published if m.output == "arm")
+        rig.run_until(lambda tags=tags: len(tags) >= 2)
+        reached = stamp + (first.points.time_from_start[0] if ramp_in_s == 0.0 else ramp_in_s)
+        assert stamp < tags[1].t_obs < reached
+        expected = rig.core.commanded_at(tags[1].t_obs)
+        assert expected is not None
+        np.testing.assert_allclose(tags[1].origin, expected, atol=1e-9)
+        if ramp_in_s:
+            # On the ramp: at most 0.9 rad/s over the chunk time the ramp ran, d^2/2R
+            # (on the chunk's own timeline: about 0.2 rad by then).
+            d = tags[1].t_obs - stamp
+            moved = np.abs(expected[:7] - np.array([0.0, 0.1, 0.0, -1.5, 0.0, 1.5, 0.0]))
+            assert 0.0 < moved.max() < 0.9 * d * d / (2 * ramp_in_s), moved

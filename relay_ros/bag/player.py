@@ -76,7 +76,7 @@ def message_class(msgtype: str) -> type[Any]:
     pkg, _, name = parts
     try:
         module = importlib.import_module(f"{pkg}.msg")
-        return getattr(module, name)  # type: ignore[no-any-return]
+        return getattr(module, name)
     except (ImportError, AttributeError) as exc:
         raise BagError(
             f"message type '{msgtype}' is not available in this ROS installation ({exc}); "

@@ -148,7 +148,9 @@ def given_parameters(
     return params
 
 
-def read_params_file(path: str | os.PathLike[str], node_name: str = "policy_node") -> dict:
+def read_params_file(
+    path: str | os.PathLike[str], node_name: str = "policy_node"
+) -> dict[str, Any]:
     """The ``ros__parameters`` of a ROS 2 params file that apply to ``node_name``.
 
     Sections ``/**``, ``**``, ``node_name`` and ``/node_name`` are merged in that

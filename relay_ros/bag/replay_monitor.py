@@ -67,8 +67,8 @@ class ReplayMonitor:
             self.hold_reason = reason
             new = counts["refusals"] - self._refusal_count
             if new > 0 and refusal is not None:
-                key = _normalise(refusal)
-                self.refusals[key] = self.refusals.get(key, 0) + new
+                kind = _normalise(refusal)
+                self.refusals[kind] = self.refusals.get(kind, 0) + new
             self._refusal_count = counts["refusals"]
             self._last_refusal = refusal
             key = _hold_key(reason) if reason is not None else None
@@ -76,7 +76,7 @@ class ReplayMonitor:
                 self.periods.append(HoldPeriod(self._open[1], self._open[2], max(now, 0.0)))
                 self._open = None
             if key is not None and self._open is None:
-                self._open = (key, reason, max(now, 0.0))  # type: ignore[arg-type]
+                self._open = (key, reason, max(now, 0.0))
 
     def finish(self) -> list[HoldPeriod]:
         with self._lock:

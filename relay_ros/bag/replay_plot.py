@@ -131,7 +131,7 @@ def _hold_colours(periods: Sequence[HoldPeriod]) -> list[Any]:
     """One colour per kind of hold reason (its text before the first ': ')."""
     import matplotlib
 
-    palette = matplotlib.colormaps["tab10"].colors
+    palette = matplotlib.color_sequences["tab10"]
     heads: dict[str, int] = {}
     for period in periods:
         heads.setdefault(period.reason.partition(": ")[0], len(heads))

@@ -16,7 +16,7 @@ import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from rosbags.interfaces import Connection
 from rosbags.rosbag2 import StoragePlugin, Writer, WriterError
@@ -58,7 +58,7 @@ class BagWriter:
         path: str | os.PathLike[str],
         *,
         storage: str = "mcap",
-        version: int = 8,
+        version: Literal[8, 9] = 8,
         distro: str = "jazzy",
     ) -> None:
         self.path = Path(path)

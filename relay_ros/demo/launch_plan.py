@@ -29,6 +29,7 @@ from relay_ros.node.launch_args import LaunchArgument, lora_argument
 from relay_ros.node.param_spec import ParameterError
 from relay_ros.paths import config_file
 from relay_ros.pipeline.camera_map import load_camera_map
+from relay_ros.sim.robot import resting_position
 
 __all__ = [
     "ARM_NODE",
@@ -136,13 +137,9 @@ def demo_node_parameters(
     for controller, output in zip(controllers, config.outputs):
         initial = []
         for joint in output.joints:
-            limit = config.joint_limits[joint]
-            lower, upper = limit.min_position, limit.max_position
             # Zero unless it is outside or near a limit (DROID's gripper 0..1, the
             # Franka's joint 6), where the synthetic plan's wander would be refused.
-            margin = 0.1 * (upper - lower)
-            inside = lower + margin <= 0.0 <= upper - margin
-            initial.append(0.0 if inside else (lower + upper) / 2.0)
+            initial.append(resting_position(config.joint_limits[joint]))
         arm_params[f"controllers.{controller}.joints"] = list(output.joints)
         arm_params[f"controllers.{controller}.topic"] = output.topic
         arm_params[f"controllers.{controller}.initial_positions"] = initial

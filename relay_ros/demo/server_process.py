@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import IO
 
 from relay_ros.demo.errors import DemoArgumentError, DemoError
-from relay_ros.demo.models import check_model
+from relay_ros.demo.models import check_model, load_model_config
 from relay_ros.demo.policy_settings import DemoPolicy
+from relay_ros.sim.robot import policy_robot
 
 __all__ = ["ServerProcess", "server_command"]
 
@@ -59,7 +60,8 @@ def server_command(
         executable: The server program, e.g. ``[sys.executable, "-m", "relay_ros.server"]``.
         policy: The built-in policy's plan, noise, seed and whether it advertises the
             ``action_prefix`` extension; None = `DemoPolicy` defaults (it does not, as
-            the seeds' server).
+            the seeds' server). With a layout, the server's policy moves like that
+            layout's robot (`relay_ros.sim.robot.policy_robot`).
 
     Raises:
         DemoArgumentError: unknown model, negative or non-finite latency or jitter,
@@ -99,6 +101,17 @@ def server_command(
         command.append("--action-prefix")
     if policy.layout:
         command += ["--layout", policy.layout]
+        # The layout's robot (config/<layout>.yaml), not the simulated arm the
+        # reference policy knows: its speed, acceleration and rest pose.
+        robot = policy_robot(load_model_config(model, policy.layout))
+        if robot is not None:
+            for flag, values in (
+                ("--max-speed", robot.max_speed),
+                ("--max-acceleration", robot.max_acceleration),
+                ("--rest-pose", robot.rest),
+            ):
+                if values:
+                    command.append(f"{flag}={','.join(f'{v:g}' for v in values)}")
     if policy.lora:
         command += ["--lora", policy.lora]
     if port_file is not None:

@@ -104,7 +104,7 @@ class EpisodeRecording:
         config: NodeConfig,
         cameras: Sequence[CameraEntry],
         *,
-        core: Callable[[], StreamingCore],
+        core: Callable[[], StreamingCore[NodeConfig]],
         read_inputs: Callable[[float], None],
         group: CallbackGroup,
         polled_group: CallbackGroup,
@@ -230,8 +230,10 @@ class EpisodeRecording:
 
     def _context(self, config: NodeConfig) -> EpisodeContext:
         node = self._node
+        # rclpy annotates get_parameters_by_prefix with value types; it returns Parameters.
         parameters = {
-            name: _value(p.value) for name, p in node.get_parameters_by_prefix("").items()
+            name: _value(p.value)  # type: ignore[union-attr]
+            for name, p in node.get_parameters_by_prefix("").items()
         }
         lora = parameters.get("lora")
         return EpisodeContext(
@@ -240,14 +242,14 @@ class EpisodeRecording:
             adapter=str(lora) if lora else None,
         )
 
-    def _update_plan(self, core: StreamingCore) -> None:
+    def _update_plan(self, core: StreamingCore[NodeConfig]) -> None:
         """A new server: the layout it gives (the recorder checks it against the dataset)."""
         spec = core.server
         if spec is None or spec is self._spec:
             return
         self._spec = spec
         try:
-            plan = plan_recording(core.config, self._cameras, spec)  # type: ignore[arg-type]
+            plan = plan_recording(core.config, self._cameras, spec)
         except ValueError as exc:
             self._log.error(f"recording waits: the outputs do not fit the server: {exc}")
             return
@@ -285,7 +287,7 @@ class EpisodeRecording:
             self._recorder.missed(round((now - last) / self._period) - 1)
         if core.config is not self._context_for:  # a live parameter change
             self._context_for = core.config
-            self._recorder.set_context(self._context(core.config))  # type: ignore[arg-type]
+            self._recorder.set_context(self._context(core.config))
         self._update_plan(core)
         assembler = self._assembler
         if assembler is None:

@@ -256,8 +256,7 @@ def policy_node_parameters(
     else:
         # The shipped one, never a file in the cwd: the layout's pair, else the model's.
         shipped = directory / f"{layout}.yaml" if layout and not _is_path(layout) else None
-        path = shipped if shipped is not None and shipped.is_file() else None
-        path = path or directory / f"{model}.yaml"
+        path = shipped if shipped is not None and shipped.is_file() else directory / f"{model}.yaml"
         if not path.is_file():
             raise ParameterError(f"params_file {str(path)!r} does not exist")
 

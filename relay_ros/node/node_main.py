@@ -185,7 +185,7 @@ def format_usage(
     return "\n".join(lines)
 
 
-def _one_line(text: str) -> str:
+def _one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 
@@ -232,7 +232,7 @@ def _run(program: NodeProgram, argv: list[str], stop: StopSignals) -> int:
             return 0
         try:
             node = program.make_node()
-        except (*program.config_errors, *_RCLPY_PARAMETER_ERRORS) as exc:
+        except program.config_errors + _RCLPY_PARAMETER_ERRORS as exc:
             log.fatal(f"{type(exc).__name__}: {_one_line(parameters.explain(str(exc)))}")
             return 2
         executor = SingleThreadedExecutor()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 __all__ = ["TYPES", "ParamSpec", "ParameterError", "check_type", "flatten_parameters", "is_list"]
 
@@ -37,7 +37,7 @@ def _type_error(name: str, value: Any, expected: str) -> ParameterError:
     )
 
 
-def is_list(value: Any) -> bool:
+def is_list(value: Any) -> TypeGuard[Sequence[Any]]:
     """A list, tuple or array.array (what rclpy returns for numeric arrays)."""
     return isinstance(value, Sequence) and not isinstance(value, (str, bytes))
 

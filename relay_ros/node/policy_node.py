@@ -44,7 +44,7 @@ from __future__ import annotations
 import gc
 import sys
 import traceback
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rclpy.exceptions import (
@@ -69,8 +69,12 @@ from relay_ros.node.ros_params import declare_parameter
 from relay_ros.pipeline.camera_map import CameraMapError
 from relay_ros.pipeline.health import Health, Level
 from relay_ros.pipeline.stats import LatencyStats
+from relay_ros.pipeline.streaming import StreamingCore
 from relay_ros.stop_signals import take_stop_signals
 from relay_ros.wire.connection import PolicyConnection
+
+if TYPE_CHECKING:
+    from relay_ros.node.episode_recording import EpisodeRecording
 
 __all__ = ["CONFIG_ERRORS", "PolicyNode", "freeze_startup_heap", "main"]
 
@@ -274,13 +278,13 @@ class PolicyNode(LifecycleNode):
         return self._latest().config
 
     @property
-    def core(self) -> Any:
+    def core(self) -> StreamingCore[NodeConfig]:
         """The :class:`~relay_ros.pipeline.streaming.StreamingCore` (after a cleanup:
         the last configuration's, whose counts stay readable)."""
         return self._latest().core
 
     @property
-    def recording(self) -> Any:
+    def recording(self) -> EpisodeRecording | None:
         """The configuration's :class:`~relay_ros.node.episode_recording.EpisodeRecording`,
         None when ``record_dir`` is empty."""
         return self._latest().recording

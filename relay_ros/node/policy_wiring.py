@@ -37,13 +37,14 @@ parameter services), so the core is only touched by one executor thread at a tim
 from __future__ import annotations
 
 import dataclasses
+import functools
 import queue
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from diagnostic_msgs.msg import DiagnosticStatus
-from rclpy.clock import JumpThreshold, TimeJump
+from rclpy.clock import JumpThreshold, ROSClock, TimeJump
 from rclpy.duration import Duration
 from rclpy.exceptions import InvalidHandle
 from rclpy.node import Node
@@ -76,6 +77,9 @@ from relay_ros.pipeline.health import Level, assess
 from relay_ros.pipeline.server_session import lora_text
 from relay_ros.pipeline.streaming import ENABLE_STOP, StreamingCore
 from relay_ros.wire.connection import PolicyConnection
+
+if TYPE_CHECKING:
+    from relay_ros.node.episode_recording import EpisodeRecording
 
 __all__ = ["INACTIVE_STOP", "LISTENER_GRACE_S", "PolicyWiring"]
 
@@ -165,7 +169,7 @@ class PolicyWiring:
         group = node.default_callback_group
         # record_dir set: episodes recorded as a LeRobot dataset (node.episode_recording);
         # its directory is opened (repaired) first: one that cannot be used fails configure.
-        self._recording: Any = None
+        self._recording: EpisodeRecording | None = None
         if cfg.record_dir is not None:
             # Imported only when recording: PyAV and pyarrow take ~0.3 s to import, and
             # a ROS install gets them from pip, not rosdep (docs/ros_install.md).
@@ -248,7 +252,7 @@ class PolicyWiring:
                 node,
                 entry,
                 group=polled,
-                callback=lambda msg, entry=entry: self._on_image(entry, msg),
+                callback=functools.partial(self._on_image, entry),
                 clock_rate=self._clock_rate,
             )
             for entry in self._cameras
@@ -408,7 +412,7 @@ class PolicyWiring:
             self._recording.end_episode(reason)
 
     @property
-    def recording(self) -> Any:
+    def recording(self) -> EpisodeRecording | None:
         """The :class:`~relay_ros.node.episode_recording.EpisodeRecording`, None when
         ``record_dir`` is empty."""
         return self._recording
@@ -541,7 +545,10 @@ class PolicyWiring:
         self._priority.apply()  # the first tick only
         self._ticks += 1
         now = self._now()
-        self._clock_rate.observe(now, simulated=self._node.get_clock().ros_time_is_active)
+        clock = self._node.get_clock()  # a node's is a ROSClock
+        self._clock_rate.observe(
+            now, simulated=isinstance(clock, ROSClock) and clock.ros_time_is_active
+        )
         while True:
             try:
                 kind, payload = self._events.get_nowait()

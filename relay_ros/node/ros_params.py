@@ -74,15 +74,12 @@ def descriptor(spec: ParamSpec) -> ParameterDescriptor:
         read_only=spec.read_only,
         dynamic_typing=spec.type == "string_or_double",
     )
-    if spec.has_range and spec.type == "int":
-        result.integer_range = [
-            IntegerRange(from_value=int(spec.minimum), to_value=int(spec.maximum), step=0)
-        ]
-    elif spec.has_range and spec.type == "double":
+    low, high = spec.minimum, spec.maximum  # both set: spec.has_range
+    if low is not None and high is not None and spec.type == "int":
+        result.integer_range = [IntegerRange(from_value=int(low), to_value=int(high), step=0)]
+    elif low is not None and high is not None and spec.type == "double":
         result.floating_point_range = [
-            FloatingPointRange(
-                from_value=float(spec.minimum), to_value=float(spec.maximum), step=0.0
-            )
+            FloatingPointRange(from_value=float(low), to_value=float(high), step=0.0)
         ]
     return result
 

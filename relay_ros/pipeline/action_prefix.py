@@ -11,14 +11,15 @@ region ends). The server then returns a chunk that starts with the committed
 actions and blends into its own plan: real-time chunking (Black et al. 2025) over
 the wire.
 
-`committed_prefix` reads them from the `ChunkScheduler` that will publish the reply:
+`committed_prefix` reads them from the `ChunkScheduler` that will publish the reply
+and what the controllers follow:
 
-- **rows**: what the controller follows from ``t_obs`` on: the current publication
-  (as the controller samples it, ``ChunkScheduler.commanded_state``; its last point
-  held after its end), or, when nothing of
-  ours moves the arm (the first chunk after a start, a hold or a reset), the held
-  state; at least up to the end of the soft region (``committed_steps +
-  execute_horizon``) and the end of the current publication, at most ``H`` rows.
+- **rows**: what the controller follows from ``t_obs`` on: the gate's commanded
+  motion (``Gate.followed``, as the controller samples it; its last point held after
+  its end; in a dry run the arm standing where it was measured), or, when no chunk
+  of ours runs (the first chunk after a start, a hold or a reset), the held state;
+  at least up to the end of the soft region (``committed_steps + execute_horizon``)
+  and the end of the current publication, at most ``H`` rows.
   Rows beyond what is published repeat the last action (never zeros: a zero is a
   real position, lerobot #4454);
 - **committed_steps** ``d``: the first index the scheduler will keep when it
@@ -44,9 +45,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from relay_ros.pipeline.interpolation import ControllerTrajectory
 from relay_ros.pipeline.scheduler import TIME_EPS_S, ChunkScheduler
 
 __all__ = ["CommittedPrefix", "committed_prefix", "to_action_space"]
@@ -75,13 +78,14 @@ def committed_prefix(
     t_obs: float,
     held: np.ndarray,
     *,
+    followed: ControllerTrajectory | None,
     requested_at: float | None = None,
 ) -> CommittedPrefix:
     """The prefix for an observation at ``t_obs``, requested at ``requested_at``
     (default ``t_obs``; later when the observation shows its frames' moment: the
     scheduler's latencies count from the request); ``held`` (D,) is where the arm
     stands (the measured state of the commanded joints), used when nothing of ours
-    moves it."""
+    moves it; ``followed`` what the controllers follow (the gate's commanded motion)."""
     cfg = scheduler.config
     current = scheduler.current
     latency = scheduler.latencies.percentile(50.0)
@@ -90,18 +94,19 @@ def committed_prefix(
     takeover = reply
     if current is not None:
         takeover = max(takeover, current.switch_time - cfg.publish_early_s)
-    target = takeover + cfg.min_lead_s - TIME_EPS_S
+    target = takeover + cfg.effective_min_lead_s - TIME_EPS_S
     # Action periods of the new chunk the robot runs by then (less what a ramp-in loses).
     committed = min(cfg.horizon, max(0, math.ceil(scheduler.chunk_steps(t_obs, target) - 1e-9)))
     execute = scheduler.execute_horizon()
     wanted = min(cfg.horizon, max(committed + execute, 1))
-    if current is None:
+    if current is None or followed is None:
         rows = np.repeat(np.asarray(held, dtype=np.float64)[None, :], wanted, axis=0)
     else:
         covered = math.floor(scheduler.chunk_steps(t_obs, current.end_time) + 1e-9) + 1
         count = min(cfg.horizon, max(wanted, covered))
-        times = scheduler.chunk_times(t_obs, count)
-        rows = np.stack([scheduler.last_commanded(float(t)) for t in times])
+        # When the new chunk's rows run (stretched during a ramp-in), on the motion the
+        # controllers follow there.
+        rows = followed.state(scheduler.chunk_times(t_obs, count))[0]
     delay = math.ceil(scheduler.chunk_steps(t_obs, reply) - 1e-9) if latency is not None else 0
     return CommittedPrefix(
         rows=rows.astype(np.float32),
@@ -112,18 +117,19 @@ def committed_prefix(
 
 
 def add_prefix_keys(
-    observation: dict,
+    observation: dict[str, Any],
     scheduler: ChunkScheduler,
     t_obs: float,
     held: np.ndarray,
     *,
+    followed: ControllerTrajectory | None,
     requested_at: float,
     used_dims: Sequence[int],
     chunk_width: int,
 ) -> int:
     """Real-time chunking: add the ``action_prefix`` keys (:func:`committed_prefix`,
     in the server's action space) to ``observation``; returns ``committed_steps``."""
-    prefix = committed_prefix(scheduler, t_obs, held, requested_at=requested_at)
+    prefix = committed_prefix(scheduler, t_obs, held, followed=followed, requested_at=requested_at)
     observation["action_prefix"] = to_action_space(prefix.rows, used_dims, chunk_width)
     observation["committed_steps"] = prefix.committed_steps
     observation["inference_delay"] = prefix.inference_delay

@@ -371,6 +371,7 @@ class CameraFrames:
     ) -> np.ndarray | bytes:
         entry = self._cameras[key]
         bound = self._bounds[key]
+        declared: tuple[int, int] | None
         try:
             if isinstance(msg, np.ndarray):
                 rgb = msg  # an RGB frame already (tests, bag tools)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from relay_ros.pipeline.server_session import lora_text
 
@@ -54,7 +54,7 @@ def _ms(seconds: float | None, digits: int) -> str:
 
 
 def assess(
-    core: StreamingCore, now: float, *, connected: bool, connection_error: str | None
+    core: StreamingCore[Any], now: float, *, connected: bool, connection_error: str | None
 ) -> Health:
     """The health of ``core`` at ``now`` (node clock) with the connection's state."""
     hold = core.hold_reason

@@ -20,6 +20,9 @@ depends on the velocities published with them. This module holds both sides:
 - :func:`segment_extremes`: the exact largest speed, acceleration and position
   range of every cubic segment, what :func:`relay_ros.pipeline.gate.motion.check_motion`
   holds against the joint limits.
+- :class:`ControllerTrajectory` (:func:`hermite_state`): a trajectory as the
+  controller samples it, from the state it had at the stamp through the points with
+  their velocities, the last point held after its end.
 
 Plain NumPy; times in seconds, positions in rad or m.
 """
@@ -31,10 +34,12 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = [
+    "ControllerTrajectory",
     "SegmentExtremes",
     "TrajectoryError",
     "finite_difference_velocities",
     "hermite_state",
+    "published_velocities",
     "segment_extremes",
 ]
 
@@ -43,7 +48,9 @@ class TrajectoryError(ValueError):
     """Invalid dimensions, times or positions for a trajectory."""
 
 
-def finite_difference_velocities(positions: np.ndarray, times: np.ndarray) -> np.ndarray:
+def finite_difference_velocities(
+    positions: np.ndarray, times: np.ndarray, centred: bool | np.ndarray = False
+) -> np.ndarray:
     """Velocities (N, J) per second for ``positions`` (N, J) at ``times`` (N,) seconds.
 
     Monotone: inside, ``0`` where the neighbouring secants ``d0``, ``d1`` differ in
@@ -51,6 +58,16 @@ def finite_difference_velocities(positions: np.ndarray, times: np.ndarray) -> np
     ``w0 = 2 h1 + h0``, ``w1 = h1 + 2 h0`` (``h``: the two intervals; equal
     intervals give the harmonic mean ``2 d0 d1 / (d0 + d1)``); a forward difference
     on the first point; the last row exactly 0 (all 0 for a single point).
+
+    ``centred`` (per column, or all): inside, the centred difference
+    ``(d0 h1 + d1 h0) / (h0 + h1)`` (the slope of the parabola through the three
+    points) instead: the speed the points imply. A monotone curve has to stop at every
+    point where the motion turns, so a smooth turn between two points commanded at
+    ``a`` rad/s^2 is run at up to 3.3 ``a`` on the controller's cubics; centred, at
+    ``a``, overshooting the turning point by about ``a h^2 / 8`` (0.25 mrad at
+    5 rad/s^2 and 50 Hz). For joints with an acceleration limit
+    (:attr:`relay_ros.pipeline.gate.motion.MotionLimits.centred`); the motion check
+    holds the exact extremes against the position range either way.
 
     Raises:
         TrajectoryError: Shapes that are not (N, J) and (N,) with N >= 1, or
@@ -78,8 +95,33 @@ def finite_difference_velocities(positions: np.ndarray, times: np.ndarray) -> np
         same = (d0 * d1) > 0.0
         with np.errstate(divide="ignore", invalid="ignore"):
             mean = (w0 + w1) / (w0 / d0 + w1 / d1)
-        velocities[1:-1] = np.where(same, mean, 0.0)
+        inner = np.where(same, mean, 0.0)
+        wanted = np.broadcast_to(np.asarray(centred, dtype=bool), (pos.shape[1],))
+        if wanted.any():
+            inner[:, wanted] = ((d0 * h1 + d1 * h0) / (h0 + h1))[:, wanted]
+        velocities[1:-1] = inner
     velocities[-1] = 0.0
+    return velocities
+
+
+def published_velocities(
+    start: np.ndarray, positions: np.ndarray, times: np.ndarray, centred: bool | np.ndarray
+) -> np.ndarray:
+    """The velocities the node publishes with ``positions`` (N, J) at ``times`` (N,)
+    for a controller that starts them from ``start`` (J,) at time 0: the monotone rule
+    (:func:`finite_difference_velocities`); in ``centred`` columns the centred one,
+    the first point's too, from the start (so the segment from where the controller
+    is to the first point runs at the acceleration the points imply, not at what a
+    forward difference makes of it)."""
+    velocities = finite_difference_velocities(positions, times)
+    wanted = np.broadcast_to(np.asarray(centred, dtype=bool), (velocities.shape[1],))
+    if wanted.any():
+        through = finite_difference_velocities(
+            np.vstack((np.asarray(start, dtype=np.float64)[None, :], positions)),
+            np.concatenate(([0.0], np.asarray(times, dtype=np.float64))),
+            centred=True,
+        )[1:]
+        velocities[:, wanted] = through[:, wanted]
     return velocities
 
 
@@ -189,3 +231,90 @@ def hermite_state(
     if np.ndim(t) == 0:
         return position[0], velocity[0], acceleration[0]
     return position, velocity, acceleration
+
+
+@dataclass(frozen=True, eq=False)
+class ControllerTrajectory:
+    """A trajectory as joint_trajectory_controller samples it (:func:`hermite_state`).
+
+    Attributes:
+        times: (M,) increasing seconds: the stamp, then each point's time.
+        positions: (M, J) the state at the stamp, then the points.
+        velocities: (M, J) the velocity at the stamp, then the points' (the node's
+            published velocities).
+    """
+
+    times: np.ndarray
+    positions: np.ndarray
+    velocities: np.ndarray
+
+    def __post_init__(self) -> None:
+        times = np.array(self.times, dtype=np.float64).reshape(-1)
+        positions = np.array(self.positions, dtype=np.float64)
+        velocities = np.array(self.velocities, dtype=np.float64)
+        if (
+            positions.ndim != 2
+            or positions.shape[0] != times.shape[0]
+            or velocities.shape != positions.shape
+            or times.size == 0
+        ):
+            raise TrajectoryError(
+                f"a controller trajectory needs (M,), (M, J), (M, J) arrays with M >= 1, got "
+                f"{times.shape}, {positions.shape}, {velocities.shape}"
+            )
+        if (np.diff(times) <= 0.0).any():
+            raise TrajectoryError("a controller trajectory's times must strictly increase")
+        for name, value in (("times", times), ("positions", positions), ("velocities", velocities)):
+            value.setflags(write=False)
+            object.__setattr__(self, name, value)
+
+    @classmethod
+    def published(
+        cls,
+        stamp: float,
+        start: np.ndarray,
+        start_velocity: np.ndarray,
+        positions: np.ndarray,
+        time_from_start: np.ndarray,
+        velocities: np.ndarray | None = None,
+    ) -> ControllerTrajectory:
+        """A trajectory published at ``stamp`` that the controller starts from ``start``
+        moving at ``start_velocity``: ``positions`` (N, J) at ``stamp +
+        time_from_start`` with the published ``velocities`` (default: the monotone
+        rule, :func:`finite_difference_velocities`)."""
+        points = np.asarray(positions, dtype=np.float64)
+        tfs = np.asarray(time_from_start, dtype=np.float64)
+        if velocities is None:
+            velocities = finite_difference_velocities(points, tfs)
+        return cls(
+            np.concatenate(([float(stamp)], float(stamp) + tfs)),
+            np.vstack((np.asarray(start, dtype=np.float64)[None, :], points)),
+            np.vstack(
+                (
+                    np.asarray(start_velocity, dtype=np.float64)[None, :],
+                    np.asarray(velocities, dtype=np.float64),
+                )
+            ),
+        )
+
+    @classmethod
+    def standing(cls, at: float, position: np.ndarray) -> ControllerTrajectory:
+        """A controller that stands at ``position`` from ``at`` on."""
+        point = np.asarray(position, dtype=np.float64).reshape(1, -1)
+        return cls(np.array([float(at)]), point, np.zeros_like(point))
+
+    @property
+    def end_time(self) -> float:
+        """The last point's time (s); the controller stands at it after."""
+        return float(self.times[-1])
+
+    def shifted(self, offset: np.ndarray) -> ControllerTrajectory:
+        """The same motion moved by ``offset`` (J,) in position."""
+        return ControllerTrajectory(
+            self.times, self.positions + np.asarray(offset, dtype=np.float64), self.velocities
+        )
+
+    def state(self, t: np.ndarray | float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Position, velocity and acceleration at ``t`` (a time: (J,) each; K times:
+        (K, J) each), as the controller samples them (:func:`hermite_state`)."""
+        return hermite_state(self.times, self.positions, self.velocities, t)

@@ -56,6 +56,7 @@ from relay_ros.pipeline.camera_frames import CameraFrames, FrameConversionError,
 from relay_ros.pipeline.camera_map import CameraEntry
 from relay_ros.pipeline.frame_source import FrameSource
 from relay_ros.pipeline.image_encoding import DEFAULT_JPEG_QUALITY
+from relay_ros.pipeline.joint_limits import JointLimit
 from relay_ros.pipeline.request_clock import RequestClock
 from relay_ros.pipeline.safety import check_fresh
 from relay_ros.pipeline.settings import StreamingSettings
@@ -166,7 +167,7 @@ class ObservationInputs:
         self._sources = dict(sources) if sources is not None else None
         self._clock = clock
         self._refused = refused
-        self._limits: Mapping[str, Any] | None = None
+        self._limits: Mapping[str, JointLimit] | None = None
         self._joint_label = (
             "joint states"
             if joint_states_topic is None
@@ -266,7 +267,7 @@ class ObservationInputs:
         now: float,
         measured_at: float | None = None,
         *,
-        limits: Mapping[str, Any] | None = None,
+        limits: Mapping[str, JointLimit] | None = None,
     ) -> None:
         """Positions from one ``JointState`` message received at ``now`` (its header
         stamp ``measured_at``, if any); a malformed message is refused like a bad frame.
@@ -332,11 +333,11 @@ class ObservationInputs:
         stamps = {self.frames.describe_camera(key): t for key, t in arrived.items()}
         stale = check_fresh(stamps, now, timeout_s)
         if stale is not None:
-            refused = self._refusal([k for k, t in arrived.items() if now - t > timeout_s])
-            if refused is not None:
+            refusal = self._refusal([k for k, t in arrived.items() if now - t > timeout_s])
+            if refusal is not None:
                 return InputProblem(
                     "frame_refused",
-                    f"stale observation: {stale.reason}; its newer frames were refused: {refused}",
+                    f"stale observation: {stale.reason}; its newer frames were refused: {refusal}",
                 )
             return InputProblem("stale_input", f"stale observation: {stale.reason}")
         t_obs = min(now, max(self.frames.stamps().values())) if at_frames else now
@@ -393,16 +394,12 @@ class ObservationInputs:
             self._jump = (old, new, new + JUMP_QUARANTINE_S)
 
 
-def _velocity_limits(limits: Mapping[str, Any]) -> tuple[dict[str, float], list[str]]:
-    """(joint -> max_velocity, the joints without position limits) of ``JointLimit``s
-    (entries of another kind, ``(lower, upper)`` pairs, carry no velocity limit)."""
+def _velocity_limits(limits: Mapping[str, JointLimit]) -> tuple[dict[str, float], list[str]]:
+    """(joint -> max_velocity, the joints without position limits) of ``limits``."""
     velocities: dict[str, float] = {}
     continuous: list[str] = []
     for joint, limit in limits.items():
-        vmax = getattr(limit, "max_velocity", None)
-        if vmax is None:
-            continue
-        velocities[joint] = float(vmax)
+        velocities[joint] = float(limit.max_velocity)
         if math.isinf(limit.min_position) and math.isinf(limit.max_position):
             continuous.append(joint)
     return velocities, continuous

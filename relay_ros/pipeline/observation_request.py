@@ -25,6 +25,7 @@ from relay_ros.pipeline.action_prefix import add_prefix_keys
 from relay_ros.pipeline.camera_map import CameraEntry
 from relay_ros.pipeline.frame_source import FrameSource
 from relay_ros.pipeline.gate.decisions import Hold
+from relay_ros.pipeline.interpolation import ControllerTrajectory
 from relay_ros.pipeline.observation_inputs import (
     OBSERVATION_TIMINGS,
     InputProblem,
@@ -96,13 +97,15 @@ def build_observation(
     session_id: str,
     joint_names: Sequence[str],
     requested_at: float,
+    followed: ControllerTrajectory | None = None,
 ) -> tuple[dict[str, Any], int]:
     """The observation of ``snapshot`` for ``session``'s model, and how many of the
     scheduler's committed steps it carries as ``action_prefix`` (0 when the smoothing
     in force is not the server's prefix).
 
     ``joint_names`` orders ``snapshot.state`` (the inputs' watched joints, state
-    joints first); the prefix starts from the commanded joints' positions in it.
+    joints first); the prefix continues ``followed`` (what the controllers follow)
+    and, while nothing of ours runs, the commanded joints' positions in it.
     """
     observation = session.builder.build(
         snapshot.frames.frames,
@@ -122,6 +125,7 @@ def build_observation(
         session.scheduler,
         snapshot.t_obs,
         commanded,
+        followed=followed,
         requested_at=requested_at,
         used_dims=session.reader.used_dims.tolist(),
         chunk_width=session.spec.chunk_width,
@@ -130,17 +134,20 @@ def build_observation(
 
 
 def commanded_origin(
-    session: ServerSession,
+    followed: ControllerTrajectory | None,
     snapshot: Snapshot,
     settings: StreamingSettings,
     joint_names: Sequence[str],
 ) -> tuple[float, ...]:
-    """Where the commanded joints are commanded to be at the observation's time (the
-    current publication's command, else the measured state), in output order."""
-    commanded = session.scheduler.last_commanded(snapshot.t_obs)
-    if commanded is None:
+    """Where the commanded joints are commanded to be at the observation's time, in
+    output order: ``followed`` (the gate's commanded motion, as the controller samples
+    it: right after a start, on its way from the arm to the first point, never that
+    point before it is reached), else the observation's measured state."""
+    if followed is None:
         order = {name: i for i, name in enumerate(joint_names)}
         commanded = np.array([snapshot.state[order[j]] for j in settings.commanded_joints])
+    else:
+        commanded = followed.state(snapshot.t_obs)[0]
     return tuple(float(q) for q in commanded)
 
 
@@ -232,9 +239,12 @@ class Requester:
         *,
         prompt: str,
         session_id: str,
+        followed: Callable[[], ControllerTrajectory | None],
     ) -> Hold | None:
         """Read the cameras if a request is near, then request if one is wanted; the
-        hold (or a refused frame, counted) when the inputs do not give an observation."""
+        hold (or a refused frame, counted) when the inputs do not give an observation.
+        ``followed`` gives what the controllers follow (``Gate.followed``), read only
+        for a request whose observation needs it (the action prefix, velocity actions)."""
         inputs = self._inputs
         scheduler = session.scheduler
         started = self._clock.perf_clock()
@@ -256,6 +266,10 @@ class Requester:
         )
         if isinstance(snapshot, InputProblem):
             return self._problem(snapshot, now)
+        needs_followed = (
+            session.reader.integrates or session.scheduler.config.smoothing.needs_prefix
+        )
+        commanded = followed() if needs_followed else None
         observation, committed = build_observation(
             session,
             snapshot,
@@ -264,10 +278,11 @@ class Requester:
             session_id=session_id,
             joint_names=inputs.joints.joint_names,
             requested_at=now,
+            followed=commanded,
         )
         start = self._clock.start(started, snapshot.frames.newest_prepared_s, now)
         origin = (
-            commanded_origin(session, snapshot, settings, inputs.joints.joint_names)
+            commanded_origin(commanded, snapshot, settings, inputs.joints.joint_names)
             if session.reader.integrates
             else None
         )

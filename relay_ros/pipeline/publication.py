@@ -51,6 +51,10 @@ class Publication:
         ramp: The ramp-in whose stretched times these are
             (:mod:`~relay_ros.pipeline.ramp_in`), None: the points run on the chunk's
             own timeline.
+        velocities: (N, D) the velocities published with the points, set by the gate
+            once it knows where the controller starts them
+            (:func:`~relay_ros.pipeline.interpolation.published_velocities`); None:
+            the monotone rule of the points alone.
     """
 
     stamp: float
@@ -64,6 +68,7 @@ class Publication:
     shift_s: float = 0.0
     memo: Any = None
     ramp: RampIn | None = None
+    velocities: np.ndarray | None = None
 
     @property
     def origin(self) -> float:
@@ -83,7 +88,38 @@ class Publication:
             switch_time=self.switch_time + delay_s,
             shift_s=self.shift_s + delay_s,
             ramp=None if self.ramp is None else self.ramp.delayed(delay_s),
+            velocities=None,  # they depend on the first segment, which the delay lengthens
         )
+
+    def unramped(self) -> Publication:
+        """This publication without its ramp-in's time warp: each point at the chunk
+        time it was stretched from (:meth:`RampIn.timeline` after the stamp), the
+        timeline (``shift_s``) and the switch as if no ramp ran from the stamp on;
+        itself when none runs. What a re-timing that replaces the ramp starts from
+        (:func:`~relay_ros.pipeline.gate.retiming.ramp_head`)."""
+        ramp = self.ramp
+        if ramp is None:
+            return self
+        at = float(ramp.timeline(np.array([self.stamp]))[0])
+        tfs = ramp.timeline(self.times) - at
+        tfs.setflags(write=False)
+        switch = float(ramp.timeline(np.array([self.switch_time]))[0]) - at
+        return dataclasses.replace(
+            self,
+            time_from_start=tfs,
+            switch_time=self.stamp + switch,
+            shift_s=self.shift_s - ramp.remaining(self.stamp),
+            ramp=None,
+            velocities=None,
+        )
+
+    @property
+    def timeline_times(self) -> np.ndarray:
+        """Where each point runs on the chunk timeline (action ``i`` at ``origin +
+        i*dt``), seconds: :attr:`times`, or, while a ramp-in stretches them, the chunk
+        times they were stretched from (:meth:`RampIn.timeline`)."""
+        times = self.times
+        return times if self.ramp is None else self.ramp.timeline(times)
 
     @property
     def times(self) -> np.ndarray:

@@ -38,10 +38,20 @@ and, during the ramp, runs at real time ``V^-1`` of it. So:
   observation and its publication (:meth:`RampIn.lost`): the robot ran only that much
   of the actions since the observation, not the whole wall-clock time.
 
+A published point at real time ``t`` lies at ``V(t)`` on its chunk's timeline
+(:meth:`RampIn.timeline`, the inverse of the stretch): the scheduler keeps each
+published point as the chunk's row there, for the next switch.
+
 The gate checks the stretched publication like any other (position, velocity and
-acceleration from where the controller starts it), the splice joins stretched
-publications at the times they are published, and a hold during the ramp stops from
-the stretched motion the controllers follow; the next start ramps again.
+acceleration from where the controller starts it) and follows it as published (its
+:class:`~relay_ros.pipeline.gate.controller.CommandedMotion`, the one model of the
+commanded state): the splice joins stretched publications at the times they are
+published, the action prefix samples that motion at the stretched times of the new
+chunk's rows (``ChunkScheduler.chunk_times``), and a hold during the ramp stops from
+it; the next start ramps again. Where a joint has an acceleration limit that the ramp
+is too short for, the gate re-times the start of the unstretched publication itself
+(:func:`~relay_ros.pipeline.gate.retiming.ramp_head`, no shorter than the ramp)
+instead: one ramp, never a ramp of a ramp.
 
 Plain Python and NumPy; times in seconds on the node clock.
 """
@@ -146,6 +156,17 @@ class RampIn:
         out = reached - d
         # Points the ramp does not reach (all before its start) keep their offsets exactly.
         return np.where(m <= 0.0, taus, out)
+
+    def timeline(self, times: np.ndarray) -> np.ndarray:
+        """``V(t) = t + remaining(t)`` at each of the real ``times`` (module docstring):
+        where on its chunk's timeline (action ``i`` at ``origin + i*dt``) a point
+        published at ``t`` runs, the inverse of :meth:`stretch`; ``times`` itself from
+        the ramp's end on, and ``R/2`` later before its start."""
+        t = np.asarray(times, dtype=np.float64)
+        r = self.duration_s
+        d = np.clip(t - self.start, 0.0, r)
+        remaining = 0.5 * r - (d - d * d / (2.0 * r))
+        return t + np.where(d >= r, 0.0, remaining)
 
     def delayed(self, delay_s: float) -> RampIn:
         """The same ramp ``delay_s`` later (a publication started later as a whole)."""

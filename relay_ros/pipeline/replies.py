@@ -27,6 +27,7 @@ import numpy as np
 
 from relay_ros.formats.action_space import ActionPart, integrate_velocities
 from relay_ros.logsafe import shorten
+from relay_ros.pipeline.joint_limits import JointLimit
 from relay_ros.pipeline.observation import reply_to_chunk
 from relay_ros.pipeline.safety import JointLimits, LimitsMode, check_chunk
 from relay_ros.pipeline.server_spec import ServerSpec
@@ -89,7 +90,7 @@ class ReplyReader:
         used = set(self.used_dims.tolist())
         return any(p.space == "joint_velocity" and used.intersection(p.columns) for p in self.parts)
 
-    def limits(self, width: int, joint_limits: Mapping[str, tuple[float, float]]) -> JointLimits:
+    def limits(self, width: int, joint_limits: Mapping[str, JointLimit]) -> JointLimits:
         """Per-column limits of a ``width``-wide chunk: ``joint_limits`` on the
         commanded columns, unbounded elsewhere."""
         names: Sequence[str | None] = [self.dim_joints.get(d) for d in range(width)]
@@ -101,7 +102,7 @@ def judge_reply(
     *,
     session_id: str,
     reader: ReplyReader,
-    joint_limits: Mapping[str, tuple[float, float]],
+    joint_limits: Mapping[str, JointLimit],
     limits_mode: str,
 ) -> ReplyVerdict:
     """Classify, decode and check one outcome; ``session_id`` is the episode now,

@@ -46,10 +46,11 @@ that joint_trajectory_controller follows it without pauses or jumps (see
   observation (:meth:`RampIn.lost`), so each joins where the robot is. The smoothing
   sees the stretched times.
 - **Smoothing**: the re-timed rows go through the configured strategy
-  (:mod:`~relay_ros.pipeline.smoothing`), which sees the commanded position and
-  velocity at the stamp (cubic Hermite through the published velocities, as the
-  controller samples it: :meth:`ChunkScheduler.commanded_state`) and the previous
-  chunk as it was published.
+  (:mod:`~relay_ros.pipeline.smoothing`), which sees the previous chunk as it was
+  published and what the controllers follow, handed in by the caller of
+  :meth:`ChunkScheduler.peek` (the gate's
+  :class:`~relay_ros.pipeline.gate.controller.CommandedMotion`, the one model of
+  the commanded state: the scheduler keeps none of its own).
 
 Times are float seconds on the node clock. Comparisons allow ``TIME_EPS_S``
 (1 ns, the ROS time resolution) so that float rounding never moves an action by
@@ -72,7 +73,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from relay_ros.pipeline.adaptive_timing import adaptive_execute_horizon, adaptive_lead
-from relay_ros.pipeline.interpolation import finite_difference_velocities, hermite_state
+from relay_ros.pipeline.interpolation import ControllerTrajectory
 from relay_ros.pipeline.publication import Publication
 from relay_ros.pipeline.ramp_in import RampIn
 from relay_ros.pipeline.scheduler_config import SchedulerConfig, SchedulerConfigError
@@ -98,14 +99,6 @@ class SchedulerStateError(RuntimeError):
 class _Active:
     chunk: np.ndarray  # the chunk, its published rows as published
     publication: Publication
-    times: np.ndarray  # stamp, then every point's time
-    positions: np.ndarray  # commanded position at the stamp, then the points
-    velocities: np.ndarray  # commanded velocity at the stamp, then the points'
-
-    def state(self, t: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Commanded position, velocity and acceleration at ``t``, as the controller
-        samples them."""
-        return hermite_state(self.times, self.positions, self.velocities, t)
 
 
 @dataclass
@@ -126,7 +119,7 @@ class ChunkScheduler:
         ...reply arrived: latencies.add(now - t_obs)
                           sched.chunk_received(chunk, t_obs, now)
         ...or failed:     sched.request_failed(now)
-        pub = sched.peek(now)             # check it, then:
+        pub = sched.peek(now, followed)   # what the controllers follow; check it, then:
         sched.commit(pub) or sched.refuse(pub, now, reason)
 
     Args:
@@ -212,7 +205,7 @@ class ChunkScheduler:
         else:
             measured = self.latencies.percentile(cfg.timing.lead_percentile)
             lead = adaptive_lead(measured, cfg.timing)
-        return max(0.0, min(lead, (cfg.horizon - 1) * cfg.dt - cfg.min_lead_s))
+        return max(0.0, min(lead, (cfg.horizon - 1) * cfg.dt - cfg.effective_min_lead_s))
 
     def execute_horizon(self) -> int:
         """E for the next publication: ``execute_horizon``, or with
@@ -333,9 +326,14 @@ class ChunkScheduler:
         return True
 
     # ------------------------------------------------------------- publishing
-    def peek(self, now: float) -> Publication | None:
+    def peek(self, now: float, followed: ControllerTrajectory | None = None) -> Publication | None:
         """The publication due at ``now`` (stamped ``now``), or ``None``; changes nothing
         the caller must undo.
+
+        ``followed`` is what the controllers follow from ``now`` on (the gate's
+        commanded motion, :meth:`~relay_ros.pipeline.gate.controller.ControllerModel.followed`):
+        the smoothing joins the new chunk to it. None: not known (the smoothing then
+        has only the previous chunk; the splice publishes the rows as they are).
 
         The caller checks it (e.g. the first-step jump) and then either
         commits it (:meth:`commit`: it is published) or refuses it (:meth:`refuse`). A held chunk
@@ -381,7 +379,7 @@ class ChunkScheduler:
                 first_index=first,
                 dt=cfg.dt,
                 execute_horizon=execute,
-                previous=self._motion(now),
+                previous=self._motion(followed),
             )
         )
         positions = np.array(smoothed.positions, dtype=np.float64)
@@ -400,8 +398,9 @@ class ChunkScheduler:
             ramp=ramp,
         )
 
-    def _motion(self, now: float) -> Motion | None:
-        """What the controllers follow at ``now``, for the smoothing (None: nothing)."""
+    def _motion(self, followed: ControllerTrajectory | None) -> Motion | None:
+        """The previous chunk and what the controllers follow, for the smoothing (None:
+        no chunk of ours runs, the arm stands)."""
         current = self._current
         if current is None:
             return None
@@ -409,9 +408,7 @@ class ChunkScheduler:
             chunk=current.chunk,
             origin=current.publication.origin,
             end_time=current.publication.end_time,
-            times=current.times,
-            positions=current.positions,
-            velocities=current.velocities,
+            followed=followed,
             memo=current.publication.memo,
         )
 
@@ -424,32 +421,26 @@ class ChunkScheduler:
                 arrived or the scheduler was reset since the peek).
         """
         pending = self._take_pending(publication, "commit")
-        stamp = publication.stamp
+        # The ramp-in it runs on (None once the gate re-timed its head instead): the
+        # chunks observed before the ramp's end are placed and stretched by it.
         self._ramp = publication.ramp
         if self._current is not None:
-            self._stall_s += max(0.0, stamp - self._current.publication.end_time)
-            start, start_velocity, _ = self._current.state(stamp)
-        else:
-            start = np.array(publication.positions[0], dtype=np.float64)
-            start_velocity = np.zeros_like(start)
-        # The next switch joins what was published (smoothed, maybe clamped).
+            self._stall_s += max(0.0, publication.stamp - self._current.publication.end_time)
+        # The next switch joins what was published (smoothed, maybe clamped, its ends
+        # re-timed): each row the published point at its time on the chunk timeline
+        # (a ramp-in's stretched points at the chunk times they were stretched from),
+        # where there is one.
         chunk = pending.chunk.copy()
-        rows = publication.first_index + len(publication.positions)
-        chunk[publication.first_index : rows] = publication.positions[: self._cfg.horizon]
+        dt = self._cfg.dt
+        row_times = publication.origin + dt * np.arange(chunk.shape[0], dtype=np.float64)
+        times = publication.timeline_times
+        index = np.rint((row_times - times[0]) / dt).astype(np.int64)
+        inside = (index >= 0) & (index < len(times))
+        index = np.clip(index, 0, len(times) - 1)
+        inside &= np.abs(times[index] - row_times) < 1e-6
+        chunk[inside] = publication.positions[index[inside]]
         chunk.setflags(write=False)
-        tfs = np.asarray(publication.time_from_start, dtype=np.float64)
-        self._current = _Active(
-            chunk,
-            publication,
-            np.concatenate(([stamp], stamp + tfs)),
-            np.vstack((start[None, :], publication.positions)),
-            np.vstack(
-                (
-                    start_velocity[None, :],
-                    finite_difference_velocities(np.asarray(publication.positions), tfs),
-                )
-            ),
-        )
+        self._current = _Active(chunk, publication)
 
     def refuse(self, publication: Publication, now: float, reason: str) -> None:
         """``publication`` (the last :meth:`peek`) failed a check: nothing is published,
@@ -463,10 +454,10 @@ class ChunkScheduler:
         self._retry_not_before = now + self._cfg.retry_delay_s
         _log.debug("chunk %d refused: %s", pending.seq, reason)
 
-    def poll(self, now: float) -> Publication | None:
+    def poll(self, now: float, followed: ControllerTrajectory | None = None) -> Publication | None:
         """:meth:`peek` and :meth:`commit` in one: the publication due at ``now``, for a
         caller with no checks to run (the simulated loop, tests)."""
-        publication = self.peek(now)
+        publication = self.peek(now, followed)
         if publication is not None:
             self.commit(publication)
         return publication
@@ -480,24 +471,6 @@ class ChunkScheduler:
             )
         self._pending = None
         return pending
-
-    def last_commanded(self, now: float) -> np.ndarray | None:
-        """The position (D,) the current publication commands at ``now``
-        (:meth:`commanded_state`); ``None`` before the first publication (or after
-        ``reset()``)."""
-        state = self.commanded_state(now)
-        return None if state is None else state[0]
-
-    def commanded_state(self, now: float) -> tuple[np.ndarray, np.ndarray] | None:
-        """Position and velocity (D,) the current publication commands at ``now``, as
-        joint_trajectory_controller samples it: cubic Hermite segments from the state
-        commanded at its stamp (moving as it moved then) through its points with the
-        velocities the node publishes; its last point at rest after its end. ``None``
-        before the first publication (or after ``reset()``)."""
-        if self._current is None:
-            return None
-        position, velocity, _ = self._current.state(now)
-        return position, velocity
 
     def reset(self, *, not_before: float | None = None) -> None:
         """Start a new episode: forget the current and held chunks.
@@ -540,7 +513,7 @@ class ChunkScheduler:
 
     def _first_index(self, t_obs: float, now: float) -> int:
         cfg = self._cfg
-        target = now + cfg.min_lead_s - TIME_EPS_S
+        target = now + cfg.effective_min_lead_s - TIME_EPS_S
         k = max(0, math.ceil((target - t_obs) / cfg.dt))
         while k > 0 and t_obs + (k - 1) * cfg.dt >= target:
             k -= 1

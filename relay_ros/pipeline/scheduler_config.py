@@ -130,17 +130,25 @@ class SchedulerConfig:
                 "retry_delay_s", self.retry_delay_s, minimum=0.0, strict=False
             ),
             "latency_window": _check_int("latency_window", self.latency_window, minimum=1),
-            "publish_early_s": _check_number(
-                "publish_early_s", self.publish_early_s, minimum=0.0, strict=False
+            "publish_early_s": (
+                publish_early := _check_number(
+                    "publish_early_s", self.publish_early_s, minimum=0.0, strict=False
+                )
             ),
         }
         try:
             values["ramp_in_s"] = check_ramp_in(self.ramp_in_s)
         except ValueError as exc:
             raise SchedulerConfigError(str(exc)) from None
-        if values["publish_early_s"] >= min_lead:
+        if publish_early >= min_lead:
             raise SchedulerConfigError(
                 f"publish_early_s {self.publish_early_s!r} must be < min_lead_s {min_lead!r}"
             )
         for name, value in values.items():
             object.__setattr__(self, name, value)
+
+    @property
+    def effective_min_lead_s(self) -> float:
+        """``min_lead_s`` as the number it always is after construction (None: ``dt``)."""
+        lead = self.min_lead_s
+        return self.dt if lead is None else lead

@@ -90,7 +90,7 @@ class LiveSettings(Protocol):
     @property
     def lora_scale(self) -> float: ...
     @property
-    def joint_limits(self) -> Mapping[str, tuple[float, float]]: ...
+    def joint_limits(self) -> Mapping[str, JointLimit]: ...
     @property
     def limits_problem(self) -> str | None:
         """Why some commanded joint has no limits yet (waiting for the URDF), or None."""
@@ -173,7 +173,7 @@ def scheduler_config(
         smoothing = make_smoothing(
             cfg.smoothing,
             server_prefix=spec.action_prefix,
-            limits=motion_limits(cfg),
+            limits=motion_limits(cfg, dt=1.0 / control_hz),
             blend_steps=cfg.blend_steps,
             execute_horizon=execute,
         )
@@ -202,15 +202,16 @@ def scheduler_config(
         raise StreamingConfigError(str(exc)) from None
 
 
-def motion_limits(cfg: StreamingSettings) -> MotionLimits | None:
-    """The commanded joints' limits in chunk columns, or None while some joint has
-    none (the core then publishes nothing)."""
+def motion_limits(cfg: StreamingSettings, *, dt: float | None = None) -> MotionLimits | None:
+    """The commanded joints' limits in chunk columns, with the default acceleration
+    bound of the action period ``dt`` (the gate's), or None while some joint has none
+    (the core then publishes nothing)."""
     limits = cfg.joint_limits
     joints = cfg.commanded_joints
     if not all(isinstance(limits.get(joint), JointLimit) for joint in joints):
         return None
     try:
-        return MotionLimits.from_joint_limits(cast(Mapping[str, JointLimit], limits), joints)
+        return MotionLimits.from_joint_limits(limits, joints, dt=dt)
     except SafetyError:
         return None
 
@@ -218,9 +219,7 @@ def motion_limits(cfg: StreamingSettings) -> MotionLimits | None:
 def check_change(old: StreamingSettings, new: StreamingSettings) -> None:
     """Refuse a live change of ``old`` to ``new`` that touches a :data:`FIXED_SETTINGS`
     setting, or values the safety checks would reject (:func:`check_live_settings`)."""
-    fixed = [
-        name for name in FIXED_SETTINGS if getattr(new, name, None) != getattr(old, name, None)
-    ]
+    fixed = [name for name in FIXED_SETTINGS if getattr(new, name) != getattr(old, name)]
     if fixed:
         raise StreamingConfigError(
             f"{fixed} cannot change while the node runs; restart the node with the new values"

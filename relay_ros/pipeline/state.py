@@ -293,7 +293,7 @@ class JointStateCache:
         updated = 0
         when = float(stamp)
         stamped = measured_at is not None and stamp - MAX_TRANSPORT_S <= measured_at <= stamp
-        if stamped:
+        if stamped and measured_at is not None:
             when = float(measured_at)  # the driver's stamp, on this clock and plausible
         with self._lock:
             for name, position in zip(names, positions):

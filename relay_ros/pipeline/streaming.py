@@ -28,7 +28,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
@@ -68,6 +68,9 @@ __all__ = ["ENABLE_STOP", "StreamingCore"]
 #: Why the robot is stopped after ``~/enable`` false (the ``enable`` switch's reason).
 ENABLE_STOP = "disabled through ~/enable (call ~/enable with true to command)"
 
+#: The settings' type a core is made with (NodeConfig in the node), given back by ``config``.
+SettingsT = TypeVar("SettingsT", bound=StreamingSettings)
+
 
 class Logger(Protocol):
     """What the core logs through: rclpy's node logger or a ``logging.Logger``."""
@@ -77,7 +80,7 @@ class Logger(Protocol):
     def error(self, message: str) -> Any: ...
 
 
-class StreamingCore:
+class StreamingCore(Generic[SettingsT]):
     """Decides when to request, what to publish and when to hold (see module docs).
 
     Args:
@@ -114,7 +117,7 @@ class StreamingCore:
 
     def __init__(
         self,
-        config: StreamingSettings,
+        config: SettingsT,
         *,
         camera_keys: Sequence[str],
         submit: Callable[[dict[str, Any], RequestTag], bool],
@@ -170,7 +173,7 @@ class StreamingCore:
         return self._slot.current
 
     @property
-    def config(self) -> StreamingSettings:
+    def config(self) -> SettingsT:
         """The settings in force."""
         return self._cfg
 
@@ -416,7 +419,7 @@ class StreamingCore:
         elif reason != before:
             self._act(Hold(reason, "stopped"), now)
 
-    def apply_config(self, config: StreamingSettings, now: float) -> None:
+    def apply_config(self, config: SettingsT, now: float) -> None:
         """Run with ``config`` from now on; takes effect before this returns.
 
         The settings of :data:`~relay_ros.pipeline.settings.LIVE_SETTINGS` change.
@@ -529,7 +532,14 @@ class StreamingCore:
             return
         # After the publication (it must not wait for the frames).
         hold = self._requests.run(
-            session, now, self._cfg, prompt=self._prompt, session_id=self._session_id
+            session,
+            now,
+            self._cfg,
+            prompt=self._prompt,
+            session_id=self._session_id,
+            followed=lambda: self._gate.followed(
+                now, self._cfg, measured=measured, measured_at=measured_at
+            ),
         )
         self._act(hold, now)
 

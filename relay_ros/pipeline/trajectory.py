@@ -127,7 +127,8 @@ def times_to_sec_nanosec(times: Sequence[float] | np.ndarray) -> list[tuple[int,
 def build_points(publication: Publication, dims: Sequence[int]) -> TrajectoryPoints:
     """The points of one controller: columns ``dims`` of ``publication.positions``
     (one per controller joint, in the controller's joint order; a dimension may
-    drive several joints), with velocities and ``time_from_start``."""
+    drive several joints), with velocities (the publication's, else the monotone rule)
+    and ``time_from_start``."""
     positions = np.asarray(publication.positions, dtype=np.float64)
     width = positions.shape[1]
     columns = list(dims)
@@ -145,7 +146,10 @@ def build_points(publication: Publication, dims: Sequence[int]) -> TrajectoryPoi
     tfs = np.array(publication.time_from_start, dtype=np.float64)
     if tfs.size and tfs[0] < 0:
         raise TrajectoryError(f"time_from_start[0] {tfs[0]} s is negative")
-    velocities = finite_difference_velocities(selected, tfs)
+    if publication.velocities is None:
+        velocities = finite_difference_velocities(selected, tfs)
+    else:
+        velocities = np.asarray(publication.velocities, dtype=np.float64)[:, columns].copy()
     for array in (selected, velocities, tfs):
         array.setflags(write=False)
     return TrajectoryPoints(selected, velocities, tfs, float(publication.stamp))

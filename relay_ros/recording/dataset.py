@@ -459,8 +459,12 @@ def _tasks_parquet(tasks: Mapping[str, int]) -> bytes:
     """meta/tasks.parquet as LeRobot's ``write_tasks`` leaves it (pandas metadata
     indexing it by task text), as bytes."""
     names = sorted(tasks, key=lambda t: tasks[t])
+    fields: list[pa.Field[Any]] = [
+        pa.field("task_index", pa.int64()),
+        pa.field("task", pa.string()),
+    ]
     schema = pa.schema(
-        [pa.field("task_index", pa.int64()), pa.field("task", pa.string())],
+        fields,
         metadata={"pandas": tasks_pandas_metadata(pa.__version__)},
     )
     table = pa.Table.from_arrays(

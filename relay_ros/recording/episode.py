@@ -23,6 +23,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -123,7 +124,7 @@ class FinishedEpisode:
     stats: Mapping[str, Mapping[str, np.ndarray]]
 
 
-def _arrow_column(values: np.ndarray, dtype: str, length: int | None) -> pa.Array:
+def _arrow_column(values: np.ndarray, dtype: str, length: int | None) -> pa.Array[Any]:
     """A data column as ``datasets`` types it: a scalar, or a fixed-size list."""
     array = np.asarray(values, dtype=dtype)
     if length is None:
@@ -145,7 +146,7 @@ def episode_schema(
 ) -> pa.Schema:
     """The ``meta/episodes`` schema: LeRobot's columns in ``save_episode``'s order,
     then relay_ros's (:data:`~relay_ros.recording.lerobot_format.EXTRA_EPISODE_COLUMNS`)."""
-    fields: list[pa.Field] = [
+    fields: list[pa.Field[Any]] = [
         pa.field("episode_index", pa.int64()),
         pa.field("tasks", pa.list_(pa.string())),
         pa.field("length", pa.int64()),

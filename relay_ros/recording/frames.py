@@ -202,13 +202,13 @@ class FrameAssembler:
                 return value
             state[i] = value
         action = np.zeros(len(self.action_joints))
-        for d, (name, index) in enumerate(zip(self.action_joints, self._command_index)):
-            if name is None:
+        for d, (joint, index) in enumerate(zip(self.action_joints, self._command_index)):
+            if joint is None:
                 continue
             if commanded is not None and index is not None:
                 action[d] = float(commanded[index])
                 continue
-            value = self._position(name, t)
+            value = self._position(joint, t)
             if isinstance(value, Skip):
                 return value
             action[d] = value

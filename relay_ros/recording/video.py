@@ -25,6 +25,7 @@ from typing import Any
 
 import av
 import numpy as np
+from av.video.stream import VideoStream
 
 __all__ = [
     "VIDEO_CODECS",
@@ -174,12 +175,16 @@ class VideoWriter:
         self._size = (int(height), int(width))
         self._container = av.open(str(path), "w")
         try:
-            self._stream = self._container.add_stream(
+            stream = self._container.add_stream(
                 settings.vcodec, rate=fps, options=settings.codec_options()
             )
         except Exception as exc:
             self._container.close()
             raise VideoCodecError(f"cannot encode {settings.vcodec}: {exc}") from exc
+        if not isinstance(stream, VideoStream):  # VIDEO_CODECS are all video codecs
+            self._container.close()
+            raise VideoCodecError(f"codec {settings.vcodec!r} does not encode video")
+        self._stream = stream
         self._stream.pix_fmt = settings.pix_fmt
         self._stream.width = int(width)
         self._stream.height = int(height)

@@ -151,6 +151,30 @@ def build_parser() -> argparse.ArgumentParser:
         "chunk starts with the committed actions the observation carries",
     )
     p.add_argument(
+        "--max-speed",
+        type=_numbers,
+        default=(),
+        metavar="RAD_S[,RAD_S...]",
+        help="built-in policy: the robot's speed per action dimension (the last value "
+        "for the rest); default: the visual plan's 1.6 rad/s",
+    )
+    p.add_argument(
+        "--max-acceleration",
+        type=_numbers,
+        default=(),
+        metavar="RAD_S2[,RAD_S2...]",
+        help="built-in policy: the robot's acceleration per action dimension (the last "
+        "value for the rest); default: none",
+    )
+    p.add_argument(
+        "--rest-pose",
+        type=_numbers,
+        default=(),
+        metavar="RAD[,RAD...]",
+        help="built-in policy: the robot's rest pose per action dimension (the last value "
+        "for the rest), where the plans keep what they do not move; default 0",
+    )
+    p.add_argument(
         "--seed",
         type=int,
         help="seed the random streams of observations without a seed (reproducible runs)",
@@ -162,6 +186,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="logging level (default %(default)s)",
     )
     return p
+
+
+def _numbers(text: str) -> tuple[float, ...]:
+    """``"1.6,1.6,1.28"`` as numbers (argparse's type: a bad one is a usage error;
+    ``"-1.5,0"`` works too, though argparse needs ``--rest-pose=-1.5,0`` for it)."""
+    try:
+        values = tuple(float(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a comma-separated list of numbers"
+        ) from None
+    return values
 
 
 def options_from_args(args: argparse.Namespace) -> ServerOptions:
@@ -201,6 +237,9 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         synthetic=args.synthetic,
         chunk_noise=args.chunk_noise,
         action_prefix=args.action_prefix,
+        max_speed=args.max_speed,
+        max_acceleration=args.max_acceleration,
+        rest_pose=args.rest_pose,
         seed=args.seed,
         max_sessions=args.max_sessions,
     )

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import importlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from relay_ros.formats import FormatError, format_for
 from relay_ros.models import MODEL_IDS
+from relay_ros.server.policy_robot import VISUAL_MAX_SPEED, PolicyRobot
 from relay_ros.server.synthetic import POLICY_KINDS
 
 __all__ = [
@@ -53,7 +54,8 @@ class ServerOptions:
     Attributes:
         host: interface to bind.
         port: TCP port; 0 picks a free one (see :attr:`ServerHandle.port`).
-        models: model IDs served, each on ``/{model}``.
+        models: model IDs served, each on ``/{model}`` (default: every registered one,
+            :data:`~relay_ros.models.MODEL_IDS`, a live view).
         lora_adapters: adapter names accepted in ``sampling_params.lora``.
         latency_ms: simulated inference time added to every observation (ms).
         jitter_ms: uniform random extra in ``[-jitter_ms, +jitter_ms]`` (ms, total >= 0).
@@ -79,6 +81,14 @@ class ServerOptions:
             1 = the realistic default of `ChunkNoise`).
         action_prefix: advertise and honour the ``action_prefix`` extension
             (built-in policy only).
+        max_speed: the built-in policy's speed bound per action dimension (rad/s; a
+            shorter list's last value holds for the rest): the robot's, as a policy
+            trained on its demonstrations moves (`relay_ros.server.policy_robot`);
+            empty: the visual plan's 1.6 rad/s, the flow's none.
+        max_acceleration: the built-in policy's acceleration bound per action
+            dimension (rad/s^2), the same way; empty: none.
+        rest_pose: the robot's rest pose per action dimension, the same way: where
+            the built-in plans keep what they do not move; empty: 0.
         seed: seeds the random streams of observations without ``seed`` (session k
             of the server gets ``[seed, k]``); None = fresh OS entropy.
         max_sessions: sessions kept per connection; a new ``session_id`` beyond it
@@ -93,7 +103,7 @@ class ServerOptions:
 
     host: str = "127.0.0.1"
     port: int = 0
-    models: tuple[str, ...] = MODEL_IDS
+    models: Sequence[str] = MODEL_IDS
     lora_adapters: tuple[str, ...] = ()
     latency_ms: float = 0.0
     jitter_ms: float = 0.0
@@ -108,6 +118,9 @@ class ServerOptions:
     synthetic: str = "flow"
     chunk_noise: float = 0.0
     action_prefix: bool = False
+    max_speed: tuple[float, ...] = ()
+    max_acceleration: tuple[float, ...] = ()
+    rest_pose: tuple[float, ...] = ()
     seed: int | None = None
     observation_hook: Callable[[str, dict[str, Any]], None] | None = None
     max_sessions: int = DEFAULT_MAX_SESSIONS
@@ -119,6 +132,7 @@ class ServerOptions:
             raise ValueError(f"chunk_noise={self.chunk_noise!r}; expected a finite number >= 0")
         if not self.models:
             raise ValueError(f"models is empty; expected some of {list(MODEL_IDS)!r}")
+        PolicyRobot(self.max_speed, self.max_acceleration, self.rest_pose)  # refuses a bad one
         for model in self.models:
             if model not in MODEL_IDS:
                 raise ValueError(f"model {model!r} is not one of {list(MODEL_IDS)!r}")
@@ -143,6 +157,16 @@ class ServerOptions:
             or self.max_sessions < 1
         ):
             raise ValueError(f"max_sessions={self.max_sessions!r}; expected an integer >= 1")
+
+    @property
+    def policy_robot(self) -> PolicyRobot | None:
+        """The robot the built-in policy stands in for, None for its own defaults."""
+        if not (self.max_speed or self.max_acceleration or self.rest_pose):
+            return None
+        speed = self.max_speed
+        if not speed and self.synthetic == "visual":
+            speed = (VISUAL_MAX_SPEED,)  # the visual plan keeps its speed bound
+        return PolicyRobot(speed, self.max_acceleration, self.rest_pose)
 
     @property
     def max_message_bytes(self) -> int:

@@ -36,9 +36,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import numpy as np
-from websockets.asyncio.server import Request as HttpRequest
-from websockets.asyncio.server import Response, ServerConnection, serve
+from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
+from websockets.http11 import Request as HttpRequest
+from websockets.http11 import Response
 
 from relay_ros.formats import WireFormat, format_for
 from relay_ros.formats.embodiment import Embodiment, load_embodiment
@@ -177,6 +178,7 @@ class PolicyServer:
                 action_horizon=int(meta["action_horizon"]),
                 control_hz=float(meta["control_hz"]),
                 noise=ChunkNoise(scale=opts.chunk_noise),
+                robot=opts.policy_robot,
             )
             self._validators[model] = self._make_validator(model, meta)
 

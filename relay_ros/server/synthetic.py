@@ -9,7 +9,9 @@
 
 then, optionally, seeded chunk-to-chunk variation (`relay_ros.server.chunk_noise`)
 and prefix conditioning (`relay_ros.server.action_prefix`), in that order, so the
-committed prefix is reproduced exactly whatever the noise.
+committed prefix is reproduced exactly whatever the noise; last, the robot's speed and
+acceleration (`relay_ros.server.policy_robot`: the visual plan's 1.6 rad/s unless
+others are given).
 
 `SyntheticPolicy`: each chunk integrates an autonomous joint-space flow from the observed state, so
 action 0 is the state, the arm visibly moves, and the next chunk, started from
@@ -50,6 +52,7 @@ from relay_ros.formats.requests import Request
 from relay_ros.server.action_prefix import apply_prefix
 from relay_ros.server.action_prefix import soft_steps as soft_window
 from relay_ros.server.chunk_noise import ChunkNoise
+from relay_ros.server.policy_robot import VISUAL_MAX_SPEED, PolicyRobot
 
 __all__ = ["POLICY_KINDS", "FlowParams", "ReferencePolicy", "SyntheticPolicy"]
 
@@ -116,6 +119,7 @@ class SyntheticPolicy:
         lora: str | None = None,
         lora_scale: float = 1.0,
         action_dim: int | None = None,
+        rest: np.ndarray | None = None,
     ) -> np.ndarray:
         """One chunk of ``H`` actions starting at ``state``.
 
@@ -126,9 +130,11 @@ class SyntheticPolicy:
             lora: adapter name; changes the speeds, scaled by ``lora_scale``.
             action_dim: width of each action (default: ``len(state)``); extra dimensions
                 start at 0, missing ones are dropped.
+            rest: the robot's rest pose per dimension (default 0): the circles and
+                sinusoids are centred on it.
 
         Returns:
-            float32 array ``(H, action_dim)`` within ``[-limit, limit]``.
+            float32 array ``(H, action_dim)`` within ``[rest - limit, rest + limit]``.
         """
         p = self.params
         width = state.shape[0] if action_dim is None else action_dim
@@ -143,17 +149,20 @@ class SyntheticPolicy:
         direction, harmonics, phases = self._shape(prompt, width)
         omega = direction * p.omega * speed * (1.0 + p.jitter * noise[0])
 
+        centre = np.zeros(max(width, 2))
+        if rest is not None:
+            centre[: min(width, len(rest))] = np.asarray(rest, dtype=np.float64)[:width]
         t, decay = self._t, self._decay
-        x, y = start[0], start[1]
+        x, y = start[0] - centre[0], start[1] - centre[1]
         r = radius + (np.hypot(x, y) - radius) * decay  # (H, 1)
         theta = np.arctan2(y, x) + omega * t  # (H, 1)
         full = np.empty((self.action_horizon, max(width, 2)), dtype=np.float64)
-        full[:, 0:1] = r * np.cos(theta)
-        full[:, 1:2] = r * np.sin(theta)
+        full[:, 0:1] = centre[0] + r * np.cos(theta)
+        full[:, 1:2] = centre[1] + r * np.sin(theta)
         if width > 2:
-            target = radius * np.sin(harmonics * theta + phases)  # (H, width - 2)
+            target = centre[2:] + radius * np.sin(harmonics * theta + phases)  # (H, width-2)
             full[:, 2:] = target + (start[2:] - target[0]) * decay
-        keep_within(full, start, p.limit)
+        keep_within(full, start, p.limit, centre)
         return full[:, :width].astype(np.float32)
 
     def _shape(self, prompt: str, width: int) -> tuple[float, np.ndarray, np.ndarray]:
@@ -183,6 +192,8 @@ class ReferencePolicy:
         noise: chunk-to-chunk variation (None = none).
         soft_steps: cross-fade after an action prefix (None: from the request,
             `relay_ros.server.action_prefix.soft_steps`).
+        robot: the speed, acceleration and rest pose of the robot the chunks are for
+            (None: the visual plan's `VISUAL_MAX_SPEED`, the flow's no bound; rest 0).
 
     Raises:
         ValueError: an unknown kind, or a bad horizon or rate.
@@ -196,10 +207,14 @@ class ReferencePolicy:
         control_hz: float,
         noise: ChunkNoise | None = None,
         soft_steps: int | None = None,
+        robot: PolicyRobot | None = None,
     ) -> None:
         if kind not in POLICY_KINDS:
             raise ValueError(f"policy kind {kind!r} is not one of {list(POLICY_KINDS)}")
         self.kind = kind
+        if robot is None:
+            robot = PolicyRobot((VISUAL_MAX_SPEED,)) if kind == "visual" else PolicyRobot()
+        self.robot = robot
         self.dt = 1.0 / float(control_hz)
         self.noise = noise
         self.soft_steps = soft_steps
@@ -224,19 +239,23 @@ class ReferencePolicy:
         arm could not have begun.
         """
         prefix, committed = request.action_prefix, request.committed_steps
-        noisy = self.noise is not None and self.noise.enabled
-        side = self.noise.sample_side(rng) if noisy else 1  # drawn even when pinned
-        held = prefix is not None and committed > 0 and _holds_still(prefix[:committed])
-        start = prefix[committed - 1] if held else request.state
+        noise = self.noise if self.noise is not None and self.noise.enabled else None
+        side = noise.sample_side(rng) if noise is not None else 1  # drawn even when pinned
+        held = None  # the committed rows when they hold still
+        if prefix is not None and committed > 0 and _holds_still(prefix[:committed]):
+            held = prefix[:committed]
+        start = held[-1] if held is not None else request.state
+        rest = self.robot.rest_pose(action_dim) if self.robot.rest else None
         if self._visual is not None:
             plan = self._visual.chunk(
                 request.state,
                 request.images or {},
                 action_dim=action_dim,
                 start=start,
-                turn=self.noise.turn if noisy else 0.0,
+                turn=noise.turn if noise is not None else 0.0,
                 side=side,
                 committed=None if prefix is None else prefix[:committed],
+                rest=rest,
             )
         else:
             plan = self._flow.chunk(
@@ -246,38 +265,41 @@ class ReferencePolicy:
                 lora=request.lora,
                 lora_scale=request.lora_scale,
                 action_dim=action_dim,
+                rest=rest,
             )
-        if held:
+        if held is not None:
             # The plan's action 0 is the last committed row: shift it there.
-            plan = np.vstack([prefix[: committed - 1], plan[: len(plan) - committed + 1]])
-        if noisy:
-            plan = self.noise.apply(plan, rng, self.dt)
+            plan = np.vstack([held[:-1], plan[: len(plan) - committed + 1]])
+        if noise is not None:
+            plan = noise.apply(plan, rng, self.dt)
             if self._visual is None:
                 start_row = np.asarray(start, dtype=np.float64).reshape(-1)
                 plan = keep_within(
-                    np.asarray(plan, dtype=np.float64), start_row, self._flow.params.limit
+                    np.asarray(plan, dtype=np.float64), start_row, self._flow.params.limit, rest
                 )
         if prefix is not None:
             window = self.soft_steps
             if window is None:
                 window = soft_window(request.execute_horizon, len(plan))
             plan = apply_prefix(plan, prefix, committed, window)
-        if self._visual is not None:
-            plan = self._visual.limit_speed(plan, committed if prefix is not None else 0)
+        plan = self.robot.apply(plan, committed if prefix is not None else 0, self.dt)
         return np.asarray(plan, dtype=np.float32)
 
 
-def keep_within(plan: np.ndarray, start: np.ndarray, limit: float) -> np.ndarray:
-    """``plan`` (H, D) clipped in place to ``[-limit, limit]`` per joint, widened to
-    include the joint's ``start``: a joint that starts outside the range (an arm at
-    1.1 rad) starts where it is and comes back into it smoothly, instead of a first
-    action ``limit`` away from the observed state (a dry run would refuse that jump).
-    Returns ``plan``."""
+def keep_within(
+    plan: np.ndarray, start: np.ndarray, limit: float, centre: np.ndarray | None = None
+) -> np.ndarray:
+    """``plan`` (H, D) clipped in place to ``[centre - limit, centre + limit]`` per joint
+    (``centre``: the rest pose, default 0), widened to include the joint's ``start``: a
+    joint that starts outside the range (an arm at 1.1 rad) starts where it is and
+    comes back into it smoothly, instead of a first action ``limit`` away from the
+    observed state (a dry run would refuse that jump). Returns ``plan``."""
     width = plan.shape[1]
     begin = np.zeros(width)
     n = min(width, start.shape[0])
     begin[:n] = start[:n]  # padded dimensions start at 0
-    np.clip(plan, np.minimum(-limit, begin), np.maximum(limit, begin), out=plan)
+    middle = np.zeros(width) if centre is None else np.asarray(centre, dtype=np.float64)[:width]
+    np.clip(plan, np.minimum(middle - limit, begin), np.maximum(middle + limit, begin), out=plan)
     return plan
 
 

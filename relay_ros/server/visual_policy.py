@@ -14,7 +14,8 @@ than errors, as on a real robot:
   (from the state), gives a finer estimate; it wins when available.
 - **Plan**: inverse kinematics to the estimate, then a first-order approach with a
   speed limit for joints 1-2 (time constant ``approach_s``, at most
-  ``max_speed_rad_s``); every other dimension relaxes to 0 (``home_s``). Action 0 is
+  ``max_speed_rad_s``); every other dimension relaxes to the robot's rest pose, 0
+  unless given (``home_s``; `relay_ros.server.policy_robot`). Action 0 is
   the start (the state, or where the committed actions of an action prefix end),
   action ``i`` is for ``t_obs + i / control_hz``. No target in view: hold still.
 - **Approach side** (a sampled mode, as a multi-modal VLA has them): the approach
@@ -90,30 +91,15 @@ class VisualParams:
         max_speed_rad_s: speed limit of joints 1-2 (rad/s).
         home_s: time constant of the other joints' return to 0 (s).
         min_pixels: fewest red pixels that count as "target in view".
-        max_output_speed_rad_s: fastest any joint moves between two actions of a
-            reply, noise and the prefix's cross-fade included (`limit_speed`): a
-            policy trained on a robot's demonstrations stays within what the robot
-            can do. 1.6 rad/s keeps the controller's cubic segments (at most 1.5x
-            the secant next to them) at 2.4 rad/s, under the simulated arm's 2.5
-            rad/s (config/sim_arm.urdf, joints 1-4).
+
+    The reply's speed (noise and the prefix's cross-fade included) is bounded
+    afterwards, as the robot's (:mod:`~relay_ros.server.policy_robot`).
     """
 
     approach_s: float = 0.2
     max_speed_rad_s: float = 1.2
     home_s: float = 1.0
     min_pixels: int = 6
-    max_output_speed_rad_s: float = 1.6
-
-
-def limit_speed(chunk: np.ndarray, first: int, max_step: float) -> np.ndarray:
-    """``chunk`` (H, D) with every row from ``first`` on at most ``max_step`` per
-    column from the row before it (rows before ``first`` are kept exactly: the
-    committed actions of a prefix); a new float64 array. A row the limit holds back
-    catches up with the rows after it as fast as the limit allows."""
-    out = np.array(chunk, dtype=np.float64)
-    for i in range(max(1, int(first)), out.shape[0]):
-        out[i] = out[i - 1] + np.clip(out[i] - out[i - 1], -max_step, max_step)
-    return out
 
 
 def crop_letterbox(frame: np.ndarray) -> np.ndarray:
@@ -243,11 +229,6 @@ class VisualPolicy:
                 estimates[role] = self.world.wrist.to_world(pixel, ee, heading, w, h)
         return estimates.get("wrist", estimates.get("base"))
 
-    def limit_speed(self, chunk: np.ndarray, first: int) -> np.ndarray:
-        """``chunk`` with no joint faster than ``max_output_speed_rad_s`` between two
-        actions from row ``first`` on (`limit_speed`)."""
-        return limit_speed(chunk, first, self.params.max_output_speed_rad_s * self.dt)
-
     def chunk(
         self,
         state: np.ndarray,
@@ -258,6 +239,7 @@ class VisualPolicy:
         turn: float = 0.0,
         side: int = 1,
         committed: np.ndarray | None = None,
+        rest: np.ndarray | None = None,
     ) -> np.ndarray:
         """One chunk ``(H, action_dim)`` float32 from the state and the frames by camera key.
 
@@ -270,12 +252,18 @@ class VisualPolicy:
             side: The sampled side of the turn (+1 or -1).
             committed: Committed actions (rows, action space) ending at ``start``:
                 when they show a side (`approach_side`), it replaces ``side``.
+            rest: The robot's rest pose (action space) the other dimensions relax
+                to; default 0.
         """
         width = state.shape[0] if action_dim is None else action_dim
         observed = _widened(state, width)
         begin = observed if start is None else _widened(start, width)
         out = np.empty((self.action_horizon, begin.size), dtype=np.float64)
-        out[:, 2:] = begin[2:] * self._home_decay
+        if rest is None:
+            out[:, 2:] = begin[2:] * self._home_decay
+        else:
+            home = _widened(np.asarray(rest, dtype=np.float64), width)[2:]
+            out[:, 2:] = home + (begin[2:] - home) * self._home_decay
         target = self.locate(observed, images)
         if target is None:
             out[:, :2] = begin[:2]

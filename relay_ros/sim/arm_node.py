@@ -35,6 +35,7 @@ Parameters (declared in `SimArmNode._declare_parameters`; see docs/simulation.md
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from collections.abc import Mapping, Sequence
@@ -311,7 +312,7 @@ class SimArmNode(Node):
             self.create_subscription(
                 JointTrajectory,
                 topic,
-                lambda msg, controller=name: self._on_trajectory(controller, msg),
+                functools.partial(self._on_trajectory, name),
                 _TRAJECTORY_QOS,
             )
         self._joint_states_pub = self.create_publisher(

@@ -166,6 +166,8 @@ class SimCamerasNode(Node):
         SimCamerasConfigError: No cameras, an unknown format, a bad size, rate or quality.
     """
 
+    _world_origin: float | None  # declared here: _setup sets it, below the methods using it
+
     def __init__(
         self,
         *,

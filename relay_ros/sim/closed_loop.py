@@ -25,6 +25,7 @@ import numpy as np
 from relay_ros.formats.requests import Request
 from relay_ros.pipeline.action_prefix import committed_prefix
 from relay_ros.pipeline.adaptive_timing import AdaptiveTiming
+from relay_ros.pipeline.gate.controller import CommandedMotion
 from relay_ros.pipeline.images import resize_with_pad
 from relay_ros.pipeline.scheduler import ChunkScheduler
 from relay_ros.pipeline.scheduler_config import SchedulerConfig
@@ -177,6 +178,7 @@ def run_closed_loop(settings: LoopSettings | None = None) -> ClosedLoopResult:
         )
     )
     follower = TrajectoryFollower(list(_JOINTS), [0.0] * len(_JOINTS), history_length=100_000)
+    motion = CommandedMotion()  # what the follower is commanded, as the gate keeps it
     cameras = _Cameras(world, s.fault)
     camera_period = 1.0 / 15.0
     next_frame = _START_T
@@ -204,7 +206,7 @@ def run_closed_loop(settings: LoopSettings | None = None) -> ClosedLoopResult:
             state[: len(_JOINTS)] = q
             prefix, committed = None, 0
             if s.smoothing == "prefix":
-                found = committed_prefix(scheduler, now, q)
+                found = committed_prefix(scheduler, now, q, followed=motion.trajectory)
                 committed = found.committed_steps
                 prefix = np.zeros((found.rows.shape[0], _ACTION_DIM), dtype=np.float32)
                 prefix[:, : len(_JOINTS)] = found.rows
@@ -215,8 +217,16 @@ def run_closed_loop(settings: LoopSettings | None = None) -> ClosedLoopResult:
             latency = max(0.0, s.latency_s + rng.uniform(-s.jitter_s, s.jitter_s))
             scheduler.request_sent(now, committed_steps=committed)
             in_flight = (now, now + latency, chunk)
-        publication = scheduler.poll(now)
+        publication = scheduler.poll(now, motion.trajectory)
         if publication is not None:
+            # The follower starts each trajectory from its last command (no checks here).
+            at_now = motion.state_at(now)
+            start, velocity = (
+                at_now
+                if at_now is not None
+                else (np.asarray(q, dtype=np.float64), np.zeros(len(q)))
+            )
+            motion.follow(now, start, velocity, publication.positions, publication.time_from_start)
             times = publication.time_from_start
             velocities = finite_difference_velocities(publication.positions, times)
             points = [

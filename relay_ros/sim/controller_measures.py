@@ -228,6 +228,19 @@ class ControllerMeasures:
         history_length: Control cycles kept for `history` (oldest dropped first).
     """
 
+    # What `_init` sets (and `reset` sets again), declared here for the methods above it.
+    _last_rejection: str | None
+    _measure_since: float | None
+    _measured_until: float
+    _stall_time: float
+    _stall_events: int
+    _longest_stall: float
+    _in_stall: bool
+    _step_scale: float
+    _age_count: int
+    _age_sum: float
+    _age_max: float | None
+
     def __init__(self, name: str, joint_names: tuple[str, ...], history_length: int) -> None:
         self._name = name
         self._joint_names = joint_names

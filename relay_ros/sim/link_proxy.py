@@ -270,14 +270,15 @@ class LinkProxy:
         try:
             host, port = self.target
             try:
-                server_r, server_w = await asyncio.wait_for(
+                server_r, opened = await asyncio.wait_for(
                     asyncio.open_connection(host, port), CONNECT_TIMEOUT_S
                 )
             except (OSError, asyncio.TimeoutError) as exc:
                 logger.warning("link: cannot connect to target %s:%d: %r", host, port, exc)
                 return
-            for writer in (client_w, server_w):
-                sock = writer.get_extra_info("socket")
+            server_w = opened
+            for stream in (client_w, server_w):
+                sock = stream.get_extra_info("socket")
                 if sock is not None:
                     with contextlib.suppress(OSError):
                         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -296,9 +297,9 @@ class LinkProxy:
                     part.cancel()
                 await asyncio.wait(parts, timeout=2.0)
             for part in done:
-                exc = part.exception() if not part.cancelled() else None
-                if exc is not None and not isinstance(exc, OSError):
-                    logger.warning("link connection ended with %r", exc)
+                error = part.exception() if not part.cancelled() else None
+                if error is not None and not isinstance(error, OSError):
+                    logger.warning("link connection ended with %r", error)
         except asyncio.CancelledError:
             pass
         finally:

@@ -57,10 +57,12 @@ from relay_ros.pipeline.streaming import StreamingCore
 from relay_ros.pipeline.trajectory import parse_t_obs
 from relay_ros.server.chunk_noise import ChunkNoise
 from relay_ros.server.metadata import build_metadata
-from relay_ros.server.synthetic import ReferencePolicy
+from relay_ros.server.policy_robot import PolicyRobot
+from relay_ros.server.synthetic import POLICY_KINDS, ReferencePolicy
 from relay_ros.sim.controller_measures import BoundaryStep
 from relay_ros.sim.link_profiles import LinkProfile, get_profile
 from relay_ros.sim.motion_measures import SwitchSummary, jerk_rms, switch_summary
+from relay_ros.sim.robot import policy_robot, resting_position
 from relay_ros.sim.task import TaskMeasures, task_measures
 from relay_ros.sim.trajectory_command import TrajectoryCommand
 from relay_ros.sim.trajectory_follower import DEFAULT_TRACKING_LAG_S, TrajectoryFollower
@@ -69,7 +71,13 @@ from relay_ros.wire.codec import packb
 from relay_ros.wire.connection import InferOutcome
 from relay_ros.world import World
 
-__all__ = ["DEFAULT_TRACKING_LAG_S", "LoopRun", "LoopRunResult", "StartUp", "run_streaming_loop"]
+__all__ = [
+    "DEFAULT_TRACKING_LAG_S",
+    "LoopRun",
+    "LoopRunResult",
+    "StartUp",
+    "run_streaming_loop",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -118,6 +126,16 @@ class LoopRun:
         ramp_in_s: The node's ``ramp_in_s``. 0 by default, not the node's 0.5 s: the
             motion tables measure the switches, each run starting at full speed;
             ``bench/ramp_in.py`` measures the gentle start on the same worlds.
+        node_parameters: policy_node parameters on top of config/<model>.yaml, by
+            name, as a params file gives them (e.g.
+            ``("joint_limits.joint1.has_acceleration_limits", True)``).
+        policy: The reference server's plan, ``"visual"`` or ``"flow"``.
+        policy_robot: The robot the reference policy stands in for: speed,
+            acceleration, rest pose (``relay-policy-server --max-speed``,
+            ``--max-acceleration``, ``--rest-pose``); None: its default.
+        layout: An openpi layout (``droid``, ``aloha``): the server speaks it and the
+            node runs config/<layout>.yaml with its camera map, as ``make demo
+            LAYOUT=...``; None: the model's own format and config.
     """
 
     model: str = "pi05"
@@ -140,8 +158,14 @@ class LoopRun:
     allow_trajectory_replacement: bool = False
     unchecked: bool = False
     ramp_in_s: float = 0.0
+    node_parameters: tuple[tuple[str, Any], ...] = ()
+    policy: str = "visual"
+    policy_robot: PolicyRobot | None = None
+    layout: str | None = None
 
     def __post_init__(self) -> None:
+        if self.policy not in POLICY_KINDS:
+            raise ValueError(f"policy {self.policy!r} is not one of {list(POLICY_KINDS)}")
         if self.smoothing not in SMOOTHING_CHOICES:
             raise ValueError(
                 f"smoothing {self.smoothing!r} is not one of {list(SMOOTHING_CHOICES)}"
@@ -217,15 +241,17 @@ class LoopRunResult:
         return float(np.median(ages)) if ages.size else None
 
 
-def model_config(model: str) -> NodeConfig:
+def model_config(model: str, parameters: tuple[tuple[str, Any], ...] = ()) -> NodeConfig:
     """policy_node's configuration from ``config/<model>.yaml`` (its first node's
-    ``ros__parameters``, node defaults for the rest), as the node would resolve it."""
+    ``ros__parameters``, node defaults for the rest) with ``parameters`` on top, as the
+    node would resolve it."""
     path = config_file(f"{model}.yaml")
     with open(path, encoding="utf-8") as stream:
         data = yaml.safe_load(stream)
     for entry in data.values() if isinstance(data, dict) else ():
         if isinstance(entry, dict) and isinstance(entry.get("ros__parameters"), dict):
             given = flatten_parameters(entry["ros__parameters"])
+            given.update(dict(parameters))
             return config_from_parameters(given, default_config_dir=config_dir)
     raise ValueError(f"parameter file {str(path)!r} has no 'ros__parameters' section")
 
@@ -269,20 +295,27 @@ class _Loop:
 
     def __post_init__(self) -> None:
         r = self.run
-        base = model_config(r.model)
+        base = model_config(r.layout or r.model, r.node_parameters)
         changes: dict[str, Any] = {
             "request_mode": r.request_mode,
             "smoothing": r.smoothing,
             "ramp_in_s": r.ramp_in_s,
+            # The node is told what its controllers do (docs/node.md, "ros2_control
+            # settings"): where the check and the splice start a new trajectory.
+            "interpolate_from_desired_state": r.interpolate_from_desired_state,
         }
         if r.execute_horizon is not None:
             changes["execute_horizon"] = r.execute_horizon
         if r.request_lead_s is not None:
             changes["request_lead_s"] = r.request_lead_s
-        self.format = format_for(r.model)
+        self.format = format_for(r.model, r.layout)
         self.embodiment = load_embodiment("so100") if self.format.needs_embodiment else None
         self.metadata = build_metadata(
-            r.model, embodiment=self.embodiment, action_prefix=r.server_prefix
+            r.model,
+            embodiment=self.embodiment,
+            # The seeds' extension: an openpi layout's server (like openpi's) has none.
+            action_prefix=r.server_prefix and r.layout is None,
+            layout=r.layout,
         )
         horizon = int(self.metadata["action_horizon"])
         if r.unchecked:
@@ -301,7 +334,9 @@ class _Loop:
             adapters=(),
             prefix_horizon=horizon if self.metadata.get("action_prefix") else None,
         )
-        cameras = load_model_camera_map(config_dir() / f"{r.model}_cameras.yaml", r.model)
+        cameras = load_model_camera_map(
+            config_dir() / f"{r.layout or r.model}_cameras.yaml", r.model, r.layout
+        )
         self.keys = [c.key for c in cameras]
         self.world = World(seed=r.seed)
         self.cameras = {
@@ -310,16 +345,18 @@ class _Loop:
         }
         self.sources = {k: LatestFrame() for k in self.keys}
         self.policy = ReferencePolicy(
-            "visual",
+            r.policy,
             action_horizon=horizon,
             control_hz=1.0 / self.dt,
             noise=ChunkNoise(scale=r.chunk_noise),
+            # A layout's robot is not the simulated arm the policy knows (make demo).
+            robot=r.policy_robot or self.layout_robot(),
         )
         self.link: LinkProfile | None = get_profile(r.link) if r.link else None
         self.followers = {
             o.name: TrajectoryFollower(
                 list(o.joints),
-                [0.0] * len(o.joints),
+                [resting_position(self.config.joint_limits[j]) for j in o.joints],
                 name=o.name,
                 tracking_time_constant_s=r.tracking_lag_s,
                 interpolate_from_desired_state=r.interpolate_from_desired_state,
@@ -343,6 +380,12 @@ class _Loop:
             observation_timing=r.observation_timing,  # type: ignore[arg-type]
             timing=r.timing,
         )
+
+    def layout_robot(self) -> PolicyRobot | None:
+        """For a layout, the robot its config commands (the demo tells its server the
+        same); None: the reference policy's default, the simulated arm."""
+        motion = policy_robot(self.config) if self.run.layout else None
+        return None if motion is None else PolicyRobot(*motion)
 
     # ------------------------------------------------------------ the world
     def world_time(self, t: float | np.ndarray) -> Any:

@@ -63,7 +63,12 @@ from relay_ros.sim.trajectory_command import (
     check_command,
 )
 
-__all__ = ["DEFAULT_TRACKING_LAG_S", "FollowerConfigError", "FollowerSample", "TrajectoryFollower"]
+__all__ = [
+    "DEFAULT_TRACKING_LAG_S",
+    "FollowerConfigError",
+    "FollowerSample",
+    "TrajectoryFollower",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -382,6 +387,7 @@ class TrajectoryFollower:
                 old_speed=0.0,
             )
             return
+        assert new.start is not None  # set just above, or by _splice
         first_own = len(new.times) - own
         ahead = first_own + np.flatnonzero(new.start + new.times[first_own:] >= now)
         k = int(ahead[0]) if ahead.size else len(new.times) - 1

@@ -14,6 +14,8 @@ background computed once per camera; a 320x240 frame takes about 0.1 ms.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import cv2
 import numpy as np
 
@@ -42,6 +44,8 @@ _GRID_M = 0.1
 # fractional bits, so the disks move smoothly instead of in whole pixels.
 _SHIFT = 4
 _ONE = 1 << _SHIFT
+#: World points (N, 2) in metres -> their pixels in the frame being drawn.
+_Project = Callable[[np.ndarray], np.ndarray]
 
 
 def _fixed(points: np.ndarray) -> np.ndarray:
@@ -105,7 +109,7 @@ class WorldCamera:
         span = self.world.base.span_m if self.role == "base" else self.world.wrist.span_m
         return self._target.radius_m * min(self.width, self.height) / span
 
-    def _draw_disks(self, frame: np.ndarray, t: float, project) -> None:
+    def _draw_disks(self, frame: np.ndarray, t: float, project: _Project) -> None:
         radius = round(self._disk_radius_px() * _ONE)
         for schedule, colour in ((self._distractor, DISTRACTOR_RGB), (self._target, TARGET_RGB)):
             center = project(schedule.position(t))
@@ -153,7 +157,9 @@ class WorldCamera:
             frame[h - finger_h :, max(0, x0) : x0 + finger_w] = _FINGER_RGB
         return frame
 
-    def _draw_grid(self, frame: np.ndarray, project, around: np.ndarray, span: float) -> None:
+    def _draw_grid(
+        self, frame: np.ndarray, project: _Project, around: np.ndarray, span: float
+    ) -> None:
         """Grid lines every 10 cm within ``span`` (m, scaled up for the diagonal) of ``around``."""
         reach = span * 1.5 + _GRID_M
         lo = np.floor((around - reach) / _GRID_M).astype(int)

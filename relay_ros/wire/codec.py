@@ -75,7 +75,7 @@ def _array_data(arr: np.ndarray) -> bytes | memoryview:
     if arr.flags.c_contiguous and arr.size and arr.dtype.kind not in _NO_BUFFER_KINDS:
         # msgpack packs a flat byte memoryview as bin with the same bytes as tobytes().
         try:
-            return memoryview(arr).cast("B")
+            return arr.data.cast("B")
         except (TypeError, ValueError, BufferError):
             pass  # a buffer format memoryview cannot cast: copy like openpi does
     return arr.tobytes()
@@ -374,7 +374,7 @@ def _pack_into(obj: Any, parts: list[bytes | memoryview], depth: int) -> None:
         and obj.flags.c_contiguous
     ):
         try:
-            data = memoryview(obj).cast("B")
+            data = obj.data.cast("B")
         except (TypeError, ValueError, BufferError):  # e.g. non-native byte order
             parts.append(packb(obj))
             return

@@ -28,6 +28,7 @@ import errno
 import random
 import threading
 import time
+from typing import TypeGuard
 
 from relay_ros.wire.deadline import Deadline
 from relay_ros.wire.errors import OpenCancelled
@@ -43,7 +44,7 @@ DEFAULT_JITTER = 0.2
 _CLOSED_ERRNOS = frozenset({errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH})
 
 
-def port_closed(exc: BaseException | None) -> bool:
+def port_closed(exc: BaseException | None) -> TypeGuard[OSError]:
     """True when ``exc`` (from an open) says the server's port does not accept
     connections: refused, or host or network unreachable."""
     return isinstance(exc, OSError) and exc.errno in _CLOSED_ERRNOS

@@ -18,8 +18,13 @@ A :class:`~relay_ros.pipeline.publication.Publication` is checked as a whole
    refuses a violation, ``"clamp"`` publishes a slowed and clipped copy and says so.
 
 A chunk for an arm that stands (start, hold, reset) whose first segment would be too
-fast starts up to :data:`MAX_START_DELAY_SLOTS` control periods later instead
-(:func:`_start_later`).
+fast starts up to :data:`MAX_START_DELAY_SLOTS` control periods later instead, or,
+with an acceleration limit, ramps in from rest (:func:`_start_later`). Such a chunk
+usually runs on the scheduler's ramp-in already (``ramp_in_s``,
+:mod:`~relay_ros.pipeline.ramp_in`), checked as stretched; the gate's own ramp only
+replaces a ramp-in too short for an acceleration limit, never ramps it again. With an
+acceleration limit, the tail brakes to rest within it before the last point
+(:mod:`~relay_ros.pipeline.gate.retiming`).
 
 Plain NumPy, no rclpy, no clock of its own.
 """
@@ -35,6 +40,8 @@ import numpy as np
 
 from relay_ros.pipeline.gate.controller import CommandedMotion, ControllerModel
 from relay_ros.pipeline.gate.motion import MotionLimits, check_motion
+from relay_ros.pipeline.gate.retiming import brake_tail, ramp_head
+from relay_ros.pipeline.interpolation import published_velocities
 from relay_ros.pipeline.joint_limits import JointLimit
 from relay_ros.pipeline.publication import Publication
 from relay_ros.pipeline.safety import LimitsMode, Refusal, check_first_step
@@ -132,6 +139,10 @@ def check_publication(
         motion, publication.stamp, measured=measured, offset=tracking.offset
     )
     limits = MotionLimits.from_joint_limits(joint_limits, joints, dt=dt)
+    # The last point stops the chunk (zero velocity by JTC's rule): within the
+    # acceleration limits only if the tail brakes before it (retiming.py).
+    unbraked = publication
+    publication = brake_tail(publication, limits) or publication
     result = check_motion(
         start,
         publication.positions,
@@ -141,27 +152,42 @@ def check_publication(
         mode=cast(LimitsMode, limits_mode),
     )
     if result.refusal is not None and result.refusal.kind in ("velocity", "acceleration"):
-        later = _start_later(publication, start, start_velocity, limits, dt)
+        later = _start_later(publication, unbraked, start, start_velocity, limits, dt)
         if later is not None:
             delayed, ratio = later
+            delayed = _with_velocities(delayed, start, limits)
             return PublicationVerdict(delayed, None, start, start_velocity, peak_speed_ratio=ratio)
     if result.refusal is not None or result.positions is None:
         refusal = result.refusal or Refusal("refused by the motion check", "velocity")
         return PublicationVerdict(None, refusal, start, start_velocity)
     if result.note is None:
+        accepted = _with_velocities(publication, start, limits)
         return PublicationVerdict(
-            publication, None, start, start_velocity, peak_speed_ratio=result.peak_speed_ratio
+            accepted, None, start, start_velocity, peak_speed_ratio=result.peak_speed_ratio
         )
     positions = result.positions.copy()
     positions.setflags(write=False)
-    clamped = dataclasses.replace(publication, positions=positions)
+    clamped = _with_velocities(dataclasses.replace(publication, positions=positions), start, limits)
     return PublicationVerdict(
         clamped, None, start, start_velocity, result.note, result.peak_speed_ratio
     )
 
 
+def _with_velocities(
+    publication: Publication, start: np.ndarray, limits: MotionLimits
+) -> Publication:
+    """``publication`` with the velocities it is checked and published with
+    (:func:`~relay_ros.pipeline.interpolation.published_velocities` from ``start``)."""
+    velocities = published_velocities(
+        start, publication.positions, publication.time_from_start, limits.centred
+    )
+    velocities.setflags(write=False)
+    return dataclasses.replace(publication, velocities=velocities)
+
+
 def _start_later(
     publication: Publication,
+    unbraked: Publication,
     start: np.ndarray,
     start_velocity: np.ndarray,
     limits: MotionLimits,
@@ -174,14 +200,57 @@ def _start_later(
     Only for a still arm (``start_velocity`` zero: before the first chunk, after a
     hold or a reset): leaving a standing arm a few control periods later costs only
     that time, whereas refusing would hold it for a retry and a round trip. The whole
-    chunk moves with its first point (``shift_s`` and the switch too), so the points
-    keep their spacing and the next chunk joins the same timeline; a violation
-    between two points of the chunk is not helped by a delay and is refused as is.
-    A slot is ``period`` (the action period; None: the first points' spacing, which
-    a ramp-in stretches).
+    chunk moves with its first point (``shift_s`` and the switch too, a ramp-in's
+    stretch with them: :meth:`Publication.delayed`), so the points keep their spacing
+    and the next chunk joins the same timeline; a violation between two points of the
+    chunk is not helped by a delay and is refused as is. A slot is ``period`` (the
+    action period; None: the first points' spacing, which a ramp-in stretches).
+    Where no delay fits and a joint has an acceleration limit, the chunk's start is
+    re-timed to accelerate from rest within it instead (:func:`_ramped_head`, from
+    ``unbraked``: the publication before its tail was braked).
     """
     if np.abs(start_velocity).max(initial=0.0) > 0.0:
         return None
+    delayed = _delayed(publication, start, start_velocity, limits, period)
+    if delayed is not None:
+        return delayed
+    return _ramped_head(unbraked, start, limits)
+
+
+def _ramped_head(
+    publication: Publication, start: np.ndarray, limits: MotionLimits
+) -> tuple[Publication, float] | None:
+    """``publication`` (its tail not braked yet) for an arm standing at ``start``, its
+    head re-timed to accelerate from rest within the acceleration limits
+    (:func:`~relay_ros.pipeline.gate.retiming.ramp_head`) and its tail braked, with
+    its peak speed ratio; None when that does not fit either.
+
+    A ramp-in (``ramp_in_s``) that is too short for a joint's acceleration limit is
+    replaced, never ramped again: the head is re-timed on the chunk's own timeline
+    (:meth:`Publication.unramped`), over no less time than the ramp-in would have
+    taken, and the scheduler places later chunks by that (the publication runs on no
+    ramp-in any more)."""
+    ramp = publication.ramp
+    nominal = publication.unramped()
+    nominal = brake_tail(nominal, limits) or nominal
+    ramped = ramp_head(
+        nominal, start, limits, min_duration_s=0.0 if ramp is None else ramp.duration_s
+    )
+    if ramped is None:
+        return None
+    result = check_motion(start, ramped.positions, ramped.time_from_start, limits)
+    return ramped, result.peak_speed_ratio
+
+
+def _delayed(
+    publication: Publication,
+    start: np.ndarray,
+    start_velocity: np.ndarray,
+    limits: MotionLimits,
+    period: float | None,
+) -> tuple[Publication, float] | None:
+    """``publication`` delayed by the fewest whole slots of ``period``, at most
+    :data:`MAX_START_DELAY_SLOTS`, that pass the motion check, or None."""
     tfs = publication.time_from_start
     dt = period or (float(tfs[1] - tfs[0]) if len(tfs) > 1 else float(tfs[0]))
     if not dt > 0.0:

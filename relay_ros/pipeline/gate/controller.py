@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from relay_ros.pipeline.interpolation import finite_difference_velocities
+from relay_ros.pipeline.interpolation import ControllerTrajectory
 from relay_ros.pipeline.safety import Refusal
 
 __all__ = ["CommandedMotion", "ControllerModel", "Tracking"]
@@ -43,22 +43,29 @@ __all__ = ["CommandedMotion", "ControllerModel", "Tracking"]
 class CommandedMotion:
     """The trajectory the controllers follow now, as they interpolate it.
 
-    Holds the times, positions and velocities of the last accepted trajectory,
-    starting with the state the controller had at its stamp; after its last point
-    the controller stands at it. Empty before the first acceptance and after
-    :meth:`forget`; :meth:`freeze` holds one state (a controller whose clock jumped).
+    Holds the last accepted trajectory (a
+    :class:`~relay_ros.pipeline.interpolation.ControllerTrajectory`: the state the
+    controller had at its stamp, then the points with the node's velocities); after
+    its last point the controller stands at it. Empty before the first acceptance and
+    after :meth:`forget`; :meth:`freeze` holds one state (a controller whose clock
+    jumped). The one model of what the controllers are commanded: the gate checks
+    from it, the smoothing joins it, requests integrate velocity actions from it.
     """
 
     def __init__(self) -> None:
-        self._times: np.ndarray | None = None
-        self._positions: np.ndarray | None = None
-        self._velocities: np.ndarray | None = None
-        self._frozen = False
+        self._trajectory: ControllerTrajectory | None = None
+        self._frozen_velocity: np.ndarray | None = None
 
     @property
     def known(self) -> bool:
         """Whether a trajectory of ours was accepted (since the last :meth:`forget`)."""
-        return self._times is not None
+        return self._trajectory is not None
+
+    @property
+    def trajectory(self) -> ControllerTrajectory | None:
+        """What the controllers follow, or None when nothing of ours was accepted (a
+        frozen controller: standing at its last command)."""
+        return self._trajectory
 
     def follow(
         self,
@@ -67,20 +74,14 @@ class CommandedMotion:
         start_velocity: np.ndarray,
         positions: np.ndarray,
         time_from_start: np.ndarray,
+        velocities: np.ndarray | None = None,
     ) -> None:
         """An accepted trajectory: from ``start`` moving at ``start_velocity`` at
         ``stamp`` through ``positions`` (N, J) at ``stamp + time_from_start``, with
-        the velocities the node publishes with them."""
-        positions = np.asarray(positions, dtype=np.float64)
-        tfs = np.asarray(time_from_start, dtype=np.float64)
-        self._frozen = False
-        self._times = np.concatenate(([float(stamp)], float(stamp) + tfs))
-        self._positions = np.vstack((np.asarray(start, dtype=np.float64)[None, :], positions))
-        self._velocities = np.vstack(
-            (
-                np.asarray(start_velocity, dtype=np.float64)[None, :],
-                finite_difference_velocities(positions, tfs),
-            )
+        the ``velocities`` the node publishes with them (default: the monotone rule)."""
+        self._frozen_velocity = None
+        self._trajectory = ControllerTrajectory.published(
+            stamp, start, start_velocity, positions, time_from_start, velocities
         )
 
     def freeze(self, at: float, position: np.ndarray, velocity: np.ndarray) -> None:
@@ -88,36 +89,22 @@ class CommandedMotion:
         JTC after a jump of its clock back, which puts its trajectory in the future
         (``Trajectory::sample`` gives no point before the trajectory's start, and the
         last command stays)."""
-        self._frozen = True
-        self._times = np.array([float(at)])
-        self._positions = np.asarray(position, dtype=np.float64).reshape(1, -1).copy()
-        self._velocities = np.asarray(velocity, dtype=np.float64).reshape(1, -1).copy()
+        self._trajectory = ControllerTrajectory.standing(at, position)
+        self._frozen_velocity = np.asarray(velocity, dtype=np.float64).reshape(-1).copy()
 
     def forget(self) -> None:
         """Nothing of ours moves the controllers (what went out went to ``~/preview``)."""
-        self._times = self._positions = self._velocities = None
-        self._frozen = False
+        self._trajectory = None
+        self._frozen_velocity = None
 
     def state_at(self, t: float) -> tuple[np.ndarray, np.ndarray] | None:
         """``(position, velocity)`` commanded at ``t``, or None when nothing is known."""
-        times, points, velocities = self._times, self._positions, self._velocities
-        if times is None or points is None or velocities is None:
+        trajectory = self._trajectory
+        if trajectory is None:
             return None
-        if self._frozen:
-            return points[0].copy(), velocities[0].copy()
-        if t >= times[-1]:
-            return points[-1].copy(), np.zeros(points.shape[1])
-        if t <= times[0]:
-            return points[0].copy(), velocities[0].copy()
-        j = int(np.searchsorted(times, t, side="right")) - 1
-        span = times[j + 1] - times[j]
-        tau = t - times[j]
-        p0, p1, v0, v1 = points[j], points[j + 1], velocities[j], velocities[j + 1]
-        delta = p1 - p0
-        c2 = (3.0 * delta - (2.0 * v0 + v1) * span) / span**2
-        c3 = (-2.0 * delta + (v0 + v1) * span) / span**3
-        position = p0 + v0 * tau + c2 * tau**2 + c3 * tau**3
-        velocity = v0 + 2.0 * c2 * tau + 3.0 * c3 * tau**2
+        if self._frozen_velocity is not None:
+            return trajectory.positions[0].copy(), self._frozen_velocity.copy()
+        position, velocity, _ = trajectory.state(float(t))
         return position, velocity
 
 
@@ -182,6 +169,29 @@ class ControllerModel:
                 "tracking",
             ),
         )
+
+    def followed(
+        self,
+        motion: CommandedMotion,
+        *,
+        at: float,
+        measured: np.ndarray | None,
+        offset: np.ndarray,
+    ) -> ControllerTrajectory | None:
+        """What a trajectory taking effect at ``at`` continues from, over time: the
+        commanded motion, or (measuring) the commanded motion shifted by the tracking
+        ``offset``; standing at ``measured`` when nothing of ours was commanded (a
+        start, a dry run: nothing it published moved the arm). Its state at ``at`` is
+        :meth:`start`'s (a frozen controller's: standing, without its velocity).
+        None when nothing is commanded and the arm is not measured."""
+        trajectory = motion.trajectory
+        if trajectory is None:
+            if measured is None:
+                return None
+            return ControllerTrajectory.standing(at, measured)
+        if self.interpolate_from_desired_state:
+            return trajectory
+        return trajectory.shifted(offset)
 
     def start(
         self,

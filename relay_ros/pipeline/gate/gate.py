@@ -38,7 +38,8 @@ from relay_ros.pipeline.gate.decisions import Hold, Publish, Refuse
 from relay_ros.pipeline.gate.messages import TrajectoryMessage, chunk_messages, hold_messages
 from relay_ros.pipeline.gate.motion import MotionLimits
 from relay_ros.pipeline.gate.stops import HOLD_DELIVERY_S, StopPlan, hold_starts, plan_stop
-from relay_ros.pipeline.scheduler import ChunkScheduler
+from relay_ros.pipeline.interpolation import ControllerTrajectory
+from relay_ros.pipeline.scheduler import TIME_EPS_S, ChunkScheduler
 from relay_ros.pipeline.server_session import ServerSession
 from relay_ros.pipeline.settings import StreamingSettings
 
@@ -52,18 +53,11 @@ CLAMP_WARNING_PERIOD_S = 5.0
 _STARTUP_KINDS = ("missing_input", "joint_states")
 
 
-def controller_model(settings: Any) -> ControllerModel:
-    """The :class:`ControllerModel` of ``settings`` (its defaults where they have none)."""
-    default = ControllerModel()
+def controller_model(settings: StreamingSettings) -> ControllerModel:
+    """The :class:`ControllerModel` of ``settings``."""
     return ControllerModel(
-        interpolate_from_desired_state=bool(
-            getattr(
-                settings, "interpolate_from_desired_state", default.interpolate_from_desired_state
-            )
-        ),
-        max_tracking_error=float(
-            getattr(settings, "max_tracking_error", default.max_tracking_error)
-        ),
+        interpolate_from_desired_state=bool(settings.interpolate_from_desired_state),
+        max_tracking_error=float(settings.max_tracking_error),
     )
 
 
@@ -136,7 +130,11 @@ class Gate:
         ``measured``: the commanded joints' measured positions (None: missing or
         stale), measured at ``measured_at``."""
         scheduler = session.scheduler
-        publication = scheduler.peek(now)
+        due = scheduler.publication_due
+        if due is None or now < due - TIME_EPS_S:
+            return None  # nothing due (and nothing to compute what it would join)
+        followed = self.followed(now, settings, measured=measured, measured_at=measured_at)
+        publication = scheduler.peek(now, followed)
         if publication is None:
             return None
         motion = self.motion
@@ -149,7 +147,7 @@ class Gate:
             motion=motion,
             measured=measured,
             measured_at=measured_at,
-            limits_problem=getattr(settings, "limits_problem", None),
+            limits_problem=settings.limits_problem,
             controller=controller_model(settings),
             dt=scheduler.config.dt,
         )
@@ -170,6 +168,7 @@ class Gate:
                 verdict.start_velocity,
                 accepted.positions,
                 accepted.time_from_start,
+                accepted.velocities,
             )
         if verdict.note is not None:
             self.clamped += 1
@@ -181,6 +180,30 @@ class Gate:
             accepted, session.outputs, settings.commanded_joints, dry_run=settings.dry_run
         )
         return Publish(tuple(messages), verdict.note)
+
+    def followed(
+        self,
+        now: float,
+        settings: StreamingSettings,
+        *,
+        measured: np.ndarray | None,
+        measured_at: float | None,
+    ) -> ControllerTrajectory | None:
+        """What a trajectory taking effect at ``now`` continues from
+        (:meth:`ControllerModel.followed`): the commanded motion (shifted by the
+        tracking offset for a controller that starts from the measured state), or the
+        arm standing where it was measured when nothing of ours commands it (before
+        the first chunk; a dry run, whose chunks go to ``~/preview``). The one source
+        the smoothing joins, the action prefix continues and velocity actions are
+        integrated from; None when nothing is commanded and the arm is not measured."""
+        controller = controller_model(settings)
+        tracking = controller.tracking(
+            self.motion,
+            measured,
+            now if measured_at is None else measured_at,
+            settings.commanded_joints,
+        )
+        return controller.followed(self.motion, at=now, measured=measured, offset=tracking.offset)
 
     def streaming(self) -> None:
         """A chunk was published: the hold (if any) is over, and said so."""

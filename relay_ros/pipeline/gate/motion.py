@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from relay_ros.pipeline.interpolation import finite_difference_velocities, segment_extremes
+from relay_ros.pipeline.interpolation import published_velocities, segment_extremes
 from relay_ros.pipeline.joint_limits import JointLimit
 from relay_ros.pipeline.safety import LIMITS_MODES, LimitsMode, Refusal, SafetyError
 
@@ -110,6 +110,12 @@ class MotionLimits:
         )
 
     @property
+    def centred(self) -> np.ndarray:
+        """Columns whose published velocities follow the centred rule (joints with an
+        acceleration limit: :func:`~relay_ros.pipeline.interpolation.published_velocities`)."""
+        return np.isfinite(self.max_acceleration)
+
+    @property
     def stop_acceleration(self) -> np.ndarray:
         """The largest acceleration a hold may command on its stop (per column)."""
         assert self.action_acceleration is not None
@@ -174,7 +180,8 @@ def _violations(
     """Every segment's worst violation per kind, and the peak speed ratio."""
     points = np.vstack((start[None, :], positions))
     times = np.concatenate(([0.0], tfs))
-    velocities = np.vstack((start_velocity[None, :], finite_difference_velocities(positions, tfs)))
+    published = published_velocities(start, positions, tfs, limits.centred)
+    velocities = np.vstack((start_velocity[None, :], published))
     ext = segment_extremes(points[:-1], velocities[:-1], points[1:], velocities[1:], np.diff(times))
     names = limits.names
     found: list[_Violation] = []
@@ -294,10 +301,12 @@ def check_motion(
     the trajectory's stamp; it follows cubic segments to ``positions`` (N, J) at
     ``time_from_start`` (N,) seconds after the stamp, with the velocities the node
     publishes (:func:`~relay_ros.pipeline.interpolation.finite_difference_velocities`),
-    then holds the last point. Every segment, the one from ``start`` to the first
-    point and the tail the controller runs when no next chunk comes in time
-    included, must stay within each joint's position range, velocity limit and
-    acceleration limit: checked exactly on the cubic, not only at the points
+    (:func:`~relay_ros.pipeline.interpolation.published_velocities`: centred for
+    joints with an acceleration limit), then holds the last point. Every segment,
+    the one from ``start`` to the first point and the tail the controller runs when
+    no next chunk comes in time included, must stay within each joint's position
+    range, velocity limit and acceleration limit: checked exactly on the cubic, not
+    only at the points
     (the published velocities are the segments' end speeds, so they are covered).
 
     ``mode="refuse"`` (default) refuses any violation. ``mode="clamp"`` clips the

@@ -26,16 +26,18 @@ follows the disagreement:
   small disagreement is absorbed in a few points, a large one over more.
 
 **Inside the limits by construction.** The published trajectory is then checked
-exactly as the controller will run it (:func:`~relay_ros.pipeline.interpolation.segment_extremes`,
-the same as the publication check: cubic segments through the node's monotone
-velocities, from the commanded state). When the fade put a segment over a joint's
-position range, velocity or acceleration limit (a chunk near the velocity limit, a
-large disagreement, a reversal), the points are passed through a limiter from the
-commanded state: each step's secant at most 2/3 of the velocity limit, its change
-at most 1/6 of the acceleration limit per second (monotone velocities keep a cubic
-segment within 1.5x its fastest neighbouring secant, and its acceleration within 6x
-the neighbouring secants' change over its length), and the positions inside the
-range; the limited trajectory lags the chunk where needed, and catches up. A chunk
+exactly as the controller will run it, by the publication check's own motion check
+(:func:`~relay_ros.pipeline.gate.motion.check_motion`: cubic segments through the
+node's monotone velocities, from the commanded state, and the default bound on the
+points' second differences where a joint has no acceleration limit). When the fade
+put a segment over a joint's position range, velocity or acceleration limit (a chunk
+near the velocity limit, a large disagreement, a reversal), the points are passed
+through a limiter from the commanded state: each step's secant at most 2/3 of the
+velocity limit, its change at most 1/6 of the acceleration limit per second
+(monotone velocities keep a cubic segment within 1.5x its fastest neighbouring
+secant, and its acceleration within 6x the neighbouring secants' change over its
+length) and at most the bound on the second differences, and the positions inside
+the range; the limited trajectory lags the chunk where needed, and catches up. A chunk
 that is itself over the limits between its own points (a jump, an oscillation) is
 not limited: the splice does not hide a policy's failure, the publication check
 refuses it (or clamps it, in ``limits_mode: clamp``) as it would without smoothing.
@@ -51,9 +53,10 @@ from typing import ClassVar
 
 import numpy as np
 
-from relay_ros.pipeline.gate.motion import MotionLimits
-from relay_ros.pipeline.interpolation import finite_difference_velocities, segment_extremes
-from relay_ros.pipeline.smoothing.switch import Motion, Smoothed, Smoothing, Switch, changed_rows
+from relay_ros.pipeline.gate.motion import MotionLimits, check_motion
+from relay_ros.pipeline.gate.retiming import braked_tail
+from relay_ros.pipeline.interpolation import ControllerTrajectory, finite_difference_velocities
+from relay_ros.pipeline.smoothing.switch import Smoothed, Smoothing, Switch, changed_rows
 
 __all__ = [
     "DEFAULT_ACCELERATION_BUDGET",
@@ -76,8 +79,6 @@ DEFAULT_MIN_WINDOW_STEPS = 3
 #: Longest window (s) unless the executed part is longer: a fade that outlasts a few
 #: switches keeps the robot on old plans (bench/motion.py: docs/streaming.md).
 DEFAULT_MAX_WINDOW_S = 0.4
-#: Relative slack of the exact check (float rounding only), as the motion check's.
-_SLACK = 1e-9
 #: The limiter's budgets as fractions of the limits: a monotone cubic segment peaks at
 #: 1.5x its fastest neighbouring secant, its acceleration at 6x their change over it.
 _SECANT_SHARE = 2.0 / 3.0
@@ -92,23 +93,15 @@ def within_limits(
     limits: MotionLimits,
 ) -> bool:
     """Whether the trajectory the controller runs from ``(start, start_velocity)`` at
-    time 0 through ``positions`` at ``time_from_start`` (with the node's velocities)
-    stays in every joint's position range, velocity and acceleration limit."""
-    points = np.vstack((start[None, :], positions))
-    times = np.concatenate(([0.0], time_from_start))
-    velocities = np.vstack(
-        (start_velocity[None, :], finite_difference_velocities(positions, time_from_start))
-    )
-    ext = segment_extremes(points[:-1], velocities[:-1], points[1:], velocities[1:], np.diff(times))
-    if (ext.speed > limits.max_velocity * (1.0 + _SLACK)).any():
-        return False
-    if (ext.acceleration > limits.max_acceleration * (1.0 + _SLACK)).any():
-        return False
-    lower = np.broadcast_to(limits.lower, ext.lowest.shape).copy()
-    upper = np.broadcast_to(limits.upper, ext.highest.shape).copy()
-    lower[0] = np.minimum(lower[0], start)  # the start may be a hair outside the range
-    upper[0] = np.maximum(upper[0], start)
-    return not ((ext.lowest < lower - 1e-9).any() or (ext.highest > upper + 1e-9).any())
+    time 0 through ``positions`` at ``time_from_start`` passes the publication check's
+    motion check (:func:`~relay_ros.pipeline.gate.motion.check_motion`): every joint's
+    position range, velocity and acceleration limit, and the default bound on the
+    points' second differences; with its tail braked as the gate publishes it where a
+    joint has an acceleration limit (:func:`~relay_ros.pipeline.gate.retiming.braked_tail`)."""
+    braked = braked_tail(positions, time_from_start, limits)
+    if braked is not None:
+        positions, time_from_start = braked
+    return check_motion(start, positions, time_from_start, limits, start_velocity=start_velocity).ok
 
 
 #: Peaks of the quintic smoothstep's derivatives on [0, 1]: s' = 30u^2 (1-u)^2 peaks at
@@ -158,17 +151,26 @@ def _limited(
 ) -> np.ndarray:
     """``positions`` followed from ``(start, start_velocity)`` with every secant within
     ``share`` of the limiter's velocity budget and its change within ``share`` of the
-    acceleration budget (module docstring), inside the position range."""
+    acceleration budgets (module docstring), inside the position range."""
     speed = limits.max_velocity * _SECANT_SHARE * share
-    change = limits.max_acceleration * _SECANT_CHANGE_SHARE * share  # per second, inf if none
+    # Per second: the cubic's acceleration limit (inf if none), and the bound on the
+    # points' second differences (the default bound where no limit is set).
+    assert limits.action_acceleration is not None
+    change = (
+        np.minimum(limits.max_acceleration * _SECANT_CHANGE_SHARE, limits.action_acceleration)
+        * share
+    )
     target = np.clip(positions, limits.lower, limits.upper)
     out = np.empty_like(target)
-    previous, secant, t_previous = start.copy(), np.clip(start_velocity, -speed, speed), 0.0
+    previous, secant, t_previous = start.copy(), np.asarray(start_velocity, float), 0.0
     for j in range(target.shape[0]):
         h = float(tfs[j] - t_previous)
         wanted = (target[j] - previous) / h
         wanted = np.clip(wanted, secant - change * h, secant + change * h)
-        secant = np.clip(wanted, -speed, speed)
+        # Down to the speed budget no faster than the change allows: a controller
+        # moving faster than it at the stamp slows down, it does not jump.
+        bound = np.maximum(speed, np.abs(secant) - change * h)
+        secant = np.clip(wanted, -bound, bound)
         previous = np.clip(previous + secant * h, limits.lower, limits.upper)
         out[j] = previous
         t_previous = float(tfs[j])
@@ -176,7 +178,7 @@ def _limited(
 
 
 def splice_positions(
-    old: Motion,
+    old: ControllerTrajectory,
     stamp: float,
     time_from_start: np.ndarray,
     positions: np.ndarray,
@@ -191,7 +193,7 @@ def splice_positions(
     rows ``positions`` (N, D) at ``stamp + time_from_start`` (module docstring).
 
     Args:
-        old: What the controllers follow (sampled as they sample it).
+        old: What the controllers follow.
         stamp: The publication's stamp (s).
         time_from_start: (N,) seconds after the stamp, increasing, first > 0.
         positions: (N, D) the new chunk's rows for those times.
@@ -206,7 +208,7 @@ def splice_positions(
     """
     tfs = np.asarray(time_from_start, dtype=np.float64)
     rows = np.asarray(positions, dtype=np.float64)
-    o, o_velocity, _ = old.state(stamp + tfs)
+    o, _, _ = old.state(stamp + tfs)
     p0, v0, _ = old.state(stamp)
     gap = rows - o
     spans = np.diff(np.concatenate(([0.0], tfs)))[:, None]
@@ -217,7 +219,11 @@ def splice_positions(
     if limits is None or within_limits(p0, v0, out, tfs, limits):
         return out
     if len(tfs) > 1 and not within_limits(
-        rows[0], finite_difference_velocities(rows, tfs)[0], rows[1:], tfs[1:] - tfs[0], limits
+        rows[0],
+        finite_difference_velocities(rows, tfs, limits.centred)[0],
+        rows[1:],
+        tfs[1:] - tfs[0],
+        limits,
     ):
         return out  # the chunk itself is over the limits: for the publication check
     limited = out
@@ -267,8 +273,8 @@ class Splice(Smoothing):
     def smooth(self, switch: Switch) -> Smoothed:
         original = np.array(switch.positions, dtype=np.float64)
         previous = switch.previous
-        if previous is None:
-            return Smoothed(original, 0)
+        if previous is None or previous.followed is None:
+            return Smoothed(original, 0)  # the arm stands, or nothing known to join
         width = original.shape[1]
         # At most max_window_s (or the executed part, if longer), within the points.
         longest = max(switch.execute_horizon, math.floor(self.max_window_s / switch.dt + 1e-9))
@@ -279,7 +285,7 @@ class Splice(Smoothing):
             acceleration = np.minimum(acceleration, 0.5 * self.limits.max_acceleration)
             velocity = self.velocity_share * self.limits.max_velocity
         positions = splice_positions(
-            previous,
+            previous.followed,
             switch.stamp,
             switch.time_from_start,
             original,

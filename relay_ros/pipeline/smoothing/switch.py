@@ -3,9 +3,10 @@
 At every switch the :class:`~relay_ros.pipeline.scheduler.ChunkScheduler` has a new
 chunk re-timed for publication (latency compensated: one row per published point)
 and, unless the arm stands (the first chunk after a start, a hold or a reset), the
-publication the controllers follow now. A :class:`Smoothing` turns the new rows into
-the positions that are published, from a :class:`Switch`; it returns a
-:class:`Smoothed`. Strategies are values without hidden state: what one needs from
+previous chunk as published and what the controllers follow now (the gate's one model
+of the commanded motion, handed to the scheduler at each peek). A :class:`Smoothing`
+turns the new rows into the positions that are published, from a :class:`Switch`; it
+returns a :class:`Smoothed`. Strategies are values without hidden state: what one needs from
 the previous switch (the ensemble's weights) travels in :attr:`Smoothed.memo` and
 comes back in :attr:`Motion.memo`, so that a refused publication (the scheduler's
 ``peek`` without a ``commit``) changes nothing.
@@ -22,7 +23,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from relay_ros.pipeline.interpolation import hermite_state
+from relay_ros.pipeline.interpolation import ControllerTrajectory
 
 __all__ = [
     "Motion",
@@ -48,27 +49,19 @@ class Motion:
         origin: When its action 0 runs (s): action ``i`` at ``origin + i*dt`` on the
             chunk timeline (:attr:`Switch.row_times`).
         end_time: Its last published point (s); the controller holds it after.
-        times: (M,) its stamp, then the time of each published point (s).
-        positions: (M, D) the position commanded at its stamp, then the points.
-        velocities: (M, D) the velocity commanded at its stamp, then the points'
-            (the node's published velocities).
+        followed: What the controllers follow, as they sample it: the gate's
+            commanded motion (:meth:`~relay_ros.pipeline.gate.controller.ControllerModel.followed`;
+            in a dry run the arm as measured, since nothing published moved it).
+            None when that is not known (the arm not measured and nothing commanded:
+            the publication check refuses the chunk anyway).
         memo: What the strategy returned with the previous publication.
     """
 
     chunk: np.ndarray
     origin: float
     end_time: float
-    times: np.ndarray
-    positions: np.ndarray
-    velocities: np.ndarray
+    followed: ControllerTrajectory | None
     memo: Any = None
-
-    def state(self, t: np.ndarray | float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Commanded position, velocity and acceleration at ``t`` (a time: (D,) each;
-        K times: (K, D) each), as the controller samples the trajectory: cubic Hermite
-        segments, its last point at rest after its end
-        (:func:`~relay_ros.pipeline.interpolation.hermite_state`)."""
-        return hermite_state(self.times, self.positions, self.velocities, t)
 
 
 @dataclass(frozen=True, eq=False)
