@@ -384,7 +384,10 @@ def test_launch_plan_layout_and_lora_start_what_the_demo_cli_starts():
     plan = demo_launch_plan({"layout": "droid", "lora": "so100_towels", "port": "9002"})
     policy = DemoPolicy(layout="droid", lora="so100_towels")
     assert plan.server_cmd == server_command("pi05", port=9002, policy=policy)
-    assert plan.server_cmd[-4:] == ["--layout", "droid", "--lora", "so100_towels"]
+    command = plan.server_cmd
+    assert command[command.index("--layout") + 1] == "droid"
+    assert command[command.index("--lora") + 1] == "so100_towels"
+    assert any(arg.startswith("--max-speed=") for arg in command)  # the layout's robot
     assert plan.node_parameters == demo_node_parameters("pi05", port=9002, policy=policy)
     params_file, overrides = plan.node_parameters["policy_node"]
     assert params_file.endswith("config/droid.yaml") and overrides["lora"] == "so100_towels"
