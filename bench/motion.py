@@ -11,8 +11,10 @@ cell is the median over the seeds (with the spread min..max where it matters);
 "paired" is the per-seed difference, "wins" the seeds where the first is lower.
 
 The server is the seeds' (no ``action_prefix`` extension) unless a table says
-otherwise. "default" is the shipped configuration (early requests, smoothing auto,
-automatic lead and execute horizon); "sync" the same with ``request_mode: sync``
+otherwise. Every run starts at full speed (``LoopRun.ramp_in_s`` 0): the tables
+measure the switches; bench/ramp_in.py measures the node's gentle start. "default"
+is the shipped configuration (early requests, smoothing auto, automatic lead and
+execute horizon; ``ramp_in_s`` aside); "sync" the same with ``request_mode: sync``
 (E = H/2, its smoothing too), "sync, none" openpi's ActionChunkBroker (no smoothing).
 
 Tables:

@@ -364,7 +364,7 @@ def test_launch_plan_from_string_arguments():
     assert plan.server_cmd[plan.server_cmd.index("--model") + 1] == "groot"
     assert plan.node_parameters == demo_node_parameters("groot", port=9001)
     assert [a.name for a in DEMO_LAUNCH_ARGUMENTS] == [
-        "model", "port", "latency_ms", "jitter_ms", "request_mode",
+        "model", "port", "latency_ms", "jitter_ms", "request_mode", "layout", "lora",
     ]  # fmt: skip
     with pytest.raises(DemoArgumentError) as info:
         demo_launch_plan({"port": "eighty"})
@@ -373,8 +373,43 @@ def test_launch_plan_from_string_arguments():
         demo_launch_plan({"speed": "1"})
     assert str(info.value) == (
         "unknown demo launch arguments ['speed']; expected some of "
-        "['jitter_ms', 'latency_ms', 'model', 'port', 'request_mode']"
+        "['jitter_ms', 'latency_ms', 'layout', 'lora', 'model', 'port', 'request_mode']"
     )
+
+
+def test_launch_plan_layout_and_lora_start_what_the_demo_cli_starts():
+    # layout:=droid lora:=so100_towels: the server serves both, the node speaks the
+    # layout's config and selects the adapter, as python -m relay_ros.demo --layout droid
+    # --lora so100_towels does (the same DemoPolicy).
+    plan = demo_launch_plan({"layout": "droid", "lora": "so100_towels", "port": "9002"})
+    policy = DemoPolicy(layout="droid", lora="so100_towels")
+    assert plan.server_cmd == server_command("pi05", port=9002, policy=policy)
+    command = plan.server_cmd
+    assert command[command.index("--layout") + 1] == "droid"
+    assert command[command.index("--lora") + 1] == "so100_towels"
+    assert any(arg.startswith("--max-speed=") for arg in command)  # the layout's robot
+    assert plan.node_parameters == demo_node_parameters("pi05", port=9002, policy=policy)
+    params_file, overrides = plan.node_parameters["policy_node"]
+    assert params_file.endswith("config/droid.yaml") and overrides["lora"] == "so100_towels"
+    # Empty: the model's own format and the base model, as before.
+    plain = demo_launch_plan({"layout": "", "lora": ""})
+    assert "--layout" not in plain.server_cmd and "--lora" not in plain.server_cmd
+    assert "lora" not in plain.node_parameters["policy_node"][1]
+    for arguments, message in [
+        (
+            {"layout": "libero"},
+            "launch argument 'layout' is 'libero'; expected one of ['droid', 'aloha'] or "
+            "empty (the model's own format)",
+        ),
+        (
+            {"lora": " so100_towels"},
+            "launch argument 'lora' is ' so100_towels'; expected an adapter name as the "
+            "server lists it in lora_adapters, e.g. lora:=so100_towels",
+        ),
+    ]:
+        with pytest.raises(DemoArgumentError) as info:
+            demo_launch_plan(arguments)
+        assert str(info.value) == message
 
 
 def test_launch_file_only_wires_relay_ros_demo():

@@ -20,7 +20,8 @@ from relay_ros.node.launch_args import (
     policy_node_namespace,
     policy_node_parameters,
 )
-from relay_ros.node.param_spec import ParameterError
+from relay_ros.node.node_config import config_from_parameters
+from relay_ros.node.param_spec import ParameterError, flatten_parameters
 from relay_ros.paths import config_dir
 
 LAUNCH_DIR = Path(__file__).resolve().parents[1] / "launch"
@@ -216,3 +217,75 @@ def test_autostart_is_passed_only_when_given():
     assert policy_node_parameters({"autostart": "false"})[1]["autostart"] is False
     with pytest.raises(ParameterError, match="launch argument 'autostart' is 'later'"):
         policy_node_parameters({"autostart": "later"})
+
+
+def test_a_shipped_layout_runs_its_config_pair_unless_a_params_file_is_given():
+    params = policy_node_parameters({"layout": "droid"})
+    assert params == [
+        str(config_dir() / "droid.yaml"),
+        {"model": "pi05", "layout": "droid", "dry_run": False},
+    ]
+    params = policy_node_parameters({"layout": "aloha", "params_file": "pi05.yaml"})
+    assert params[0] == str(config_dir() / "pi05.yaml") and params[1]["layout"] == "aloha"
+    assert "layout" not in policy_node_parameters({})[1]
+
+
+def test_a_layout_file_is_passed_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "my_layout.yaml").write_text("name: mine\n")
+    params = policy_node_parameters({"layout": "my_layout.yaml"})
+    assert params[0] == str(config_dir() / "pi05.yaml")  # a file has no config pair
+    assert params[1]["layout"] == str(tmp_path / "my_layout.yaml")
+    # A file name of the package's config/layouts/ is found there.
+    shipped = policy_node_parameters({"layout": "droid.yaml"})[1]["layout"]
+    assert shipped == str(config_dir() / "layouts" / "droid.yaml")
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            "droidd",
+            "launch argument 'layout' is 'droidd'; expected a shipped layout ['aloha', 'droid', "
+            "'libero'] or a layout YAML file, e.g. layout:=droid or layout:=my_layout.yaml",
+        ),
+        ("/nonexistent/l.yaml", "launch argument 'layout': no file '/nonexistent/l.yaml'"),
+    ],
+)
+def test_a_bad_layout_names_what_was_expected(text, message):
+    with pytest.raises(ParameterError) as info:
+        policy_node_parameters({"layout": text})
+    assert str(info.value) == message
+
+
+def test_lora_and_record_dir_are_passed_when_given(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert policy_node_parameters({"lora": "so100_towels"})[1]["lora"] == "so100_towels"
+    assert policy_node_parameters({"record_dir": "data/towels"})[1]["record_dir"] == str(
+        tmp_path / "data" / "towels"
+    )
+    assert policy_node_parameters({"record_dir": "~/ds"})[1]["record_dir"] == str(
+        tmp_path / "home" / "ds"
+    )
+    defaults = policy_node_parameters({"lora": "", "record_dir": ""})[1]
+    assert "lora" not in defaults and "record_dir" not in defaults
+    with pytest.raises(ParameterError) as info:
+        policy_node_parameters({"lora": "towels "})
+    assert str(info.value) == (
+        "launch argument 'lora' is 'towels '; expected an adapter name as the server lists "
+        "it in lora_adapters, e.g. lora:=so100_towels"
+    )
+
+
+def test_the_node_takes_what_the_launch_passes(tmp_path):
+    """The params file with the overrides on top, as launch_ros hands them to the node,
+    is a configuration the node accepts (config_from_parameters: the node's rules)."""
+    params_file, overrides = policy_node_parameters(
+        {"layout": "droid", "lora": "so100_towels", "record_dir": str(tmp_path / "ds")}
+    )
+    given = yaml.safe_load(Path(params_file).read_text())["/**"]["ros__parameters"]
+    config = config_from_parameters(flatten_parameters({**given, **overrides}))
+    assert (config.layout, config.lora) == ("droid", "so100_towels")
+    assert config.record_dir == tmp_path / "ds"
+    assert config.camera_map == config_dir() / "droid_cameras.yaml"

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 from helpers import scaled, wait_until
-from node_rig import PI_JOINTS, Rig, stamp_of, t_obs_of, tfs_of, velocity_overrides
+from node_rig import PI_JOINTS, Rig, stamp_of, t_obs_of, velocity_overrides
 from rclpy.parameter import Parameter
 from rclpy.parameter_client import AsyncParameterClient
 
@@ -286,17 +286,6 @@ def test_request_lead_changes_how_early_observations_are_taken(live):
     assert _planned(after, 25 * DT - 0.3), after
 
 
-def _switch_jumps(messages: list) -> list[float]:
-    """Distance of each chunk's first point (joint1) from the previous chunk at that time."""
-    jumps = []
-    for old, new in zip(messages, messages[1:]):
-        old_times = stamp_of(old) + tfs_of(old)
-        first = stamp_of(new) + tfs_of(new)[0]
-        old_value = np.interp(first, old_times, [p.positions[0] for p in old.points])
-        jumps.append(abs(new.points[0].positions[0] - old_value))
-    return jumps
-
-
 def _departures(messages: list) -> list[float]:
     """How far each chunk's first point (joint1) is from the still arm (0.1 rad)."""
     return [abs(m.points[0].positions[0] - 0.1) for m in messages]
@@ -346,8 +335,15 @@ def test_max_joint_step_decides_which_first_step_is_refused(recording, live):
     policy.mode = "far"  # every chunk starts 0.6 rad from the measured state
     # 0.6 rad within a period is far over the robot's velocity limits: raised here, so
     # that max_joint_step alone decides, and measured on ~/preview (dry run): no
-    # controller is ever sent what the robot cannot do.
-    rig, params = live(overrides={**velocity_overrides(PI_JOINTS, 100.0), "dry_run": True})
+    # controller is ever sent what the robot cannot do. No smoothing: the splice would
+    # fade each chunk in from the arm as measured (what a dry run's previews join).
+    rig, params = live(
+        overrides={
+            **velocity_overrides(PI_JOINTS, 100.0),
+            "dry_run": True,
+            "smoothing": "none",
+        }
+    )
     wait_until(lambda: (s := rig.last_status()) and s["last_refusal"], timeout=15)
     assert _chunks_after(rig.snapshot().preview, 0.0) == []
     assert params.set(max_joint_step=1.0)[0].successful

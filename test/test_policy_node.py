@@ -91,7 +91,9 @@ def test_trajectories_have_the_configured_joints_timing_and_velocities(
     def chunks(messages: list) -> list:  # (a loaded machine may hold in between)
         return [m for m in messages if len(m.points) > 1]
 
-    with Rig(ros_context, server.url_template, tmp_path=tmp_path) as rig:
+    # The timeline without the gentle start's stretch (test_ramp_in.py measures it).
+    no_ramp = {"ramp_in_s": 0.0}
+    with Rig(ros_context, server.url_template, tmp_path=tmp_path, overrides=no_ramp) as rig:
         wait_until(lambda: len(chunks(rig.snapshot().arm)) >= 3 and rig.snapshot().gripper)
         got = rig.snapshot()
         # OK only while the robot has points ahead (a loaded machine may stall it briefly).
@@ -260,7 +262,10 @@ def test_a_stalled_server_makes_the_node_hold_warn_reconnect_and_resume(
 
 
 def test_groot_chunks_go_to_each_action_group(ros_context, server, tmp_path):
-    with Rig(ros_context, server.url_template, model="groot", tmp_path=tmp_path) as rig:
+    no_ramp = {"ramp_in_s": 0.0}  # each action one period after the last
+    with Rig(
+        ros_context, server.url_template, model="groot", tmp_path=tmp_path, overrides=no_ramp
+    ) as rig:
         wait_until(lambda: len(rig.snapshot().arm) >= 2 and rig.snapshot().gripper)
         got = rig.snapshot()
     assert list(got.arm[0].joint_names) == ["joint1", "joint2", "joint3", "joint4", "joint5"]

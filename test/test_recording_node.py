@@ -545,3 +545,121 @@ def test_make_demo_record_writes_a_lerobot_dataset(tmp_path):
     (episode,) = load(root).episodes
     assert episode.length >= 5 and not episode.data["intervention"].any()
     assert episode.row["relay_ros/end_reason"] == "shutdown"
+
+
+def _episode_row(root: Path, index: int) -> Path:
+    return root / f"meta/episodes/chunk-000/file-{index:03d}.parquet"
+
+
+@pytest.mark.slow
+def test_lifecycle_transitions_end_and_start_episodes_and_a_new_configure_appends(
+    ros_context, tmp_path
+):
+    """(a) deactivate ends the episode ('deactivate'), nothing is recorded while
+    inactive, activate starts the next; (b) cleanup removes the recording's timers and
+    services, and configure again rebuilds them and appends to the same dataset."""
+    root = tmp_path / "ds"
+    with (
+        run_server_in_thread(ServerOptions(models=("pi05",), policy=SlowPolicy)) as server,
+        CountingRig(
+            ros_context,
+            server.url_template,
+            tmp_path=tmp_path,
+            overrides={"autostart": False, "record_dir": str(root), "record_fps": 15},
+        ) as rig,
+    ):
+        node = rig.node
+        clock = rig.feeder.get_clock()
+
+        def now() -> float:
+            return clock.now().nanoseconds * 1e-9
+
+        def episode_services() -> list[str]:
+            names = [s.service_name for s in node.services]
+            return [n for n in names if n.endswith(("/mark_episode", "/end_episode"))]
+
+        def recording_ticks_pass(count: int) -> None:
+            ticks = node.recording.tick_time
+            seen = ticks.count
+            wait_until(lambda: ticks.count >= seen + count, timeout=10)
+
+        timers_unconfigured = len(list(node.timers))
+        assert episode_services() == []
+        assert rig.change_state("configure")
+        assert len(episode_services()) == 2
+        recorder = node.recording.recorder
+        wait_until(lambda: node.core.server is not None, timeout=10)
+        recording_ticks_pass(15)  # a second of recording ticks while inactive
+        assert recorder.status().episode is None and recorder.status().episodes == 0
+        status = wait_until(lambda: (s := rig.recording_status()) and s, timeout=10)
+        assert status["message"] == "not recording: the node is not active"
+
+        windows = []
+        for index in (0, 1):
+            activated = now()
+            assert rig.change_state("activate")
+            wait_until(
+                lambda index=index: (
+                    (s := recorder.status()).episode == index and s.episode_frames >= 10
+                ),
+                timeout=20,
+            )
+            assert rig.change_state("deactivate")
+            windows.append((activated, now()))  # (taken once the transition is done)
+            wait_until(_episode_row(root, index).exists, timeout=20)
+            recording_ticks_pass(15)  # inactive: no frame, no new episode
+            status = recorder.status()
+            assert (status.episode, status.episodes, status.queued) == (None, index + 1, 0)
+
+        # cleanup: the recording's timers and services are gone with the configuration.
+        assert rig.change_state("cleanup")
+        assert episode_services() == [] and len(list(node.timers)) == timers_unconfigured
+        # configure again, the same record_dir: rebuilt, and the dataset grows.
+        assert rig.change_state("configure") and rig.change_state("activate")
+        assert node.transition_error == "" and len(episode_services()) == 2
+        recorder = node.recording.recorder
+        activated = now()
+        wait_until(
+            lambda: (s := recorder.status()).episode == 2 and s.episode_frames >= 10, timeout=20
+        )
+        reply = rig.call(SetBool, "mark_episode", SetBool.Request(data=True))
+        assert reply.success and reply.message.startswith("episode 2 ends ("), reply.message
+        windows.append((activated, now()))
+        wait_until(_episode_row(root, 2).exists, timeout=20)
+
+    data = load(root)
+    reasons = [e.row["relay_ros/end_reason"] for e in data.episodes]
+    # (After the mark the active node records on: the rig's end shuts that one down.)
+    assert reasons[:3] == ["deactivate", "deactivate", "mark_episode"], reasons
+    assert reasons[3:] in ([], ["shutdown"]), reasons
+    for episode, (start, end) in zip(data.episodes, windows):
+        times = episode.data["node_time"]
+        assert start <= times[0] and times[-1] <= end, (start, times[0], times[-1], end)
+        assert episode.length >= 10 and not episode.data["intervention"].any()
+    check_dataset(
+        root, cameras=CAMERAS, state_names=JOINTS, action_names=JOINTS, fps=15, image_size=IMAGE
+    )
+
+
+@pytest.mark.slow
+def test_a_shutdown_of_an_active_node_ends_the_episode_as_shutdown(ros_context, tmp_path):
+    """(c) ``ros2 lifecycle set <node> shutdown`` while active: the episode ends as
+    'shutdown' and is written before the node is finalized."""
+    root = tmp_path / "ds"
+    with (
+        run_server_in_thread(ServerOptions(models=("pi05",), policy=SlowPolicy)) as server,
+        CountingRig(
+            ros_context,
+            server.url_template,
+            tmp_path=tmp_path,
+            overrides={"record_dir": str(root), "record_fps": 15},
+        ) as rig,
+    ):
+        recorder = rig.node.recording.recorder
+        wait_until(
+            lambda: (s := recorder.status()).episode == 0 and s.episode_frames >= 10, timeout=30
+        )
+        assert rig.change_state("shutdown") and rig.get_state() == "finalized"
+        assert _episode_row(root, 0).exists()  # written by the time shutdown answered
+    (episode,) = load(root).episodes
+    assert episode.row["relay_ros/end_reason"] == "shutdown" and episode.length >= 10

@@ -108,14 +108,15 @@ def _replay(
         # A fixed lead (instead of "auto", from measured latencies) keeps the
         # observation times of different runs close together; a wide first-step
         # bound lets the synthetic policy (which does not imitate the recording)
-        # stream from the start instead of being refused. A fixed execute horizon and
-        # no smoothing: the published rows are the policy's own (the tests compare
-        # them with the recording and across runs).
+        # stream from the start instead of being refused. A fixed execute horizon, no
+        # smoothing and no ramp-in: the published rows are the policy's own, each at
+        # t_obs + i*dt (the tests compare them with the recording and across runs).
         overrides={
             "request_lead_s": LEAD_S,
             "max_joint_step": 3.0,
             "execute_horizon": 25,
             "smoothing": "none",
+            "ramp_in_s": 0.0,
             **(overrides or {}),
         },
         **kwargs,
@@ -301,7 +302,7 @@ def test_recorded_policy_fills_gr00t_action_groups(
     report = replay(
         bags["mcap"],
         params_file=config_dir() / "groot.yaml",
-        overrides={"smoothing": "none"},
+        overrides={"smoothing": "none", "ramp_in_s": 0.0},
         output=out_dir / "groot_mcap",
         rate=2.0,
         context=ros_context,

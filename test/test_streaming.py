@@ -34,11 +34,16 @@ def streaming_rig(**kwargs) -> CoreRig:
     return rig
 
 
+#: The timeline without the gentle start, for tests of its spacing and switches
+#: (test_ramp_in.py tests the ramp-in).
+NO_RAMP = {"ramp_in_s": 0.0}
+
+
 # ------------------------------------------------------------------ streaming
 
 
 def test_chunks_go_to_each_controller_with_timing_and_velocities() -> None:
-    rig = streaming_rig()
+    rig = streaming_rig(overrides=NO_RAMP)
     rig.run_until(lambda: len(rig.chunks()) >= 3)
     arm, gripper, preview = rig.chunks("arm"), rig.chunks("gripper"), rig.chunks(None)
     for msg in arm[:3]:
@@ -58,7 +63,7 @@ def test_chunks_go_to_each_controller_with_timing_and_velocities() -> None:
 
 def test_first_chunk_joins_the_still_arm_then_stale_actions_are_dropped() -> None:
     # No smoothing: the published rows are the chunk's own.
-    rig = streaming_rig(latency_s=0.15, follow=False, overrides={"smoothing": "none"})
+    rig = streaming_rig(latency_s=0.15, follow=False, overrides={"smoothing": "none", **NO_RAMP})
     rig.run_until(lambda: len(rig.chunks()) >= 2)
     first, second = rig.chunks()[:2]
     # The reply takes 150 ms; the first point must be at least one period (20 ms)
@@ -77,7 +82,7 @@ def test_first_chunk_joins_the_still_arm_then_stale_actions_are_dropped() -> Non
 
 def test_switch_after_execute_horizon_and_early_requests() -> None:
     execute = 10
-    rig = streaming_rig(overrides={"execute_horizon": execute, "request_lead_s": 0.1})
+    rig = streaming_rig(overrides={"execute_horizon": execute, "request_lead_s": 0.1, **NO_RAMP})
     rig.run_until(lambda: len(rig.chunks()) >= 5)
     got = rig.chunks()
     for old, new in zip(got[1:4], got[2:5]):
@@ -90,7 +95,7 @@ def test_switch_after_execute_horizon_and_early_requests() -> None:
 
 
 def test_groot_chunks_go_to_each_action_group() -> None:
-    rig = streaming_rig(model="groot")
+    rig = streaming_rig(model="groot", overrides=NO_RAMP)
     rig.run_until(lambda: rig.chunks("gripper"))
     arm = rig.chunks("arm")[0]
     assert arm.joint_names == ("joint1", "joint2", "joint3", "joint4", "joint5")
@@ -339,7 +344,7 @@ def test_prompt_replaces_the_prompt_of_the_next_observation() -> None:
 
 
 def test_apply_config_takes_effect_at_once() -> None:
-    rig = streaming_rig()
+    rig = streaming_rig(overrides=NO_RAMP)
     rig.run_until(lambda: len(rig.chunks()) >= 2)
     changed = dataclasses.replace(
         rig.config,

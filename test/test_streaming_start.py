@@ -52,12 +52,13 @@ def moving_policy(*, honour_prefix: bool) -> Any:
     return infer
 
 
-def started_rig(latency_s: float, prefix: bool) -> CoreRig:
+def started_rig(latency_s: float, prefix: bool, **overrides: Any) -> CoreRig:
     rig = CoreRig(
         latency_s=latency_s,
         policy=moving_policy(honour_prefix=prefix),
         metadata=build_metadata("pi05", action_prefix=prefix),
         follow=True,
+        overrides=overrides,
     )
     rig.connect()
     return rig
@@ -115,7 +116,8 @@ def test_first_chunk_after_start_hold_and_reset_joins_the_state(
 def test_without_the_join_the_first_point_would_jump_past_max_joint_step() -> None:
     # The instrument: the same world with the old latency compensation (skip the
     # actions before the first slot) refuses the first chunk at 200 ms.
-    rig = started_rig(0.2, prefix=False)
+    # (No ramp-in: the first point's time gives its slot.)
+    rig = started_rig(0.2, prefix=False, ramp_in_s=0.0)
     _, msg = first_chunk_after(rig, -1.0)
     slot = round((msg.points.stamp + msg.points.time_from_start[0] - rig.sent[0]) / 0.02)
     assert slot == 11
@@ -130,7 +132,9 @@ def test_a_warm_up_reply_later_than_the_whole_chunk_still_starts_the_robot() -> 
     assert rig.core.counts["chunks_dropped_late"] == 0
 
 
-def droid_rig(*, dry_run: bool, latency_s: float) -> tuple[CoreRig, list[Any]]:
+def droid_rig(
+    *, dry_run: bool, latency_s: float, ramp_in_s: float = 0.5
+) -> tuple[CoreRig, list[Any]]:
     """A DROID-layout core whose server answers 0.9 rad/s on every arm joint (normalised
     joint velocities 0.3, integrated by the node) and the gripper where it is; the tags
     of the requests it sends."""
@@ -146,7 +150,7 @@ def droid_rig(*, dry_run: bool, latency_s: float) -> tuple[CoreRig, list[Any]]:
         policy=droid,
         latency_s=latency_s,
         follow=not dry_run,
-        overrides={"dry_run": dry_run},
+        overrides={"dry_run": dry_run, "ramp_in_s": ramp_in_s},
     )
     rig.state = np.array([0.0, 0.1, 0.0, -1.5, 0.0, 1.5, 0.0, 0.3])
     tags: list[Any] = []
@@ -175,15 +179,25 @@ def test_velocity_actions_integrate_from_where_the_controller_is_commanded() -> 
     for tag in tags:
         np.testing.assert_allclose(tag.origin, standing, atol=1e-9)
     assert rig.core.counts["refusals"] == 0, rig.core.last_refusal
-    # Streaming (not dry): right after a start (0.5 s round trips, the next request
-    # goes out before the first point is reached), on the first segment as the gate
-    # has it, from the standing arm towards the first point.
-    rig, tags = droid_rig(dry_run=False, latency_s=0.5)
-    rig.connect()
-    rig.run_until(lambda: rig.core.counts["chunks_published"] >= 1)
-    stamp, first = next((t, m) for t, m in rig.published if m.output == "arm")
-    rig.run_until(lambda: len(tags) >= 2)
-    assert stamp < tags[1].t_obs < stamp + first.points.time_from_start[0]
-    expected = rig.core.commanded_at(tags[1].t_obs)
-    assert expected is not None
-    np.testing.assert_allclose(tags[1].origin, expected, atol=1e-9)
+    # Streaming (not dry): right after a start (0.5 s round trips). Without a ramp-in
+    # the next request goes out before the first point is reached: on the first
+    # segment as the gate has it, from the standing arm towards the first point. With
+    # the ramp-in (0.5 s), during the ramp: on the stretched motion the controllers
+    # follow, slower than the chunk's own timeline.
+    for ramp_in_s in (0.0, 0.5):
+        rig, tags = droid_rig(dry_run=False, latency_s=0.5, ramp_in_s=ramp_in_s)
+        rig.connect()
+        rig.run_until(lambda rig=rig: rig.core.counts["chunks_published"] >= 1)
+        stamp, first = next((t, m) for t, m in rig.published if m.output == "arm")
+        rig.run_until(lambda tags=tags: len(tags) >= 2)
+        reached = stamp + (first.points.time_from_start[0] if ramp_in_s == 0.0 else ramp_in_s)
+        assert stamp < tags[1].t_obs < reached
+        expected = rig.core.commanded_at(tags[1].t_obs)
+        assert expected is not None
+        np.testing.assert_allclose(tags[1].origin, expected, atol=1e-9)
+        if ramp_in_s:
+            # On the ramp: at most 0.9 rad/s over the chunk time the ramp ran, d^2/2R
+            # (on the chunk's own timeline: about 0.2 rad by then).
+            d = tags[1].t_obs - stamp
+            moved = np.abs(expected[:7] - np.array([0.0, 0.1, 0.0, -1.5, 0.0, 1.5, 0.0]))
+            assert 0.0 < moved.max() < 0.9 * d * d / (2 * ramp_in_s), moved

@@ -21,6 +21,11 @@ the ones a test raised in the node (:func:`robot_velocity_limits`): a test that
 raises them to let faster chunks through must still not command the robot faster
 than it can move. Every checker of the session is in :data:`CHECKERS`; conftest.py
 judges those a test made when it ends, passed or failed, and prints the total.
+
+It also keeps every trajectory, so that :meth:`VelocityChecker.peaks` gives the
+largest speed and acceleration each joint was commanded over a window of time (the
+gentle start's measure, test/test_ramp_in.py), from the trajectory in force at each
+instant: each from its start (stamp, or arrival) until the next one replaces it.
 """
 
 from __future__ import annotations
@@ -58,6 +63,33 @@ class _Last:
     times: np.ndarray  # absolute, first = stamp
     positions: np.ndarray
     velocities: np.ndarray
+    joint_names: tuple[str, ...] = ()
+
+
+def _segment_peaks(last: _Last, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
+    """Largest |velocity| and |acceleration| per joint of ``last`` over ``[lo, hi]``
+    (within its segments; at rest after its last point), exact on each cubic."""
+    times, points, velocities = last.times, last.positions, last.velocities
+    speed = np.zeros(points.shape[1])
+    accel = np.zeros(points.shape[1])
+    for j in range(len(times) - 1):
+        a, b = max(lo, times[j]), min(hi, times[j + 1])
+        if a > b:
+            continue
+        span = times[j + 1] - times[j]
+        p0, p1, v0, v1 = points[j], points[j + 1], velocities[j], velocities[j + 1]
+        c2 = (3.0 * (p1 - p0) - (2.0 * v0 + v1) * span) / span**2
+        c3 = (-2.0 * (p1 - p0) + (v0 + v1) * span) / span**3
+        taus = [np.full_like(c2, a - times[j]), np.full_like(c2, b - times[j])]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            vertex = np.where(c3 != 0.0, -c2 / (3.0 * c3), -1.0)
+        inside = (vertex > a - times[j]) & (vertex < b - times[j])
+        taus.append(np.where(inside, vertex, taus[0]))
+        for tau in taus:
+            speed = np.maximum(speed, np.abs(v0 + 2.0 * c2 * tau + 3.0 * c3 * tau**2))
+        for tau in taus[:2]:
+            accel = np.maximum(accel, np.abs(2.0 * c2 + 6.0 * c3 * tau))
+    return speed, accel
 
 
 def _sample(last: _Last, t: float) -> tuple[np.ndarray, np.ndarray]:
@@ -108,6 +140,7 @@ class VelocityChecker:
         self._from_desired_state = from_desired_state
         self._measured = measured
         self._last: dict[tuple[str, tuple[str, ...]], _Last] = {}
+        self._history: dict[str, list[_Last]] = {}
         self._lock = threading.Lock()
         self.name = name
         self.judged = judged
@@ -160,13 +193,35 @@ class VelocityChecker:
                     f"{topic}: joint {joint_names[j]!r} at {ext.speed[s, j]:.3f}/s on segment "
                     f"{s} of the trajectory stamped {stamp:.3f} (limit {vmax[j]:.3f}/s)"
                 )
-            self._last[key] = _Last(times, points, speeds)
+            self._last[key] = _Last(times, points, speeds, tuple(joint_names))
+            self._history.setdefault(topic, []).append(self._last[key])
 
     @property
     def over(self) -> bool:
         """Whether some trajectory exceeded a velocity limit (rounding aside)."""
         with self._lock:
             return self.worst_ratio > 1.0 + SLACK
+
+    def peaks(
+        self, topic: str, start: float, end: float
+    ) -> tuple[dict[str, float], dict[str, float]]:
+        """The largest speed and acceleration each joint on ``topic`` was commanded
+        between ``start`` and ``end`` (stamp clock), as its controller interpolates the
+        trajectory in force at each instant (joint name -> value, both dicts)."""
+        with self._lock:
+            history = list(self._history.get(topic, []))
+        speed: dict[str, float] = {}
+        accel: dict[str, float] = {}
+        for k, last in enumerate(history):
+            until = history[k + 1].times[0] if k + 1 < len(history) else np.inf
+            lo, hi = max(start, last.times[0]), min(end, until)
+            if lo > hi:
+                continue
+            v, a = _segment_peaks(last, lo, hi)
+            for i, joint in enumerate(last.joint_names):
+                speed[joint] = max(speed.get(joint, 0.0), float(v[i]))
+                accel[joint] = max(accel.get(joint, 0.0), float(a[i]))
+        return speed, accel
 
     def assert_within(self) -> None:
         """No trajectory so far exceeded a velocity limit (rounding aside)."""

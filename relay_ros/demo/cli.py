@@ -19,7 +19,13 @@ from typing import Any
 from relay_ros.demo.errors import DemoError
 from relay_ros.demo.launch_plan import ARM_NODE, CAMERAS_NODE, POLICY_NODE
 from relay_ros.demo.plot import plot_demo
-from relay_ros.demo.policy_settings import FAULTS, POLICY_KINDS, SMOOTHINGS, DemoPolicy
+from relay_ros.demo.policy_settings import (
+    DEMO_LAYOUTS,
+    FAULTS,
+    POLICY_KINDS,
+    SMOOTHINGS,
+    DemoPolicy,
+)
 from relay_ros.demo.report import format_progress, format_summary
 from relay_ros.demo.result import DemoProgress, DemoResult
 from relay_ros.demo.run import run_demo
@@ -162,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--layout",
-        choices=("droid", "aloha"),
+        choices=DEMO_LAYOUTS,
         help="an openpi observation layout: the reference server serves it and the node "
         "runs config/LAYOUT.yaml (docs/demo.md); default: the model's own format",
     )

@@ -22,10 +22,11 @@ from typing import Any
 
 from relay_ros.demo.errors import DemoArgumentError, DemoError
 from relay_ros.demo.models import check_mode, load_model_config
-from relay_ros.demo.policy_settings import DemoPolicy
+from relay_ros.demo.policy_settings import DEMO_LAYOUTS, DemoPolicy
 from relay_ros.demo.server_process import server_command
 from relay_ros.models import MODEL_IDS
-from relay_ros.node.launch_args import LaunchArgument
+from relay_ros.node.launch_args import LaunchArgument, lora_argument
+from relay_ros.node.param_spec import ParameterError
 from relay_ros.paths import config_file
 from relay_ros.pipeline.camera_map import load_camera_map
 from relay_ros.sim.robot import resting_position
@@ -165,6 +166,19 @@ DEMO_LAUNCH_ARGUMENTS: tuple[LaunchArgument, ...] = (
     LaunchArgument("latency_ms", "80", "Simulated inference latency of the server, ms."),
     LaunchArgument("jitter_ms", "20", "Uniform extra latency in [-J, +J] ms."),
     LaunchArgument("request_mode", "early", "policy_node request_mode: early or sync."),
+    LaunchArgument(
+        "layout",
+        "",
+        f"An openpi observation layout ({', '.join(DEMO_LAYOUTS)}): the reference server "
+        "serves it and policy_node runs config/<layout>.yaml with its cameras. Empty: the "
+        "model's own format.",
+    ),
+    LaunchArgument(
+        "lora",
+        "",
+        "A LoRA adapter name: the reference server serves it and policy_node selects it "
+        "(its lora parameter). Empty: the base model.",
+    ),
 )
 
 
@@ -258,12 +272,26 @@ def demo_launch_plan(
         raise DemoArgumentError(f"launch argument 'port' is {port!r}; expected 1..65535")
     latency_ms = number("latency_ms", float)
     jitter_ms = number("jitter_ms", float)
+    try:
+        lora = lora_argument(values) or None
+    except ParameterError as exc:
+        raise DemoArgumentError(str(exc)) from None
+    layout = values["layout"].strip() or None
+    if layout is not None and layout not in DEMO_LAYOUTS:
+        raise DemoArgumentError(
+            f"launch argument 'layout' is {layout!r}; expected one of {list(DEMO_LAYOUTS)} "
+            "or empty (the model's own format)"
+        )
+    policy = DemoPolicy(layout=layout, lora=lora)
     command = server_command(
         model,
         port=port,
         latency_ms=latency_ms,
         jitter_ms=jitter_ms,
         executable=tuple(server_executable),
+        policy=policy,
     )
-    parameters = demo_node_parameters(model, port=port, request_mode=values["request_mode"].strip())
+    parameters = demo_node_parameters(
+        model, port=port, request_mode=values["request_mode"].strip(), policy=policy
+    )
     return DemoLaunchPlan(server_cmd=command, node_parameters=parameters)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from relay_ros.demo.errors import DemoArgumentError
 
-__all__ = ["FAULTS", "POLICY_KINDS", "SMOOTHINGS", "DemoPolicy", "check_fault"]
+__all__ = ["DEMO_LAYOUTS", "FAULTS", "POLICY_KINDS", "SMOOTHINGS", "DemoPolicy", "check_fault"]
 
 #: Plans of the reference server: ``visual`` tracks the red target in the cameras,
 #: ``flow`` is a smooth motion that ignores them.
@@ -32,6 +32,9 @@ SMOOTHINGS: tuple[str, ...] = (
     "lerobot_average",
     "act_ensemble",
 )
+#: The openpi layouts the demo runs (the reference server serves them, and each ships
+#: its ``config/<layout>.yaml`` pair; LIBERO's end-effector actions cannot run).
+DEMO_LAYOUTS: tuple[str, ...] = ("droid", "aloha")
 #: Wiring mistakes: the camera map's base and wrist topics exchanged, or a camera
 #: driver that sends BGR pixels labelled rgb8.
 FAULTS: tuple[str, ...] = ("swap-cameras", "swap-red-blue")
@@ -93,6 +96,10 @@ class DemoPolicy:
             )
         if self.lora is not None and (not self.lora or self.lora != self.lora.strip()):
             raise DemoArgumentError(f"lora {self.lora!r} is not an adapter name")
+        if self.layout is not None and self.layout not in DEMO_LAYOUTS:
+            raise DemoArgumentError(
+                f"layout {self.layout!r} is not one of the demo's layouts {list(DEMO_LAYOUTS)}"
+            )
 
     @property
     def config_name(self) -> str | None:

@@ -4,6 +4,9 @@ With ``record_dir`` set, policy_node builds one :class:`EpisodeRecording`. It is
 ROS side of :mod:`relay_ros.recording` and only observes what the streaming core
 decides:
 
+- frames are recorded while the node is active (lifecycle, :meth:`EpisodeRecording.set_active`):
+  a deactivate ends the episode in progress, and the next starts with the first frame
+  after activate (an inactive node commands nothing and records nothing);
 - a timer at ``record_fps`` (in the node's callback group, so it never runs beside a
   tick) reads the joint states and each camera's newest frame (the cameras through
   :class:`~relay_ros.recording.frames.SharedFrameSource`, so the core still sees
@@ -143,6 +146,7 @@ class EpisodeRecording:
         self._last_skip: str | None = None
         self._last_miss_wall = -float("inf")
         self._misses_seen = 0
+        self._active = False  # the node is active (lifecycle): frames are recorded
         self._timer = node.create_timer(self._period, self._tick, callback_group=group)
         self._services = [
             node.create_service(SetBool, "~/mark_episode", self._on_mark, callback_group=group),
@@ -154,7 +158,8 @@ class EpisodeRecording:
         self._diag_timer = node.create_timer(1.0, self._publish_status, callback_group=group)
         self._log.info(
             f"recording episodes into '{config.record_dir}' at {config.record_fps} fps "
-            f"({config.record_video_codec}), from the first connection to a server"
+            f"({config.record_video_codec}) while the node is active, from the first "
+            "connection to a server"
         )
 
     # ------------------------------------------------------------------ node side
@@ -175,6 +180,17 @@ class EpisodeRecording:
         """One ``JointState`` message, received at ``received`` (node clock)."""
         if self._assembler is not None:
             self._assembler.joint_state(names, positions, received)
+
+    def set_active(self, active: bool) -> None:
+        """The node became active (frames are recorded from the next tick on) or left
+        *active* (none are; end the episode first, :meth:`end_episode`)."""
+        self._active = bool(active)
+        self._last_tick = None  # the inactive time is neither missed frames nor a jump
+
+    @property
+    def active(self) -> bool:
+        """Whether frames are recorded (the node is active)."""
+        return self._active
 
     def end_episode(self, reason: str, success: bool | None = None) -> str:
         """End the episode in progress (``reason``; ``success``: the operator's mark);
@@ -258,6 +274,8 @@ class EpisodeRecording:
             self._tick_time.add(time.perf_counter() - started)
 
     def _record_frame(self) -> None:
+        if not self._active:
+            return
         now = self._now()
         core = self._core()
         last, self._last_tick = self._last_tick, now
@@ -309,6 +327,8 @@ class EpisodeRecording:
             self._last_miss_wall = wall
         if status.state == "stopped":
             level, message = DiagnosticStatus.ERROR, str(status.error or "recording stopped")
+        elif not self._active and status.episode is None:
+            level, message = DiagnosticStatus.OK, "not recording: the node is not active"
         elif wall - self._last_miss_wall < _WARN_AFTER_MISS_S:
             level = DiagnosticStatus.WARN
             message = f"recording misses frames: {self._last_skip}"

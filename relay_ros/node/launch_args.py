@@ -1,9 +1,11 @@
-"""Launch arguments of ``policy.launch.py`` and how they become node parameters.
+"""Launch arguments of ``policy.launch.py`` (and ``demo.launch.py``'s node ones) and
+how they become node parameters.
 
 ``launch`` and ``launch_ros`` exist only on a real ROS 2 install, so the launch
-files stay thin: they declare :data:`POLICY_LAUNCH_ARGUMENTS` and hand the values
-to :func:`policy_node_parameters` and :func:`policy_node_namespace`, which are plain
-Python and tested here.
+files stay thin: ``policy.launch.py`` declares :data:`POLICY_LAUNCH_ARGUMENTS` and
+hands the values to :func:`policy_node_parameters` and :func:`policy_node_namespace`;
+``demo.launch.py``'s ``lora`` is read with :func:`lora_argument` too
+(``relay_ros.demo.launch_plan``). All of it is plain Python and tested here.
 """
 
 from __future__ import annotations
@@ -21,9 +23,12 @@ from relay_ros.paths import config_dir
 __all__ = [
     "POLICY_LAUNCH_ARGUMENTS",
     "LaunchArgument",
+    "layout_argument",
+    "lora_argument",
     "parse_bool",
     "policy_node_namespace",
     "policy_node_parameters",
+    "record_dir_argument",
     "resolve_file",
 ]
 
@@ -84,7 +89,32 @@ POLICY_LAUNCH_ARGUMENTS: tuple[LaunchArgument, ...] = (
         "controller and camera topics, robot_description) and its name move under it "
         "(/robot1/policy_node). Empty: none.",
     ),
+    LaunchArgument(
+        "layout",
+        "",
+        "Observation layout of a stock openpi server: a shipped name (droid, aloha, libero) "
+        "or a layout YAML file (relative: from the current directory, else the package's "
+        "config/layouts/). Without params_file a shipped name runs the package's "
+        "config/<layout>.yaml (its joints, outputs and camera map). Empty: the params "
+        "file's layout.",
+    ),
+    LaunchArgument(
+        "lora",
+        "",
+        "LoRA adapter the server runs for this node (one of the server's lora_adapters). "
+        "Empty: the params file's lora (the base model unless it names one).",
+    ),
+    LaunchArgument(
+        "record_dir",
+        "",
+        "Record every episode into this LeRobot dataset directory (created if missing, "
+        "appended to when it holds episodes of the same layout; relative: from the current "
+        "directory). Empty: the params file's record_dir (no recording unless it names one).",
+    ),
 )
+
+#: Where the shipped layouts are, under the package's config/.
+_LAYOUTS_DIR = "layouts"
 
 
 def parse_bool(name: str, text: str) -> bool:
@@ -121,6 +151,60 @@ def policy_node_namespace(arguments: Mapping[str, str]) -> str:
     return namespace
 
 
+def _is_path(text: str) -> bool:
+    """A layout given as a file (as the node's ``layout`` parameter tells them apart)."""
+    return "/" in text or text.endswith((".yaml", ".yml"))
+
+
+def layout_argument(arguments: Mapping[str, str], directory: Path) -> str:
+    """The ``layout`` argument: ``""`` (none given), a shipped layout's name (one of
+    ``directory/layouts/*.yaml``), or a layout file's absolute path (:func:`resolve_file`,
+    looked up in the current directory, then ``directory/layouts``).
+
+    Raises:
+        ParameterError: an unknown name (the message lists the shipped ones), or no
+            such file.
+    """
+    text = str(arguments.get("layout") or "").strip()
+    if not text:
+        return ""
+    folder = directory / _LAYOUTS_DIR
+    if _is_path(text):
+        return str(resolve_file("layout", text, folder))
+    names = sorted(p.stem for p in folder.glob("*.yaml"))
+    if text not in names:
+        raise ParameterError(
+            f"launch argument 'layout' is {text!r}; expected a shipped layout {names} or a "
+            "layout YAML file, e.g. layout:=droid or layout:=my_layout.yaml"
+        )
+    return text
+
+
+def lora_argument(arguments: Mapping[str, str]) -> str:
+    """The ``lora`` argument, ``""`` when not given.
+
+    Raises:
+        ParameterError: spaces around the name or a control character in it (an
+            adapter name is matched exactly against the server's ``lora_adapters``).
+    """
+    text = str(arguments.get("lora") or "")
+    if text != text.strip() or any(ch in text for ch in "\r\n\t"):
+        raise ParameterError(
+            f"launch argument 'lora' is {text!r}; expected an adapter name as the server "
+            "lists it in lora_adapters, e.g. lora:=so100_towels"
+        )
+    return text
+
+
+def record_dir_argument(arguments: Mapping[str, str]) -> str:
+    """The ``record_dir`` argument as an absolute path (``~`` expanded, relative to the
+    current directory, where ``ros2 launch`` runs), ``""`` when not given. The
+    directory need not exist: the node creates it (and refuses one that holds
+    something else, at configure)."""
+    text = str(arguments.get("record_dir") or "").strip()
+    return str(Path(text).expanduser().absolute()) if text else ""
+
+
 def resolve_file(argument: str, text: str, directory: Path) -> Path:
     """The absolute path of a file named by a launch argument.
 
@@ -148,8 +232,11 @@ def policy_node_parameters(
 
     Returns the params file path first, then a dict of overrides for the
     arguments that were given (empty strings mean "keep the file's value"), so
-    command-line arguments win over the file as ROS users expect. ``params_file``
-    and ``camera_map`` are passed on as absolute paths (:func:`resolve_file`).
+    command-line arguments win over the file as ROS users expect. ``params_file``,
+    ``camera_map``, a ``layout`` file and ``record_dir`` are passed on as absolute paths
+    (:func:`resolve_file`, :func:`layout_argument`, :func:`record_dir_argument`).
+    Without ``params_file``, a shipped ``layout`` runs the package's
+    ``config/<layout>.yaml``, else ``config/<model>.yaml``.
     """
     unknown = sorted(set(arguments) - {arg.name for arg in POLICY_LAUNCH_ARGUMENTS})
     if unknown:
@@ -162,15 +249,26 @@ def policy_node_parameters(
         )
 
     directory = default_config_dir or config_dir()
+    layout = layout_argument(arguments, directory)
     params_file = str(arguments.get("params_file") or "").strip()
     if params_file:
         path = resolve_file("params_file", params_file, directory)
     else:
-        path = directory / f"{model}.yaml"  # the shipped one, never a file in the cwd
+        # The shipped one, never a file in the cwd: the layout's pair, else the model's.
+        shipped = directory / f"{layout}.yaml" if layout and not _is_path(layout) else None
+        path = shipped if shipped is not None and shipped.is_file() else directory / f"{model}.yaml"
         if not path.is_file():
             raise ParameterError(f"params_file {str(path)!r} does not exist")
 
     overrides: dict[str, Any] = {"model": model}
+    if layout:
+        overrides["layout"] = layout
+    lora = lora_argument(arguments)
+    if lora:
+        overrides["lora"] = lora
+    record_dir = record_dir_argument(arguments)
+    if record_dir:
+        overrides["record_dir"] = record_dir
     for name in ("prompt", "policy_url"):
         value = str(arguments.get(name) or "")
         if value:

@@ -56,6 +56,7 @@ from relay_ros.pipeline.joint_limits import (
     resolve_joint_limits,
 )
 from relay_ros.pipeline.outputs import OutputsError, load_outputs
+from relay_ros.pipeline.ramp_in import DEFAULT_RAMP_IN_S
 from relay_ros.pipeline.server_spec import ServerSpec
 from relay_ros.pipeline.urdf_limits import RobotDescription
 
@@ -130,6 +131,7 @@ class NodeConfig:
     autostart: bool = True
     deadman_topic: str = ""
     deadman_timeout_s: float = 0.5
+    ramp_in_s: float = DEFAULT_RAMP_IN_S
     image_encoding: str = "raw"
     jpeg_quality: int = 90
     thread_priority: int = 0

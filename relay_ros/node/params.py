@@ -36,6 +36,7 @@ from relay_ros.node.limit_params import (
 )
 from relay_ros.node.param_spec import ParameterError, ParamSpec
 from relay_ros.node.thread_priority import MAX_PRIORITY
+from relay_ros.pipeline.ramp_in import DEFAULT_RAMP_IN_S, MAX_RAMP_IN_S
 from relay_ros.pipeline.settings import LIVE_SETTINGS
 from relay_ros.pipeline.smoothing import SMOOTHING_CHOICES
 
@@ -450,6 +451,17 @@ _ROWS: tuple[ParamSpec, ...] = (
         "silent switch holds the robot within this time plus one tick.",
         minimum=0.01,
         maximum=10.0,
+    ),
+    ParamSpec(
+        "ramp_in_s",
+        "double",
+        DEFAULT_RAMP_IN_S,
+        "Gentle start (s): after activation, ~/enable true, the dead-man switch pressed "
+        "again or any hold, the first motion runs from rest to the chunks' full speed "
+        "over this long (a constant acceleration; each start costs half of it). 0: off, "
+        "the first chunk starts at full speed. A change applies from the next start.",
+        minimum=0.0,
+        maximum=MAX_RAMP_IN_S,
     ),
 ) + ROBOT_DESCRIPTION_PARAMETERS
 

@@ -370,15 +370,21 @@ class PolicyWiring:
 
     # ------------------------------------------------------------------ lifecycle
     def activate(self) -> None:
-        """The node became active: command (unless another switch stops it)."""
+        """The node became active: command (unless another switch stops it), and record
+        (the next episode starts with the next frame)."""
+        if self._recording is not None:
+            self._recording.set_active(True)
         self.core.set_switch("lifecycle", None, self._now())
         self._wake_up()
 
     def deactivate(self, *, because: str = "deactivate") -> None:
         """The node leaves *active* (``because``: ``"deactivate"`` or ``"shutdown"``, the
         recorded episode's end reason): hold (through the core's checked hold), then
-        send nothing until activated again; an episode being recorded ends."""
-        self._end_recorded_episode(because)
+        send nothing until activated again; the episode being recorded ends, and no
+        frame is recorded until then."""
+        if self._recording is not None:
+            self._recording.end_episode(because)
+            self._recording.set_active(False)
         self.core.set_switch("lifecycle", INACTIVE_STOP, self._now())
         self._wake_up()
 

@@ -2,7 +2,8 @@
 
 When the server advertises ``action_prefix`` (docs/protocol.md, "Action prefix"), an
 observation taken at ``t_obs`` carries the actions the robot will follow from
-``t_obs`` on, on the new chunk's time grid ``t_obs + i*dt``, how many of them
+``t_obs`` on, on the new chunk's time grid ``t_obs + i*dt`` (stretched while a
+ramp-in runs: ``ChunkScheduler.chunk_times``), how many of them
 execute before the new chunk takes over (``committed_steps``), how many the robot
 runs while the server infers (``inference_delay``) and how many rows of the new
 chunk run after the committed ones (``execute_horizon``, where the server's soft
@@ -94,17 +95,19 @@ def committed_prefix(
     if current is not None:
         takeover = max(takeover, current.switch_time - cfg.publish_early_s)
     target = takeover + cfg.effective_min_lead_s - TIME_EPS_S
-    committed = min(cfg.horizon, max(0, math.ceil((target - t_obs) / cfg.dt - 1e-9)))
+    # Action periods of the new chunk the robot runs by then (less what a ramp-in loses).
+    committed = min(cfg.horizon, max(0, math.ceil(scheduler.chunk_steps(t_obs, target) - 1e-9)))
     execute = scheduler.execute_horizon()
     wanted = min(cfg.horizon, max(committed + execute, 1))
     if current is None or followed is None:
         rows = np.repeat(np.asarray(held, dtype=np.float64)[None, :], wanted, axis=0)
     else:
-        covered = math.floor((current.end_time - t_obs) / cfg.dt + 1e-9) + 1
+        covered = math.floor(scheduler.chunk_steps(t_obs, current.end_time) + 1e-9) + 1
         count = min(cfg.horizon, max(wanted, covered))
-        times = t_obs + np.arange(count, dtype=np.float64) * cfg.dt
-        rows = followed.state(times)[0]
-    delay = math.ceil((reply - t_obs) / cfg.dt - 1e-9) if latency is not None else 0
+        # When the new chunk's rows run (stretched during a ramp-in), on the motion the
+        # controllers follow there.
+        rows = followed.state(scheduler.chunk_times(t_obs, count))[0]
+    delay = math.ceil(scheduler.chunk_steps(t_obs, reply) - 1e-9) if latency is not None else 0
     return CommittedPrefix(
         rows=rows.astype(np.float32),
         committed_steps=committed,

@@ -37,6 +37,14 @@ that joint_trajectory_controller follows it without pauses or jumps (see
   ``min(k, d)``: rows before ``d`` are what the arm follows anyway. A chunk is
   dropped (``chunks_dropped_late``) only when nothing of it is left after the
   previous trajectory, and a new one requested.
+- **Ramp-in** (``ramp_in_s``): the first publication after the arm stood still
+  (``current`` is None: a start, a hold, a reset) starts a
+  :class:`~relay_ros.pipeline.ramp_in.RampIn` at its stamp. Its points, and those of
+  every chunk observed before the ramp ends, are stretched from rest to full speed;
+  their timelines (``shift_s``, the switch) move by the time the ramp still loses,
+  and a chunk observed during the ramp is placed by the time it lost since the
+  observation (:meth:`RampIn.lost`), so each joins where the robot is. The smoothing
+  sees the stretched times.
 - **Smoothing**: the re-timed rows go through the configured strategy
   (:mod:`~relay_ros.pipeline.smoothing`), which sees the previous chunk as it was
   published and what the controllers follow, handed in by the caller of
@@ -67,6 +75,7 @@ import numpy as np
 from relay_ros.pipeline.adaptive_timing import adaptive_execute_horizon, adaptive_lead
 from relay_ros.pipeline.interpolation import ControllerTrajectory
 from relay_ros.pipeline.publication import Publication
+from relay_ros.pipeline.ramp_in import RampIn
 from relay_ros.pipeline.scheduler_config import SchedulerConfig, SchedulerConfigError
 from relay_ros.pipeline.smoothing import Motion, Switch
 from relay_ros.pipeline.stats import LatencyStats
@@ -132,6 +141,7 @@ class ChunkScheduler:
         self._retry_not_before = -math.inf
         self._seq = 0
         self._stall_s = 0.0
+        self._ramp: RampIn | None = None  # the ramp-in of the last start (ramp_in)
 
     # ------------------------------------------------------------------ state
     @property
@@ -334,6 +344,7 @@ class ChunkScheduler:
         if pending is None or now < pending.due - TIME_EPS_S:
             return None
         cfg = self._cfg
+        ramp = self._ramp_for(pending.t_obs)
         slot, first = self._placement(pending, now)
         if first >= cfg.horizon:
             self._pending = None
@@ -341,10 +352,21 @@ class ChunkScheduler:
             return None
         execute = self.execute_horizon()
         end = cfg.horizon if cfg.mode == "early" else min(cfg.horizon, first + execute)
-        n = end - first
+        switch_index = min(first + execute - 1, cfg.horizon - 1)
         shift_s = (slot - first) * cfg.dt  # the time the arm stood still: not skipped
-        tfs0 = (pending.t_obs - now) + slot * cfg.dt
-        tfs = tfs0 + np.arange(n, dtype=np.float64) * cfg.dt
+        lost = 0.0 if ramp is None else ramp.lost(pending.t_obs, now)
+        tfs0 = ((pending.t_obs - now) + lost) + slot * cfg.dt
+        tfs = tfs0 + np.arange(end - first, dtype=np.float64) * cfg.dt
+        switch_time = pending.t_obs + shift_s + switch_index * cfg.dt
+        if self._current is None and cfg.ramp_in_s > 0.0:
+            ramp = RampIn(float(now), cfg.ramp_in_s)  # the arm stands: a new start
+        if ramp is not None:
+            # During a ramp-in: the chunk timeline runs ahead of real time by what the
+            # ramp still loses (from the observation on); the points are stretched.
+            shift_s += lost + ramp.remaining(now)
+            nominal_switch = tfs0 + (switch_index - first) * cfg.dt
+            switch_time = now + float(ramp.stretch(now, np.array([nominal_switch]))[0])
+            tfs = ramp.stretch(now, tfs)
         tfs.setflags(write=False)
         origin = pending.t_obs + shift_s
         smoothed = cfg.smoothing.smooth(
@@ -361,7 +383,6 @@ class ChunkScheduler:
             )
         )
         positions = np.array(smoothed.positions, dtype=np.float64)
-        switch_index = min(first + execute - 1, cfg.horizon - 1)
         positions.setflags(write=False)
         return Publication(
             stamp=float(now),
@@ -369,11 +390,12 @@ class ChunkScheduler:
             time_from_start=tfs,
             t_obs=pending.t_obs,
             first_index=first,
-            switch_time=origin + switch_index * cfg.dt,
+            switch_time=switch_time,
             chunk_seq=pending.seq,
             blended=smoothed.changed,
             shift_s=shift_s,
             memo=smoothed.memo,
+            ramp=ramp,
         )
 
     def _motion(self, followed: ControllerTrajectory | None) -> Motion | None:
@@ -399,14 +421,19 @@ class ChunkScheduler:
                 arrived or the scheduler was reset since the peek).
         """
         pending = self._take_pending(publication, "commit")
+        # The ramp-in it runs on (None once the gate re-timed its head instead): the
+        # chunks observed before the ramp's end are placed and stretched by it.
+        self._ramp = publication.ramp
         if self._current is not None:
             self._stall_s += max(0.0, publication.stamp - self._current.publication.end_time)
         # The next switch joins what was published (smoothed, maybe clamped, its ends
-        # re-timed): each row the published point at its time, where there is one.
+        # re-timed): each row the published point at its time on the chunk timeline
+        # (a ramp-in's stretched points at the chunk times they were stretched from),
+        # where there is one.
         chunk = pending.chunk.copy()
         dt = self._cfg.dt
         row_times = publication.origin + dt * np.arange(chunk.shape[0], dtype=np.float64)
-        times = publication.times
+        times = publication.timeline_times
         index = np.rint((row_times - times[0]) / dt).astype(np.int64)
         inside = (index >= 0) & (index < len(times))
         index = np.clip(index, 0, len(times) - 1)
@@ -457,6 +484,7 @@ class ChunkScheduler:
         """
         self._current = None
         self._pending = None
+        self._ramp = None  # the next start ramps in afresh
         if self._in_flight is not None:
             self._discard_reply = True
         if not_before is not None:
@@ -493,12 +521,40 @@ class ChunkScheduler:
             k += 1
         return k
 
+    def _ramp_for(self, t_obs: float) -> RampIn | None:
+        """The ramp-in of the last start while it concerns a chunk observed at ``t_obs``
+        (observed before its end, and something of ours moves the arm); None
+        otherwise: the chunk runs on real time (a new start begins a new ramp in
+        :meth:`peek`)."""
+        ramp = self._ramp
+        if self._current is None or ramp is None or t_obs >= ramp.end:
+            return None
+        return ramp
+
+    def chunk_steps(self, t_obs: float, t: float) -> float:
+        """How many action periods of a chunk observed at ``t_obs`` the robot runs by
+        ``t`` following the current publication: ``(t - t_obs) / dt``, less the time a
+        ramp-in loses in between (:mod:`~relay_ros.pipeline.ramp_in`)."""
+        ramp = self._ramp_for(t_obs)
+        lost = 0.0 if ramp is None else ramp.lost(t_obs, t)
+        return ((t - t_obs) - lost) / self._cfg.dt
+
+    def chunk_times(self, t_obs: float, count: int) -> np.ndarray:
+        """When rows ``0 .. count-1`` of a chunk observed at ``t_obs`` run, continuing
+        the current publication: ``t_obs + i*dt``, stretched while a ramp-in runs."""
+        offsets = np.arange(count, dtype=np.float64) * self._cfg.dt
+        ramp = self._ramp_for(t_obs)
+        return t_obs + (offsets if ramp is None else ramp.stretch(t_obs, offsets))
+
     def _placement(self, pending: _Pending, now: float) -> tuple[int, int]:
         """``(slot, first)`` for publishing ``pending`` at ``now``: ``slot`` is the
-        first index whose time is ``min_lead_s`` ahead (latency compensation), and
-        ``first`` the row published there: ``slot``, or an earlier one when the arm
-        stood still since ``t_obs`` (the rows the arm never ran are not dropped)."""
-        slot = self._first_index(pending.t_obs, now)
+        first index whose time is ``min_lead_s`` ahead (latency compensation; during a
+        ramp-in, of the chunk time the robot ran since ``t_obs``), and ``first`` the row
+        published there: ``slot``, or an earlier one when the arm stood still since
+        ``t_obs`` (the rows the arm never ran are not dropped)."""
+        ramp = self._ramp_for(pending.t_obs)
+        lost = 0.0 if ramp is None else ramp.lost(pending.t_obs, now)
+        slot = self._first_index(pending.t_obs + lost, now)
         if not self._cfg.join_still_arm:
             return slot, slot
         return slot, min(slot, max(self._moving_steps(pending.t_obs), pending.committed_steps))
@@ -509,7 +565,7 @@ class ChunkScheduler:
         reset), else up to the current publication's last point."""
         if self._current is None:
             return 0
-        moving = (self._current.publication.end_time - t_obs) / self._cfg.dt
+        moving = self.chunk_steps(t_obs, self._current.publication.end_time)
         return max(0, math.ceil(moving - 1e-6))
 
     def _drop_late(self, t_obs: float, now: float) -> None:

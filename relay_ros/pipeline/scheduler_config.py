@@ -13,6 +13,7 @@ from typing import Literal
 import numpy as np
 
 from relay_ros.pipeline.adaptive_timing import AdaptiveTiming
+from relay_ros.pipeline.ramp_in import check_ramp_in
 from relay_ros.pipeline.smoothing import NoSmoothing, Smoothing
 
 __all__ = ["MODES", "SchedulerConfig", "SchedulerConfigError", "SchedulerMode"]
@@ -81,6 +82,9 @@ class SchedulerConfig:
             while none does joins the still arm (module docstring); False when
             they do not (a dry run: whatever moves the arm, it is not them, so
             every chunk keeps its own timeline).
+        ramp_in_s: the first publication after the arm stood still (a start, a
+            hold, a reset) runs from rest to full speed over this long
+            (:mod:`~relay_ros.pipeline.ramp_in`; >= 0, 0: off).
     """
 
     dt: float
@@ -96,6 +100,7 @@ class SchedulerConfig:
     latency_window: int = 100
     publish_early_s: float = 0.0
     join_still_arm: bool = True
+    ramp_in_s: float = 0.0
 
     def __post_init__(self) -> None:
         dt = _check_number("dt", self.dt, minimum=0.0, strict=True)
@@ -131,6 +136,10 @@ class SchedulerConfig:
                 )
             ),
         }
+        try:
+            values["ramp_in_s"] = check_ramp_in(self.ramp_in_s)
+        except ValueError as exc:
+            raise SchedulerConfigError(str(exc)) from None
         if publish_early >= min_lead:
             raise SchedulerConfigError(
                 f"publish_early_s {self.publish_early_s!r} must be < min_lead_s {min_lead!r}"

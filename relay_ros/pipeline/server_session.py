@@ -140,10 +140,11 @@ class ServerSession:
         )
         timing = f"{execute}, {lead}" if config.request_mode == "early" else execute
         prefix = "advertises" if self.spec.action_prefix else "does not advertise"
+        ramp = f"ramp-in {sched.ramp_in_s:g} s" if sched.ramp_in_s else "no ramp-in"
         return (
             f"connected: {config.model}{layout}, {lora_text(config.lora, config.lora_scale)}, "
             f"horizon {self.spec.action_horizon}, dt {1000.0 * sched.dt:.1f} ms, {timing}, "
-            f"{config.request_mode} requests; "
+            f"{config.request_mode} requests, {ramp}; "
             f"smoothing {sched.smoothing.describe()} ({config.smoothing!r}; the server "
             f"{prefix} action_prefix)"
         )

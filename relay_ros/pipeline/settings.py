@@ -122,6 +122,8 @@ class LiveSettings(Protocol):
     def retry_delay_s(self) -> float: ...
     @property
     def request_timeout_s(self) -> float | None: ...
+    @property
+    def ramp_in_s(self) -> float: ...
 
 
 class StreamingSettings(FixedSettings, LiveSettings, Protocol):
@@ -194,6 +196,7 @@ def scheduler_config(
             publish_early_s=min(1.0 / cfg.tick_hz, 0.5 / control_hz),
             # In dry run nothing the node publishes moves the arm.
             join_still_arm=not cfg.dry_run,
+            ramp_in_s=cfg.ramp_in_s,
         )
     except (SchedulerConfigError, SmoothingError) as exc:
         raise StreamingConfigError(str(exc)) from None

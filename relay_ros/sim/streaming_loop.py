@@ -123,6 +123,9 @@ class LoopRun:
             checks (velocity limits and ``max_joint_step`` out of reach): the
             reference that shows what smoothing removes, since with the checks a
             jump is refused and becomes a hold, which has no jerk. Never a node setting.
+        ramp_in_s: The node's ``ramp_in_s``. 0 by default, not the node's 0.5 s: the
+            motion tables measure the switches, each run starting at full speed;
+            ``bench/ramp_in.py`` measures the gentle start on the same worlds.
         node_parameters: policy_node parameters on top of config/<model>.yaml, by
             name, as a params file gives them (e.g.
             ``("joint_limits.joint1.has_acceleration_limits", True)``).
@@ -154,6 +157,7 @@ class LoopRun:
     interpolate_from_desired_state: bool = True
     allow_trajectory_replacement: bool = False
     unchecked: bool = False
+    ramp_in_s: float = 0.0
     node_parameters: tuple[tuple[str, Any], ...] = ()
     policy: str = "visual"
     policy_robot: PolicyRobot | None = None
@@ -295,6 +299,7 @@ class _Loop:
         changes: dict[str, Any] = {
             "request_mode": r.request_mode,
             "smoothing": r.smoothing,
+            "ramp_in_s": r.ramp_in_s,
             # The node is told what its controllers do (docs/node.md, "ros2_control
             # settings"): where the check and the splice start a new trajectory.
             "interpolate_from_desired_state": r.interpolate_from_desired_state,

@@ -19,7 +19,10 @@ A :class:`~relay_ros.pipeline.publication.Publication` is checked as a whole
 
 A chunk for an arm that stands (start, hold, reset) whose first segment would be too
 fast starts up to :data:`MAX_START_DELAY_SLOTS` control periods later instead, or,
-with an acceleration limit, ramps in from rest (:func:`_start_later`). With an
+with an acceleration limit, ramps in from rest (:func:`_start_later`). Such a chunk
+usually runs on the scheduler's ramp-in already (``ramp_in_s``,
+:mod:`~relay_ros.pipeline.ramp_in`), checked as stretched; the gate's own ramp only
+replaces a ramp-in too short for an acceleration limit, never ramps it again. With an
 acceleration limit, the tail brakes to rest within it before the last point
 (:mod:`~relay_ros.pipeline.gate.retiming`).
 
@@ -138,6 +141,7 @@ def check_publication(
     limits = MotionLimits.from_joint_limits(joint_limits, joints, dt=dt)
     # The last point stops the chunk (zero velocity by JTC's rule): within the
     # acceleration limits only if the tail brakes before it (retiming.py).
+    unbraked = publication
     publication = brake_tail(publication, limits) or publication
     result = check_motion(
         start,
@@ -148,7 +152,7 @@ def check_publication(
         mode=cast(LimitsMode, limits_mode),
     )
     if result.refusal is not None and result.refusal.kind in ("velocity", "acceleration"):
-        later = _start_later(publication, start, start_velocity, limits)
+        later = _start_later(publication, unbraked, start, start_velocity, limits, dt)
         if later is not None:
             delayed, ratio = later
             delayed = _with_velocities(delayed, start, limits)
@@ -183,9 +187,11 @@ def _with_velocities(
 
 def _start_later(
     publication: Publication,
+    unbraked: Publication,
     start: np.ndarray,
     start_velocity: np.ndarray,
     limits: MotionLimits,
+    period: float | None = None,
 ) -> tuple[Publication, float] | None:
     """``publication`` delayed by the fewest whole slots (at most
     :data:`MAX_START_DELAY_SLOTS`) that let an arm standing at ``start`` reach its
@@ -194,22 +200,46 @@ def _start_later(
     Only for a still arm (``start_velocity`` zero: before the first chunk, after a
     hold or a reset): leaving a standing arm a few control periods later costs only
     that time, whereas refusing would hold it for a retry and a round trip. The whole
-    chunk moves with its first point (``shift_s`` and the switch too), so the points
-    keep their spacing and the next chunk joins the same timeline; a violation
-    between two points of the chunk is not helped by a delay and is refused as is.
+    chunk moves with its first point (``shift_s`` and the switch too, a ramp-in's
+    stretch with them: :meth:`Publication.delayed`), so the points keep their spacing
+    and the next chunk joins the same timeline; a violation between two points of the
+    chunk is not helped by a delay and is refused as is. A slot is ``period`` (the
+    action period; None: the first points' spacing, which a ramp-in stretches).
     Where no delay fits and a joint has an acceleration limit, the chunk's start is
-    re-timed to accelerate from rest within it instead (:func:`ramp_head`).
+    re-timed to accelerate from rest within it instead (:func:`_ramped_head`, from
+    ``unbraked``: the publication before its tail was braked).
     """
     if np.abs(start_velocity).max(initial=0.0) > 0.0:
         return None
-    delayed = _delayed(publication, start, start_velocity, limits)
+    delayed = _delayed(publication, start, start_velocity, limits, period)
     if delayed is not None:
         return delayed
-    ramped_head = ramp_head(publication, start, limits)
-    if ramped_head is None:
+    return _ramped_head(unbraked, start, limits)
+
+
+def _ramped_head(
+    publication: Publication, start: np.ndarray, limits: MotionLimits
+) -> tuple[Publication, float] | None:
+    """``publication`` (its tail not braked yet) for an arm standing at ``start``, its
+    head re-timed to accelerate from rest within the acceleration limits
+    (:func:`~relay_ros.pipeline.gate.retiming.ramp_head`) and its tail braked, with
+    its peak speed ratio; None when that does not fit either.
+
+    A ramp-in (``ramp_in_s``) that is too short for a joint's acceleration limit is
+    replaced, never ramped again: the head is re-timed on the chunk's own timeline
+    (:meth:`Publication.unramped`), over no less time than the ramp-in would have
+    taken, and the scheduler places later chunks by that (the publication runs on no
+    ramp-in any more)."""
+    ramp = publication.ramp
+    nominal = publication.unramped()
+    nominal = brake_tail(nominal, limits) or nominal
+    ramped = ramp_head(
+        nominal, start, limits, min_duration_s=0.0 if ramp is None else ramp.duration_s
+    )
+    if ramped is None:
         return None
-    result = check_motion(start, ramped_head.positions, ramped_head.time_from_start, limits)
-    return ramped_head, result.peak_speed_ratio
+    result = check_motion(start, ramped.positions, ramped.time_from_start, limits)
+    return ramped, result.peak_speed_ratio
 
 
 def _delayed(
@@ -217,26 +247,23 @@ def _delayed(
     start: np.ndarray,
     start_velocity: np.ndarray,
     limits: MotionLimits,
+    period: float | None,
 ) -> tuple[Publication, float] | None:
-    """``publication`` delayed by the fewest whole slots, at most
+    """``publication`` delayed by the fewest whole slots of ``period``, at most
     :data:`MAX_START_DELAY_SLOTS`, that pass the motion check, or None."""
     tfs = publication.time_from_start
-    dt = float(tfs[1] - tfs[0]) if len(tfs) > 1 else float(tfs[0])
+    dt = period or (float(tfs[1] - tfs[0]) if len(tfs) > 1 else float(tfs[0]))
     if not dt > 0.0:
         return None
     for slots in range(1, MAX_START_DELAY_SLOTS + 1):
-        delay = slots * dt
-        delayed_tfs = tfs + delay
+        delayed = publication.delayed(slots * dt)
         result = check_motion(
-            start, publication.positions, delayed_tfs, limits, start_velocity=start_velocity
+            start,
+            publication.positions,
+            delayed.time_from_start,
+            limits,
+            start_velocity=start_velocity,
         )
         if result.refusal is None:
-            delayed_tfs.setflags(write=False)
-            delayed = dataclasses.replace(
-                publication,
-                time_from_start=delayed_tfs,
-                switch_time=publication.switch_time + delay,
-                shift_s=publication.shift_s + delay,
-            )
             return delayed, result.peak_speed_ratio
     return None

@@ -23,10 +23,14 @@ positions off it, so a trajectory inside the position limits stays inside them):
 - :func:`ramp_head`: for an arm that stands, the mirror image from the stamp: the
   chunk's time starts at rate 0 and rises to 1, so the arm accelerates from rest; the
   rest of the chunk (and its switch) runs ``1/(2k)`` s later, the whole chunk moved as
-  one (the gate's start for a still arm).
+  one (the gate's start for a still arm). The node's own gentle start
+  (``ramp_in_s``, :mod:`~relay_ros.pipeline.ramp_in`) usually makes it unnecessary;
+  where that ramp is too short for an acceleration limit, this one replaces it (on the
+  unstretched chunk, over no less time), so a start is never ramped twice.
 
-The new points lie on the action period's grid (the publication keeps its spacing),
-on the chunk's path between its points (the monotone cubic through them), and the result goes
+The new points lie on the action period's grid (the publication keeps its spacing;
+a tail that a ramp-in still stretches is braked at its own mean spacing), on the
+chunk's path between its points (the monotone cubic through them), and the result goes
 through the same motion check as every trajectory: the tail is still checked. Only
 joints with an acceleration limit decide ``k``; without one, nothing is re-timed.
 The tail beyond the execute horizon runs only when the next chunk is late (and in
@@ -38,6 +42,7 @@ Plain NumPy, no clock of its own.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
@@ -128,8 +133,7 @@ def braked_tail(
     positions = np.asarray(positions, dtype=np.float64)
     tfs = np.asarray(time_from_start, dtype=np.float64)
     count = positions.shape[0]
-    dt = float(tfs[1] - tfs[0]) if count >= 2 else 0.0
-    if not limited.any() or not dt > 0.0 or count < 3:
+    if not limited.any() or count < 3 or not tfs[-1] > tfs[-2]:
         return None
     if _tail_within(positions, tfs, limits, count - 3):
         return None  # the last two segments already stop within the limits
@@ -140,14 +144,17 @@ def braked_tail(
     for share in RETIMING_SHARES:
         for n in range(1, count - 1):
             b = count - 1 - n
-            k = 1.0 / (2.0 * n * dt)
+            # The braked part's own spacing: the action period, or wider where a
+            # ramp-in (pipeline/ramp_in.py) still stretches the tail.
+            step = float(tfs[-1] - tfs[b]) / n
+            k = 1.0 / (2.0 * n * step)
             # At each point j >= b of the braking: lambda^2 |P''| + k |P'| (lambda^2 =
             # 1 - 2 k (t_j - t_b) on the chunk's own time), the segment after it.
             slow = np.clip(1.0 - 2.0 * k * (tfs[b:-1] - tfs[b]), 0.0, 1.0)[:, None]
             needed = slow * curvature[b:] + k * np.abs(secants[b:])
             if not (needed <= share * accel)[:, limited].all():
                 continue
-            x = dt * np.arange(1, 2 * n + 1, dtype=np.float64)
+            x = step * np.arange(1, 2 * n + 1, dtype=np.float64)
             sigma = tfs[b] + x - 0.5 * k * x * x
             sampled = _sample(tfs, positions, sigma, limits.centred)
             braked = np.vstack((positions[: b + 1], sampled))
@@ -168,12 +175,21 @@ def _fade(u: np.ndarray) -> np.ndarray:
 
 
 def ramp_head(
-    publication: Publication, start: np.ndarray, limits: MotionLimits
+    publication: Publication,
+    start: np.ndarray,
+    limits: MotionLimits,
+    *,
+    min_duration_s: float = 0.0,
 ) -> Publication | None:
     """``publication`` for an arm standing at ``start`` with its beginning re-timed to
     accelerate from rest within the acceleration limits (module docstring), the rest
     of it (its switch included) ``n`` action periods later; None when no joint has an
     acceleration limit or no ramp of at most the publication's length fits.
+
+    The ramp takes ``2 n`` action periods, at least ``min_duration_s`` where the
+    publication is long enough (the ``ramp_in_s`` it replaces: never a harder start
+    than the user asked for). ``publication`` runs on its chunk's own timeline (no
+    ramp-in: :meth:`~relay_ros.pipeline.publication.Publication.unramped`).
 
     The ramp runs on the chunk's path from its first point (at the first point's
     time, as published), where the arm stands; a first point off the standing arm
@@ -189,8 +205,9 @@ def ramp_head(
     start = np.asarray(start, dtype=np.float64)
     offset = start - positions[0]
     accel = limits.max_acceleration
+    shortest = max(1, min(count - 1, math.ceil(min_duration_s / (2.0 * dt) - 1e-9)))
     for share in RETIMING_SHARES:
-        for n in range(1, count):
+        for n in range(shortest, count):
             k = 1.0 / (2.0 * n * dt)
             ramp = n * dt  # of the chunk's time, run in 2 n dt of real time
             path = positions + offset * (1.0 - _fade((tfs - tfs[0]) / ramp))[:, None]

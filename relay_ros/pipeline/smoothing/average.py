@@ -1,8 +1,9 @@
 """Averages of overlapping chunks: a cross-fade, LeRobot's weighted average, ACT's ensemble.
 
 Three client-side ways of mixing the new chunk with the one the controllers follow,
-each at the same instants (the previous chunk linear between its rows, its last row
-beyond its end, :func:`~relay_ros.pipeline.publication.chunk_at`). None of them
+each at the same instants of the chunk timeline (``Switch.row_times``; the previous
+chunk linear between its rows, its last row beyond its end,
+:func:`~relay_ros.pipeline.publication.chunk_at`). None of them
 knows where the controller is going at the switch, so two chunks that disagree
 still leave a step in position or velocity (and the publication check may refuse
 what results); they are here as the anchors the splice is measured against
@@ -66,7 +67,7 @@ class CrossFade(Smoothing):
         if previous is None:
             return Smoothed(positions, 0)
         count = min(self.steps, len(positions))
-        old = chunk_at(previous.chunk, previous.origin, switch.dt, switch.times[:count])
+        old = chunk_at(previous.chunk, previous.origin, switch.dt, switch.row_times[:count])
         weights = smooth_weights(count)[:, None]
         positions[:count] = (1.0 - weights) * old + weights * positions[:count]
         return Smoothed(positions, count)
@@ -96,10 +97,9 @@ class WeightedAverage(Smoothing):
         previous = switch.previous
         if previous is None:
             return Smoothed(original, 0)
-        times = switch.times
-        overlap = times <= previous.end_time + 1e-9
+        overlap = switch.times <= previous.end_time + 1e-9
         positions = original.copy()
-        old = chunk_at(previous.chunk, previous.origin, switch.dt, times[overlap])
+        old = chunk_at(previous.chunk, previous.origin, switch.dt, switch.row_times[overlap])
         positions[overlap] = self.old_weight * old + (1.0 - self.old_weight) * original[overlap]
         return Smoothed(positions, changed_rows(original, positions))
 
@@ -135,7 +135,7 @@ class TemporalEnsemble(Smoothing):
         positions = original.copy()
         previous = switch.previous
         if previous is not None:
-            times = switch.times
+            times = switch.row_times
             last = previous.origin + (previous.chunk.shape[0] - 1) * switch.dt
             covered = (times >= previous.origin - 1e-9) & (times <= last + 1e-9)
             rows = np.rint((times - previous.origin) / switch.dt).astype(np.int64)

@@ -46,7 +46,8 @@ class Motion:
 
     Attributes:
         chunk: (H, D) the previous chunk, its published rows as they were published.
-        origin: When its action 0 runs (s): action ``i`` at ``origin + i*dt``.
+        origin: When its action 0 runs (s): action ``i`` at ``origin + i*dt`` on the
+            chunk timeline (:attr:`Switch.row_times`).
         end_time: Its last published point (s); the controller holds it after.
         followed: What the controllers follow, as they sample it: the gate's
             commanded motion (:meth:`~relay_ros.pipeline.gate.controller.ControllerModel.followed`;
@@ -94,6 +95,16 @@ class Switch:
     def times(self) -> np.ndarray:
         """Absolute time of each published point (s)."""
         return self.stamp + self.time_from_start
+
+    @property
+    def row_times(self) -> np.ndarray:
+        """When each published row runs on the chunk timeline,
+        ``origin + (first_index + j)*dt`` (s), on which :attr:`Motion.origin` places the
+        previous chunk's rows: the same instants as :attr:`times`, except while a
+        ramp-in stretches the points (:mod:`~relay_ros.pipeline.ramp_in`). What
+        compares two chunks row by row uses these."""
+        rows = self.first_index + np.arange(len(self.time_from_start), dtype=np.float64)
+        return self.origin + rows * self.dt
 
 
 @dataclass(frozen=True, eq=False)
