@@ -428,3 +428,57 @@ def test_an_arm_that_stops_following_is_refused_and_held_where_it_is() -> None:
     np.testing.assert_allclose(hold, stuck_at[:6], atol=1e-9)  # where the arm is
     rig.run(1.0)
     assert rig.executed.problems() == []
+
+
+# --- max_joint_step judges the policy's own first action, not the splice ------------
+
+
+def _far_policy(offset: float, from_call: int = 1):
+    """The ramp policy; from call ``from_call`` on, every chunk's joint1 is ``offset``
+    rad from the measured state."""
+    base = ramp_policy(H)
+    calls = [0]
+
+    def infer(obs):
+        calls[0] += 1
+        actions = base(obs)
+        if calls[0] >= from_call:
+            actions[:, 0] += offset
+        return actions
+
+    return infer
+
+
+@pytest.mark.parametrize("smoothing", ["auto", "none"])
+def test_max_joint_step_refuses_a_far_chunk_the_splice_would_join(smoothing: str) -> None:
+    """Two chunks at the arm, then chunks 0.6 rad from it, under velocity limits high
+    enough that only max_joint_step (0.25) can refuse them. The splice (the default)
+    joins a chunk to what the arm follows, so such a chunk's first *published* point
+    is near the arm; the gate judges the policy's own first action, so it is refused
+    either way."""
+    rig = CoreRig(
+        policy=_far_policy(0.6, from_call=3),
+        overrides={
+            "joint_limits": velocity_limits("pi05", 100.0),
+            "max_joint_step": 0.25,
+            "smoothing": smoothing,
+        },
+    )
+    rig.connect()
+    rig.run_until(lambda: rig.core.counts["refusals"] >= 3)
+    assert len(rig.chunks()) == 2
+    reason = rig.core.last_refusal
+    assert reason is not None and "more than max_joint_step 0.25" in reason, reason
+    assert "joint 'joint1' by 0.6" in reason, reason
+
+
+def test_max_joint_step_lets_a_near_chunk_through_spliced() -> None:
+    """The same policy 0.1 rad off after two chunks, within max_joint_step: published,
+    and the splice joins it (its first point closer to the arm than the policy's)."""
+    rig = CoreRig(
+        policy=_far_policy(0.1, from_call=3),
+        overrides={"joint_limits": velocity_limits("pi05", 100.0), "max_joint_step": 0.25},
+    )
+    rig.connect()
+    rig.run_until(lambda: len(rig.chunks()) >= 4)
+    assert rig.core.counts["refusals"] == 0, rig.core.last_refusal
