@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 from helpers import scaled, wait_until
-from node_rig import PI_JOINTS, Rig, stamp_of, t_obs_of, tfs_of, velocity_overrides
+from node_rig import PI_JOINTS, Received, Rig, stamp_of, t_obs_of, tfs_of, velocity_overrides
 from rclpy.parameter import Parameter
 from rclpy.parameter_client import AsyncParameterClient
 
@@ -239,10 +239,12 @@ def _before_and_after(
     counts: tuple[int, int],
     rig_options: dict | None = None,
     topic: str = "arm",
+    with_holds: bool = False,
     **change: Any,
 ) -> tuple:
-    """``measure(chunks)`` over the chunks (holds skipped) on ``topic`` (a field of
-    ``Received``) before and after a live change.
+    """``measure(chunks)`` over the chunks (holds skipped, unless ``with_holds``: then
+    in the order they came) on ``topic`` (a field of ``Received``) before and after a
+    live change.
 
     Before: from the second chunk (the first switch comes at start-up, on its own
     timing) once ``counts[0]`` have come; after: from 0.6 s after the set returned
@@ -252,17 +254,28 @@ def _before_and_after(
     """
     rig, params = live(**(rig_options or {"overrides": TIMELINE}))
 
-    def chunks_after(t: float) -> list:
+    def messages() -> tuple[Received, list]:
         # (In a dry run ~/preview carries one message per controller: the arm's.)
-        messages = [m for m in getattr(rig.snapshot(), topic) if m.joint_names[0] == "joint1"]
-        return _chunks_after(messages, t)
+        got = rig.snapshot()
+        return got, [m for m in getattr(got, topic) if m.joint_names[0] == "joint1"]
+
+    def chunks_after(t: float) -> list:
+        return _chunks_after(messages()[1], t)
+
+    def measured_after(t: float, skip: int = 0) -> Any:
+        if not with_holds:
+            return measure(chunks_after(t)[skip:])
+        got, every = messages()
+        after = [m for m in every if got.start_of(m) > t]
+        first = chunks_after(t)[skip]
+        return measure(after[after.index(first) :])
 
     wait_until(lambda: len(chunks_after(0.0)) >= counts[0] + 1, timeout=15)
-    before = measure(chunks_after(0.0)[1:])
+    before = measured_after(0.0, skip=1)
     result, returned = params.set(**change)
     assert result.successful, result.reason
     wait_until(lambda: len(chunks_after(returned + 0.6)) >= counts[1], timeout=20)
-    return before, measure(chunks_after(returned + 0.6)), params
+    return before, measured_after(returned + 0.6), params
 
 
 def test_execute_horizon_changes_the_switch_spacing(live):
@@ -286,21 +299,31 @@ def test_request_lead_changes_how_early_observations_are_taken(live):
     assert _planned(after, 25 * DT - 0.3), after
 
 
-def _switch_jumps(messages: list) -> list[float]:
-    """Distance of each chunk's first point (joint1) from the previous chunk at that time."""
-    jumps = []
+def _switches(messages: list) -> list[tuple[float, float]]:
+    """(jump, gap) of joint1 at each chunk that directly follows another (no hold in
+    between: after one the schedule starts afresh): how far its first point lies from
+    the previous chunk at that time, and how far the policy's own action for that time
+    lies from it (the jump without smoothing). The policy (RecordingPolicy, a still
+    arm at 0.1 rad) gives action ``i`` of a chunk at ``0.1 + 0.002 i``, for ``t_obs + i dt``."""
+    switches = []
     for old, new in zip(messages, messages[1:]):
+        if len(old.points) < 2 or len(new.points) < 2:
+            continue  # a hold on one side
         old_times = stamp_of(old) + tfs_of(old)
         first = stamp_of(new) + tfs_of(new)[0]
         old_value = np.interp(first, old_times, [p.positions[0] for p in old.points])
-        jumps.append(abs(new.points[0].positions[0] - old_value))
-    return jumps
+        slot = round((first - t_obs_of(new)) / DT)
+        action = np.float32(0.1) + np.float32(slot) * np.float32(0.002)
+        jump = abs(new.points[0].positions[0] - old_value)
+        switches.append((jump, abs(float(action) - old_value)))
+    return switches
 
 
 def test_smoothing_changes_live(live):
-    # A still arm (follow=False) makes each chunk start 0.05 rad behind the last: a
-    # 2.5 rad/s step the robot's limits refuse; raised so the jumps can be measured,
-    # on ~/preview (dry run), as nothing the robot cannot do may reach a controller.
+    # A still arm (follow=False) makes each chunk start again from the state, behind the
+    # last one by the actions between their observations (25 apart when every reply is
+    # on time; fewer after a late one); raised limits so the jumps can be measured, on
+    # ~/preview (dry run), as nothing the robot cannot do may reach a controller.
     rig_options = {
         "overrides": {
             **TIMELINE,
@@ -310,13 +333,22 @@ def test_smoothing_changes_live(live):
         },
         "follow": False,
     }
+
     before, after, _ = _before_and_after(
-        live, _switch_jumps, (4, 3), rig_options=rig_options, topic="preview", smoothing="splice"
+        live,
+        _switches,
+        (4, 3),
+        rig_options=rig_options,
+        topic="preview",
+        with_holds=True,  # a chunk after a hold is no switch
+        smoothing="splice",
     )
-    # Each chunk starts again from the state: 25 actions * 0.002 rad behind the old one.
-    assert min(before) > 0.03
+    # Unsmoothed: each first point is the policy's action, the whole gap away.
+    assert all(abs(jump - gap) < 1e-5 for jump, gap in before), before
+    assert max(gap for _, gap in before) > 0.03, before
     # Spliced: the first point leaves the old trajectory by a small share of the gap.
-    assert max(after) < 0.01
+    spliced = [(jump, gap) for jump, gap in after if gap > 0.01]
+    assert spliced and all(jump < 0.2 * gap for jump, gap in spliced), after
 
 
 # ---------------------------------------------------------------- safety checks
