@@ -14,6 +14,7 @@ import contextlib
 import itertools
 import math
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,7 +118,8 @@ def watched_controllers(
         from_desired_state=from_desired_state,
     )
 
-    def on_trajectory(topic: str, msg: JointTrajectory) -> None:
+    def on_trajectory(topic: str, msg: JointTrajectory, info: Any) -> None:
+        arrived = received_at(node, info)  # (a zero stamp starts then)
         if not msg.points or not set(msg.joint_names) <= set(measured()[0]):
             return  # (before the first joint state: nothing to start from)
         positions = np.array([p.positions for p in msg.points], dtype=float)
@@ -125,7 +127,6 @@ def watched_controllers(
             [p.velocities if len(p.velocities) else [0.0] * positions.shape[1] for p in msg.points],
             dtype=float,
         )
-        arrived = node.get_clock().now().nanoseconds * 1e-9  # (a zero stamp starts then)
         checker.add(
             topic,
             list(msg.joint_names),
@@ -139,7 +140,10 @@ def watched_controllers(
     node.create_subscription(JointState, joint_states_topic, on_joints, 100)
     for topic in topics:
         node.create_subscription(
-            JointTrajectory, topic, lambda msg, topic=topic: on_trajectory(topic, msg), 100
+            JointTrajectory,
+            topic,
+            lambda msg, info, topic=topic: on_trajectory(topic, msg, info),
+            100,
         )
     executor = SingleThreadedExecutor(context=context)
     executor.add_node(node)
@@ -148,6 +152,20 @@ def watched_controllers(
             yield checker
     finally:
         node.destroy_node()
+
+
+def received_at(node: Node, info: Any) -> float:
+    """When a message reached this process, on ``node``'s clock: the middleware's
+    reception time (``info``, the message info of a two-argument subscription callback),
+    not when the callback ran. A controller adopts a trajectory when it arrives; the
+    rig's callbacks share one executor with the node under test and, on a loaded
+    machine, run up to a second later (a controller_manager, with an executor of its
+    own, is not held up by them)."""
+    now = node.get_clock().now().nanoseconds * 1e-9
+    received_ns = int(info.get("received_timestamp", 0) or 0) if info else 0
+    if received_ns <= 0:
+        return now
+    return now - max(0.0, (time.time_ns() - received_ns) * 1e-9)
 
 
 def t_obs_of(msg: JointTrajectory) -> float:
@@ -172,8 +190,9 @@ class Received:
     gripper: list[JointTrajectory] = field(default_factory=list)
     preview: list[JointTrajectory] = field(default_factory=list)
     diagnostics: list[DiagnosticArray] = field(default_factory=list)
-    #: id() of each recorded trajectory -> when it arrived (node clock, s): a hold is
-    #: stamped zero and starts on arrival, so its arrival is its start.
+    #: id() of each recorded trajectory -> when it reached the rig's process (node clock,
+    #: s; :func:`received_at`): a hold is stamped zero and starts on arrival, so its
+    #: arrival is its start.
     arrivals: dict[int, float] = field(default_factory=dict)
 
     def start_of(self, msg: JointTrajectory) -> float:
@@ -312,8 +331,8 @@ class Rig:
         self._spinning = spinning(self.executor)
 
     def _subscribe(self, topic: str, sink: list, *, checked: bool = False) -> None:
-        def record(msg: JointTrajectory) -> None:
-            arrived = self.feeder.get_clock().now().nanoseconds * 1e-9
+        def record(msg: JointTrajectory, info: Any) -> None:
+            arrived = received_at(self.feeder, info)
             with self._lock:
                 sink.append(msg)
                 self.received.arrivals[id(msg)] = arrived
@@ -328,7 +347,6 @@ class Rig:
                     ],
                     dtype=float,
                 )
-                now = self.feeder.get_clock().now().nanoseconds * 1e-9
                 self.checker.add(
                     topic,
                     list(msg.joint_names),
@@ -336,7 +354,7 @@ class Rig:
                     tfs_of(msg),
                     positions,
                     velocities,
-                    received=now,
+                    received=arrived,
                 )
 
         self.feeder.create_subscription(JointTrajectory, topic, record, 10)

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 from helpers import scaled, wait_until
-from node_rig import PI_JOINTS, Rig, stamp_of, t_obs_of, velocity_overrides
+from node_rig import PI_JOINTS, Received, Rig, stamp_of, t_obs_of, velocity_overrides
 from rclpy.parameter import Parameter
 from rclpy.parameter_client import AsyncParameterClient
 
@@ -239,10 +239,12 @@ def _before_and_after(
     counts: tuple[int, int],
     rig_options: dict | None = None,
     topic: str = "arm",
+    with_holds: bool = False,
     **change: Any,
 ) -> tuple:
-    """``measure(chunks)`` over the chunks (holds skipped) on ``topic`` (a field of
-    ``Received``) before and after a live change.
+    """``measure(chunks)`` over the chunks (holds skipped, unless ``with_holds``: then
+    in the order they came) on ``topic`` (a field of ``Received``) before and after a
+    live change.
 
     Before: from the second chunk (the first switch comes at start-up, on its own
     timing) once ``counts[0]`` have come; after: from 0.6 s after the set returned
@@ -252,17 +254,28 @@ def _before_and_after(
     """
     rig, params = live(**(rig_options or {"overrides": TIMELINE}))
 
-    def chunks_after(t: float) -> list:
+    def messages() -> tuple[Received, list]:
         # (In a dry run ~/preview carries one message per controller: the arm's.)
-        messages = [m for m in getattr(rig.snapshot(), topic) if m.joint_names[0] == "joint1"]
-        return _chunks_after(messages, t)
+        got = rig.snapshot()
+        return got, [m for m in getattr(got, topic) if m.joint_names[0] == "joint1"]
+
+    def chunks_after(t: float) -> list:
+        return _chunks_after(messages()[1], t)
+
+    def measured_after(t: float, skip: int = 0) -> Any:
+        if not with_holds:
+            return measure(chunks_after(t)[skip:])
+        got, every = messages()
+        after = [m for m in every if got.start_of(m) > t]
+        first = chunks_after(t)[skip]
+        return measure(after[after.index(first) :])
 
     wait_until(lambda: len(chunks_after(0.0)) >= counts[0] + 1, timeout=15)
-    before = measure(chunks_after(0.0)[1:])
+    before = measured_after(0.0, skip=1)
     result, returned = params.set(**change)
     assert result.successful, result.reason
     wait_until(lambda: len(chunks_after(returned + 0.6)) >= counts[1], timeout=20)
-    return before, measure(chunks_after(returned + 0.6)), params
+    return before, measured_after(returned + 0.6), params
 
 
 def test_execute_horizon_changes_the_switch_spacing(live):
@@ -300,6 +313,7 @@ def test_smoothing_changes_live(live):
         "overrides": {**TIMELINE, "smoothing": "none", "dry_run": True},
         "follow": False,
     }
+
     before, after, _ = _before_and_after(
         live, _departures, (4, 3), rig_options=rig_options, topic="preview", smoothing="splice"
     )

@@ -358,6 +358,74 @@ def _start_node(tmp_path: Path, server_url: str, prefix: str, name: str, root: P
     return process, log
 
 
+def _recording_rig(ros_context, server, tmp_path: Path, root: Path, **overrides) -> CountingRig:
+    return CountingRig(
+        ros_context,
+        server.url_template,
+        tmp_path=tmp_path,
+        overrides={"record_dir": str(root), "record_fps": 30, **overrides},
+    )
+
+
+@pytest.mark.slow
+def test_an_executor_held_up_a_second_ends_no_episode(ros_context, tmp_path):
+    """A recording tick a second late is what a loaded machine's executor does, not a
+    jump of the node clock (it used to end the episode as "clock jump"): the episode
+    goes on, the frames the tick missed are counted."""
+    root = tmp_path / "ds"
+    with (
+        run_server_in_thread(ServerOptions(models=("pi05",), policy=SlowPolicy)) as server,
+        _recording_rig(ros_context, server, tmp_path, root) as rig,
+    ):
+        recorder = rig.node.recording.recorder
+        wait_until(lambda: (s := recorder.status()).episode == 0 and s.episode_frames >= 10)
+        skipped = recorder.status().frames_skipped
+        held: list[float] = []
+
+        def hold_up() -> None:  # the fault: one callback holds the executor 1.3 s
+            if not held:
+                held.append(rig.now())
+                time.sleep(1.3)
+
+        rig.feeder.create_timer(0.01, hold_up)
+        wait_until(lambda: held)
+        frames = recorder.status().episode_frames
+        wait_until(lambda: recorder.status().episode_frames >= frames + 45, timeout=20)
+        status = recorder.status()
+        assert status.episode == 0 and status.episodes == 0, status
+        assert status.frames_skipped - skipped >= 30, status  # 1.3 s at 30 fps
+        reply = rig.call(Trigger, "end_episode", Trigger.Request())
+        assert reply.success and reply.message.startswith("episode 0 ends ("), reply.message
+        wait_until(lambda: (root / "meta/episodes/chunk-000/file-000.parquet").exists(), timeout=20)
+    assert [e.row["relay_ros/end_reason"] for e in load(root).episodes][0] == "end_episode"
+
+
+@pytest.mark.slow
+def test_a_jump_of_the_node_clock_ends_the_episode(ros_context, tmp_path):
+    """use_sim_time, /clock forward 100 s: the frames' times are on the old timeline, so
+    the episode ends ("clock jump") and the next one starts on the new time."""
+    from test_clock_jumps import SimClock
+
+    root = tmp_path / "ds"
+    clock = SimClock(ros_context)
+    with run_server_in_thread(ServerOptions(models=("pi05",), policy=SlowPolicy)) as server:
+        rig = _recording_rig(ros_context, server, tmp_path, root, use_sim_time=True)
+        rig.executor.add_node(clock.node)
+        with rig:
+            recorder = rig.node.recording.recorder
+            wait_until(lambda: (s := recorder.status()).episode == 0 and s.episode_frames >= 10)
+            clock.jump(100.0)
+            wait_until(lambda: (s := recorder.status()).episode == 1 and s.episode_frames >= 10)
+            wait_until(
+                lambda: (root / "meta/episodes/chunk-000/file-000.parquet").exists(), timeout=20
+            )
+        clock.node.destroy_node()
+    assert [e.row["relay_ros/end_reason"] for e in load(root).episodes][:2] == [
+        "clock jump",
+        "shutdown",
+    ]
+
+
 class Feeder:
     """Cameras and joint states for a policy_node process, from this process."""
 

@@ -20,8 +20,9 @@ decides:
   groups: :func:`~relay_ros.recording.plan.plan_recording`);
 - an episode ends on ``~/reset``, ``~/enable`` false, ``~/mark_episode`` (std_srvs
   SetBool: ``data`` true = success, false = failure) and ``~/end_episode`` (Trigger,
-  no mark), and, through :meth:`EpisodeRecording.end_episode`, on whatever else the
-  node decides (a lifecycle deactivate, shutdown);
+  no mark), on a jump of the node clock (:meth:`EpisodeRecording.clock_jumped`), and,
+  through :meth:`EpisodeRecording.end_episode`, on whatever else the node decides (a
+  lifecycle deactivate, shutdown);
 - its status is one more ``DiagnosticStatus`` on ``/diagnostics`` ("<node>:
   recording"): WARN while frames are being dropped or skipped, ERROR once recording
   stopped (a full disk), the counts as values.
@@ -65,8 +66,6 @@ __all__ = ["EpisodeRecording"]
 _WARN_AFTER_MISS_S = 5.0
 # A record tick later than this many periods counts the periods it missed.
 _LATE_PERIODS = 1.5
-# The node clock going back, or forward by this much at once, ends the episode.
-_JUMP_FORWARD_S = 1.0
 # The recording tick reads no camera when the core has work due within this long (s).
 _QUIET_S = 0.005
 
@@ -142,6 +141,7 @@ class EpisodeRecording:
         self._assembler: FrameAssembler | None = None
         self._context_for: NodeConfig | None = config
         self._last_tick: float | None = None
+        self._jumped = False
         self._tick_time = LatencyStats()
         self._last_skip: str | None = None
         self._last_miss_wall = -float("inf")
@@ -191,6 +191,14 @@ class EpisodeRecording:
     def active(self) -> bool:
         """Whether frames are recorded (the node is active)."""
         return self._active
+
+    def clock_jumped(self) -> None:
+        """The node clock jumped (rclpy's jump callback, as the streaming core is told):
+        the next tick ends the episode, whose frames' times are on the old timeline.
+
+        A tick that comes a second or more after the last one is no jump by itself: a
+        loaded machine's executor runs it that late (its periods count as missed)."""
+        self._jumped = True
 
     def end_episode(self, reason: str, success: bool | None = None) -> str:
         """End the episode in progress (``reason``; ``success``: the operator's mark);
@@ -279,7 +287,8 @@ class EpisodeRecording:
         now = self._now()
         core = self._core()
         last, self._last_tick = self._last_tick, now
-        if last is not None and (now < last or now - last >= _JUMP_FORWARD_S):
+        jumped, self._jumped = self._jumped, False
+        if jumped or (last is not None and now < last):
             if self._assembler is not None:
                 self._assembler.clear()  # their times are on the old timeline
             self._recorder.end_episode("clock jump")

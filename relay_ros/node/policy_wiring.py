@@ -469,6 +469,8 @@ class PolicyWiring:
         delta = jump.delta.nanoseconds * 1e-9
         if self._now() - delta > 0.0:
             self._event("clock_jump", delta)
+            if self._recording is not None:  # its frames' times are on the old timeline
+                self._recording.clock_jumped()
 
     def _on_prompt(self, msg: String) -> None:
         # Through the parameter, so `ros2 param get prompt` shows the prompt in use.
