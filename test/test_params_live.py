@@ -349,10 +349,16 @@ def test_max_joint_step_decides_which_first_step_is_refused(recording, live):
     policy.mode = "far"  # every chunk starts 0.6 rad from the measured state
     # 0.6 rad within a period is far over the robot's velocity limits: raised here, so
     # that max_joint_step alone decides, and measured on ~/preview (dry run): no
-    # controller is ever sent what the robot cannot do. With the default smoothing: the
-    # splice fades each preview in from the arm as measured (what a dry run's previews
-    # join), and max_joint_step still judges the policy's own first action.
-    rig, params = live(overrides={**velocity_overrides(PI_JOINTS, 100.0), "dry_run": True})
+    # controller is ever sent what the robot cannot do. No smoothing: the splice fades
+    # each preview in from the arm as measured (what a dry run's previews join), so the
+    # first point never jumps (test_gate_chunks.py: max_joint_step and the splice).
+    rig, params = live(
+        overrides={
+            **velocity_overrides(PI_JOINTS, 100.0),
+            "dry_run": True,
+            "smoothing": "none",
+        }
+    )
     wait_until(lambda: (s := rig.last_status()) and s["last_refusal"], timeout=15)
     assert _chunks_after(rig.snapshot().preview, 0.0) == []
     assert params.set(max_joint_step=1.0)[0].successful

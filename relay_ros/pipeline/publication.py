@@ -55,10 +55,6 @@ class Publication:
             once it knows where the controller starts them
             (:func:`~relay_ros.pipeline.interpolation.published_velocities`); None:
             the monotone rule of the points alone.
-        policy_first: (D,) the policy's own action at ``first_index``, before any
-            smoothing moved it (None: ``positions[0]`` is that action). The gate
-            judges ``max_joint_step`` on it: a splice that joins a chunk to the arm
-            must not hide that the policy asked for a jump.
     """
 
     stamp: float
@@ -73,7 +69,6 @@ class Publication:
     memo: Any = None
     ramp: RampIn | None = None
     velocities: np.ndarray | None = None
-    policy_first: np.ndarray | None = None
 
     @property
     def origin(self) -> float:

@@ -384,8 +384,6 @@ class ChunkScheduler:
         )
         positions = np.array(smoothed.positions, dtype=np.float64)
         positions.setflags(write=False)
-        policy_first = np.array(pending.chunk[first], dtype=np.float64)
-        policy_first.setflags(write=False)
         return Publication(
             stamp=float(now),
             positions=positions,
@@ -398,7 +396,6 @@ class ChunkScheduler:
             shift_s=shift_s,
             memo=smoothed.memo,
             ramp=ramp,
-            policy_first=policy_first,
         )
 
     def _motion(self, followed: ControllerTrajectory | None) -> Motion | None:

@@ -8,8 +8,7 @@ A :class:`~relay_ros.pipeline.publication.Publication` is checked as a whole
    commanded (``limits_problem``);
 2. the arm is measured (a fresh joint state) and follows what it was commanded
    (:meth:`~relay_ros.pipeline.gate.controller.ControllerModel.tracking`);
-3. the policy's own first action (before smoothing moved it) and the first point
-   against the measured state (``max_joint_step``);
+3. the first point against the measured state (``max_joint_step``);
 4. every segment the controller interpolates, within each joint's position range,
    velocity limit and acceleration bounds (:func:`~relay_ros.pipeline.gate.motion.check_motion`):
    from where the controller starts it
@@ -133,15 +132,9 @@ def check_publication(
     )
     if tracking.refusal is not None:
         return PublicationVerdict(None, tracking.refusal)
-    # The policy's own first action, then the published first point (a splice moves
-    # it toward the arm; that must not hide that the policy asked for a jump).
-    firsts = [publication.positions[0]]
-    if publication.policy_first is not None:
-        firsts.insert(0, publication.policy_first)
-    for first in firsts:
-        refusal = check_first_step(measured, first, max_joint_step, joints)
-        if refusal is not None:
-            return PublicationVerdict(None, Refusal(refusal.reason, "first_step"))
+    refusal = check_first_step(measured, publication.positions[0], max_joint_step, joints)
+    if refusal is not None:
+        return PublicationVerdict(None, Refusal(refusal.reason, "first_step"))
     start, start_velocity = controller.start(
         motion, publication.stamp, measured=measured, offset=tracking.offset
     )
