@@ -36,7 +36,7 @@ from relay_ros.recording.dataset import STAGING_DIR, Dataset, DatasetError
 from relay_ros.recording.episode import EpisodeContext
 from relay_ros.recording.frames import FrameAssembler, SharedFrameSource, Skip
 from relay_ros.recording.plan import plan_recording
-from relay_ros.recording.recorder import Recorder
+from relay_ros.recording.recorder import EndedEpisode, Recorder
 from relay_ros.recording.stats import PixelStats, RunningQuantileStats, feature_stats
 from relay_ros.recording.video import probe_video_info, video_info
 from relay_ros.server.metadata import build_metadata
@@ -112,6 +112,55 @@ def _record(plan, root: Path, episodes: list[int], *, log=None, queue_frames=100
         recorder.end_episode("test", success=e == 0)
     assert recorder.close()
     return fed, recorder
+
+
+def _samples(plan, n: int, t0: float) -> list:
+    """``n`` frame samples of the plan's layout from ``t0`` on."""
+    assembler = plan.assembler()
+    samples = []
+    for k in range(n):
+        t = t0 + (k + 1) / plan.layout.fps
+        for key in CAMERAS:
+            assembler.frame(key, pattern(k), t - 0.001)
+        assembler.joint_state(JOINTS, [0.01 * k] * 7, t - 0.002)
+        sample = assembler.sample(t, commanded=np.full(7, 0.5), intervention=False, task="t")
+        assert not isinstance(sample, Skip), sample
+        samples.append(sample)
+    return samples
+
+
+def test_end_episode_names_the_episode_it_ends_whatever_the_worker_has_written(tmp_path):
+    """The reply of ~/mark_episode comes from what end_episode returns: decided with the
+    queue, so a frame the worker has popped but not begun an episode with, or an end it
+    has not written yet, never makes it say "no episode" or name the episode before
+    (under load, a retried mark ended two episodes, both replied as episode 0)."""
+    plan = _plan(tmp_path)
+    root = tmp_path / "ds"
+    log = _logger([])
+    recorder = Recorder(Dataset(root, log=log), settings=plan.video, log=log, block=True)
+    assert recorder.end_episode("before any frame") is None
+    recorder.set_layout(plan.layout, plan.converter())
+    for sample in _samples(plan, 3, 1000.0):
+        recorder.offer(sample)
+    assert recorder.end_episode("first", success=False) == EndedEpisode(index=0, frames=3)
+    assert recorder.end_episode("again at once") is None
+    for sample in _samples(plan, 2, 1010.0):
+        recorder.offer(sample)
+    assert recorder.end_episode("second") == EndedEpisode(index=1, frames=2)
+    assert recorder.close()
+    assert [e.length for e in load(root).episodes] == [3, 2]
+    # Reopened: frames before the layout are not kept, then the indices go on from the
+    # dataset's episodes.
+    recorder = Recorder(Dataset(root, log=log), settings=plan.video, log=log, block=True)
+    for sample in _samples(plan, 1, 1015.0):
+        recorder.offer(sample)
+    assert recorder.end_episode("no layout yet") is None
+    recorder.set_layout(plan.layout, plan.converter())
+    for sample in _samples(plan, 1, 1020.0):
+        recorder.offer(sample)
+    assert recorder.end_episode("third") == EndedEpisode(index=2, frames=1)
+    assert recorder.close()
+    assert [e.length for e in load(root).episodes] == [3, 2, 1]
 
 
 # --------------------------------------------------------------------------- the format

@@ -204,18 +204,20 @@ class EpisodeRecording:
         """End the episode in progress (``reason``; ``success``: the operator's mark);
         returns the sentence for a service reply. Frames already queued still belong
         to it; it is written on the recorder's thread."""
+        return self._end(reason, success)[1]
+
+    def _end(self, reason: str, success: bool | None) -> tuple[bool, str]:
+        """:meth:`end_episode`, and whether an episode ended (a service's ``success``)."""
         status = self._recorder.status()
         if status.state == "stopped":
-            return f"not recording: {status.error}"
-        self._recorder.end_episode(reason, success)
-        if status.episode is None and status.queued == 0:
-            return "no episode in progress"
+            return False, f"not recording: {status.error}"
+        ended = self._recorder.end_episode(reason, success)
+        if ended is None:
+            return False, "no episode in progress"
         mark = {None: "not marked", True: "success", False: "failure"}[success]
-        # Frames still queued start the next episode when none is in progress.
-        index = status.episodes if status.episode is None else status.episode
-        return (
-            f"episode {index} ends ({status.episode_frames + status.queued} frames, {mark}, "
-            f"by {reason}); it is written in the background"
+        return True, (
+            f"episode {ended.index} ends ({ended.frames} frames, {mark}, by {reason}); "
+            "it is written in the background"
         )
 
     def close(self) -> None:
@@ -376,15 +378,9 @@ class EpisodeRecording:
 
     # ------------------------------------------------------------------ services
     def _on_mark(self, request: SetBool.Request, response: SetBool.Response) -> SetBool.Response:
-        in_progress = self._recorder.status()
-        response.message = self.end_episode("mark_episode", bool(request.data))
-        response.success = in_progress.state != "stopped" and (
-            in_progress.episode is not None or in_progress.queued > 0
-        )
+        response.success, response.message = self._end("mark_episode", bool(request.data))
         return response
 
     def _on_end(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
-        in_progress = self._recorder.status()
-        response.message = self.end_episode("end_episode")
-        response.success = in_progress.state != "stopped"
+        response.success, response.message = self._end("end_episode", None)
         return response

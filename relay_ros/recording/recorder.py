@@ -42,7 +42,7 @@ from relay_ros.recording.frames import FrameSample
 from relay_ros.recording.lerobot_format import DatasetLayout
 from relay_ros.recording.video import VideoSettings
 
-__all__ = ["FrameConverter", "Recorder", "RecorderStatus"]
+__all__ = ["EndedEpisode", "FrameConverter", "Recorder", "RecorderStatus"]
 
 # Drops are logged at most this often (s, wall clock).
 _DROP_LOG_PERIOD_S = 5.0
@@ -138,6 +138,20 @@ class RecorderStatus:
 
 
 @dataclass(frozen=True)
+class EndedEpisode:
+    """The episode :meth:`Recorder.end_episode` ended, as the caller's queue has it
+    (the worker writes it later).
+
+    Attributes:
+        index: The index it is written as.
+        frames: Frames handed to it (:meth:`Recorder.offer`), written or still queued.
+    """
+
+    index: int
+    frames: int
+
+
+@dataclass(frozen=True)
 class _Frame:
     sample: FrameSample
     missed_before: int
@@ -147,12 +161,14 @@ class _Frame:
 class _End:
     end: EpisodeEnd
     missed_before: int
+    counted: bool = False  # the caller counted an episode for it (EndedEpisode)
 
 
 @dataclass(frozen=True)
 class _Layout:
     layout: DatasetLayout
     converter: FrameConverter
+    counted: bool = False
 
 
 _STOP = object()
@@ -194,6 +210,12 @@ class Recorder:
         self._queue: deque[Any] = deque()
         self._frames_queued = 0
         self._pending_missed = 0  # dropped or skipped since the last queued item
+        # The caller's view of the episode its queue holds, exact whatever the worker
+        # is doing (a frame it popped but has not begun an episode with, an end not
+        # yet written): frames offered since the last end, and their episode's index.
+        self._open_frames = 0
+        self._open_index = dataset.episodes
+        self._caller_layout = False  # frames before set_layout are not kept
         self._dropped = 0
         self._skipped = 0
         self._error: str | None = None
@@ -216,8 +238,13 @@ class Recorder:
 
     def set_layout(self, layout: DatasetLayout, converter: FrameConverter) -> None:
         """Record frames of ``layout`` (converted by ``converter``) from the next frame on;
-        the worker creates or checks the dataset with it."""
-        self._put(_Layout(layout, converter))
+        the worker creates or checks the dataset with it (ending the episode in
+        progress)."""
+        with self._cond:
+            counted = self._close_open_episode() is not None
+            self._caller_layout = True
+            self._queue.append(_Layout(layout, converter, counted))
+            self._cond.notify_all()
 
     def offer(self, sample: FrameSample) -> bool:
         """Queue one frame; False when it was dropped (queue full, or stopped)."""
@@ -238,6 +265,8 @@ class Recorder:
             self._queue.append(_Frame(sample, self._pending_missed))
             self._pending_missed = 0
             self._frames_queued += 1
+            if self._caller_layout:
+                self._open_frames += 1
             self._cond.notify_all()
             return True
 
@@ -248,12 +277,27 @@ class Recorder:
             self._skipped += count
             self._pending_missed += count
 
-    def end_episode(self, reason: str, success: bool | None = None) -> None:
+    def end_episode(self, reason: str, success: bool | None = None) -> EndedEpisode | None:
         """End the episode in progress (if any) with ``reason`` and the operator's mark;
-        the next frame starts a new one."""
+        the next frame starts a new one. Returns the episode it ends (None: no frame
+        was offered since the last end), decided with the queue, not with what the
+        worker has written yet."""
         with self._cond:
             missed, self._pending_missed = self._pending_missed, 0
-        self._put(_End(EpisodeEnd(reason, success), missed))
+            ended = self._close_open_episode()
+            self._queue.append(_End(EpisodeEnd(reason, success), missed, ended is not None))
+            self._cond.notify_all()
+        return ended
+
+    def _close_open_episode(self) -> EndedEpisode | None:
+        """The caller's open episode ends (an end or a layout change is queued); under
+        the condition."""
+        if self._open_frames == 0:
+            return None
+        ended = EndedEpisode(self._open_index, self._open_frames)
+        self._open_index += 1
+        self._open_frames = 0
+        return ended
 
     def status(self) -> RecorderStatus:
         """A consistent snapshot of what the recorder is doing."""
@@ -318,11 +362,6 @@ class Recorder:
             self._cond.notify_all()
         self._thread.join(timeout=timeout_s)
 
-    def _put(self, item: Any) -> None:
-        with self._cond:
-            self._queue.append(item)
-            self._cond.notify_all()
-
     # ------------------------------------------------------------------ worker
     def _run(self) -> None:
         background_priority()
@@ -362,6 +401,11 @@ class Recorder:
                     self._fail(f"recording stopped: {type(exc).__name__}: {exc}")
 
     def _handle(self, item: Any) -> None:
+        if isinstance(item, (_Layout, _End)) and item.counted and self._buffer is None:
+            # The caller counted an episode none of whose frames could be recorded
+            # (each failed conversion): the indices after it are one lower.
+            with self._cond:
+                self._open_index -= 1
         if isinstance(item, _Layout):
             self._finish_episode(EpisodeEnd("layout changed"))
             self._dataset.use_layout(item.layout)
