@@ -122,20 +122,7 @@ def watched_controllers(
         arrived = received_at(node, info)  # (a zero stamp starts then)
         if not msg.points or not set(msg.joint_names) <= set(measured()[0]):
             return  # (before the first joint state: nothing to start from)
-        positions = np.array([p.positions for p in msg.points], dtype=float)
-        velocities = np.array(
-            [p.velocities if len(p.velocities) else [0.0] * positions.shape[1] for p in msg.points],
-            dtype=float,
-        )
-        checker.add(
-            topic,
-            list(msg.joint_names),
-            stamp_of(msg),
-            tfs_of(msg),
-            positions,
-            velocities,
-            received=arrived,
-        )
+        check_message(checker, topic, msg, arrived)
 
     node.create_subscription(JointState, joint_states_topic, on_joints, 100)
     for topic in topics:
@@ -152,6 +139,27 @@ def watched_controllers(
             yield checker
     finally:
         node.destroy_node()
+
+
+def check_message(
+    checker: VelocityChecker, topic: str, msg: JointTrajectory, arrived: float
+) -> None:
+    """Hand one received ``JointTrajectory`` (with points) to ``checker``: its points,
+    their velocities (zero where the message has none) and when it arrived."""
+    positions = np.array([p.positions for p in msg.points], dtype=float)
+    velocities = np.array(
+        [p.velocities if len(p.velocities) else [0.0] * positions.shape[1] for p in msg.points],
+        dtype=float,
+    )
+    checker.add(
+        topic,
+        list(msg.joint_names),
+        stamp_of(msg),
+        tfs_of(msg),
+        positions,
+        velocities,
+        received=arrived,
+    )
 
 
 def received_at(node: Node, info: Any) -> float:
@@ -339,23 +347,7 @@ class Rig:
             if checked and msg.points and self.follow:
                 self._start_following(topic, msg)
             if checked and msg.points:
-                positions = np.array([p.positions for p in msg.points], dtype=float)
-                velocities = np.array(
-                    [
-                        p.velocities if len(p.velocities) else [0.0] * positions.shape[1]
-                        for p in msg.points
-                    ],
-                    dtype=float,
-                )
-                self.checker.add(
-                    topic,
-                    list(msg.joint_names),
-                    stamp_of(msg),
-                    tfs_of(msg),
-                    positions,
-                    velocities,
-                    received=arrived,
-                )
+                check_message(self.checker, topic, msg, arrived)
 
         self.feeder.create_subscription(JointTrajectory, topic, record, 10)
 
